@@ -1,0 +1,153 @@
+"""Command line: the only module importing typer. Each command parses options, calls one library
+function, and renders its result. Heavy imports (numpy, numba) happen inside the commands that
+measure, never at module import, so ``sactool probe`` starts fast.
+
+Errors: library code raises :class:`sactool.errors.SactoolError`; :func:`main` prints
+``error: …`` / ``hint: …`` on stderr and exits with the error's code (a traceback only with
+``--debug``). Ctrl-C exits 130; a closed stdout pipe (``| head``) exits quietly.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from sactool.errors import ExitCode, SactoolError, UsageError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Probe, benchmark, tune and serve sparse-attention KV caches from CXL memory.",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+_STATE = {"debug": False}
+
+FormatOpt = typer.Option("table", "--format", "-f", help="Output format: table, json or yaml.")
+SysfsRootOpt = typer.Option(
+    None, "--sysfs-root", envvar="SACTOOL_SYSFS_ROOT",
+    help="Read /sys and /proc from this directory (a recorded machine) instead of the live system.",
+)
+
+
+def _check_format(fmt: str) -> str:
+    from sactool.render import FORMATS
+
+    if fmt not in FORMATS:
+        raise UsageError(f"unknown format {fmt!r}", f"use one of: {', '.join(FORMATS)}")
+    return fmt
+
+
+@app.callback()
+def _root(
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
+    version: bool = typer.Option(False, "--version", help="Print the version and exit.", is_eager=True),
+) -> None:
+    if version:
+        from sactool import __version__
+
+        typer.echo(__version__)
+        raise typer.Exit(0)
+    _STATE["debug"] = debug
+
+
+# ---------------------------------------------------------------------------------------------
+# probe  (issue 2)
+# ---------------------------------------------------------------------------------------------
+@app.command()
+def probe(
+    fmt: str = FormatOpt,
+    sysfs_root: Optional[Path] = SysfsRootOpt,
+    snapshot: Optional[Path] = typer.Option(
+        None, "--snapshot", help="Also write the files the prober read to this .tar.gz (for bug reports)."),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing --snapshot file."),
+) -> None:
+    """What memory do I have: NUMA nodes, which is CXL and why, CXL devices, regions, DAX, HMAT, tiers."""
+    from sactool.host.sysfs import SysfsReader
+    from sactool.topology import probe as do_probe
+
+    _check_format(fmt)
+    reader = SysfsReader(sysfs_root)
+    topo = do_probe(reader)
+    if snapshot is not None:
+        from sactool.topology.snapshot import write_snapshot
+
+        path = write_snapshot(reader, snapshot, force=force)
+        typer.echo(f"snapshot: {path} ({len(reader.touched)} paths)", err=True)
+    if fmt == "table":
+        from sactool.render.probe import render_probe
+
+        render_probe(topo)
+    else:
+        from sactool.render import emit_data
+
+        emit_data(topo, fmt)
+
+
+# ---------------------------------------------------------------------------------------------
+# bench  (issue 6)
+# ---------------------------------------------------------------------------------------------
+
+# ---------------------------------------------------------------------------------------------
+# tune, profile  (issue 3)
+# ---------------------------------------------------------------------------------------------
+
+# ---------------------------------------------------------------------------------------------
+# serve  (issue 4)
+# ---------------------------------------------------------------------------------------------
+
+# ---------------------------------------------------------------------------------------------
+# simulate  (issue 5)
+# ---------------------------------------------------------------------------------------------
+
+
+def _print_error(e: SactoolError) -> None:
+    sys.stderr.write(f"error: {e.message}\n")
+    if e.hint:
+        sys.stderr.write(f"hint: {e.hint}\n")
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Console-script entry point; returns (and exits with) the process exit code."""
+    import click
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    _STATE["debug"] = "--debug" in args
+    code: int = ExitCode.OK
+    try:
+        rv = app(args=args, prog_name="sactool", standalone_mode=False)
+        code = rv if isinstance(rv, int) else ExitCode.OK
+    except SactoolError as e:
+        if _STATE["debug"]:
+            import traceback
+
+            traceback.print_exc()
+        _print_error(e)
+        code = e.exit_code
+    except click.exceptions.Exit as e:
+        code = e.exit_code
+    except click.exceptions.Abort:
+        sys.stderr.write("interrupted\n")
+        code = ExitCode.INTERRUPTED
+    except click.exceptions.ClickException as e:
+        e.show()
+        code = ExitCode.USAGE if isinstance(e, click.exceptions.UsageError) else ExitCode.ERROR
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        code = ExitCode.INTERRUPTED
+    except BrokenPipeError:
+        # stdout closed early (| head): be quiet, and keep Python from complaining at exit
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        code = ExitCode.OK
+    if argv is None:
+        sys.exit(int(code))
+    return int(code)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

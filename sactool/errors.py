@@ -1,0 +1,72 @@
+"""One error type for the whole tool, and the exit codes the CLI maps it to.
+
+Library code raises a :class:`SactoolError` subclass carrying a one-line message and a hint;
+the CLI prints ``error: <message>`` and ``hint: <hint>`` on stderr and exits with ``exit_code``.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ExitCode(enum.IntEnum):
+    """Process exit codes (STYLE.md §9). Distinct codes let scripts tell failures apart."""
+
+    OK = 0
+    ERROR = 1            # generic failure (I/O, corrupt record, …)
+    USAGE = 2            # bad option or argument value
+    UNAVAILABLE = 3      # topology/hardware unavailable: no such node, CPU-less node, no CXL, …
+    RECORD = 4           # a record (profile, bench result, trace) is corrupt, newer or incompatible
+    EXISTS = 5           # refusing to overwrite an existing file without --force
+    CAPACITY = 6         # does not fit: buffer > free memory, concurrency × context > pool, …
+    INTERRUPTED = 130    # Ctrl-C (128 + SIGINT)
+
+
+class SactoolError(Exception):
+    """Base error: ``message`` says what is wrong, ``hint`` what to do about it."""
+
+    exit_code: ExitCode = ExitCode.ERROR
+
+    def __init__(self, message: str, hint: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:  # pragma: no cover - trivial
+        return self.message
+
+
+class UsageError(SactoolError):
+    """An option or argument value is malformed or out of range."""
+
+    exit_code = ExitCode.USAGE
+
+
+class TopologyError(SactoolError):
+    """The requested node/device does not exist, has no memory/CPUs, or the tree is unreadable."""
+
+    exit_code = ExitCode.UNAVAILABLE
+
+
+class RecordError(SactoolError):
+    """A record file (profile, bench result, trace, config.json) is corrupt, newer or mismatched."""
+
+    exit_code = ExitCode.RECORD
+
+
+class ExistsError(SactoolError):
+    """An output file exists and ``--force`` was not given."""
+
+    exit_code = ExitCode.EXISTS
+
+
+class CapacityError(SactoolError):
+    """A request does not fit the memory available (node free memory, pool, GPU budget)."""
+
+    exit_code = ExitCode.CAPACITY
+
+
+class Interrupted(SactoolError):
+    """The user pressed Ctrl-C; whatever was finished has been kept."""
+
+    exit_code = ExitCode.INTERRUPTED

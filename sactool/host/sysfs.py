@@ -1,0 +1,315 @@
+"""The one sysfs/procfs reader, with an injectable root (hwloc's ``HWLOC_FSROOT`` idea).
+
+Paths are given relative to the root, kernel-style: ``"sys/devices/system/node/node0/meminfo"``,
+``"proc/meminfo"``. The live system is root ``/``; a recorded machine (a snapshot or one of the
+QEMU captures) is any directory holding ``sys/`` (and optionally ``proc/``).
+
+A missing, unreadable or unparsable attribute never raises: the typed getters return ``None`` and
+the reason is kept in :attr:`SysfsReader.reasons` (``reader.why(path)``), so callers can report
+"absent because permission denied" instead of guessing a value. Every path touched is recorded in
+:attr:`SysfsReader.touched` so ``probe --snapshot`` can archive exactly what the prober read.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Generic, TypeVar
+
+from sactool.errors import TopologyError
+
+SYSFS_ROOT_ENV = "SACTOOL_SYSFS_ROOT"
+"""Environment variable naming the root directory, like ``--sysfs-root``."""
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Attr(Generic[T]):
+    """One attribute read: ``value`` or ``None`` with ``reason`` ("missing", "permission denied", …)."""
+
+    path: str
+    value: T | None
+    reason: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.value is not None
+
+
+# --------------------------------------------------------------------------------------------
+# Parsers: pure functions, raise ValueError on garbage (the reader turns that into a reason).
+# --------------------------------------------------------------------------------------------
+
+def parse_int(text: str) -> int:
+    """Decimal integer attribute (``interleave_ways``, ``numa_node``…); ``-1`` allowed.
+
+    Also accepts a ``0x`` prefix, since a few decimal-documented attributes print hex on some kernels.
+    """
+    s = text.strip()
+    if not s:
+        raise ValueError("empty")
+    return int(s, 0) if s.lower().startswith(("0x", "-0x")) else int(s, 10)
+
+
+def parse_hex(text: str) -> int:
+    """Hex attribute printed with ``%#llx`` (CXL sizes, serials, resources); bare hex accepted."""
+    s = text.strip()
+    if not s:
+        raise ValueError("empty")
+    return int(s, 16)
+
+
+def parse_cpulist(text: str) -> tuple[int, ...]:
+    """Kernel range list (``0-3,8,10-11``) → sorted tuple; an empty line (CPU-less node) → ``()``."""
+    s = text.strip()
+    if not s:
+        return ()
+    out: set[int] = set()
+    for part in s.split(","):
+        part = part.strip()
+        if not part:
+            raise ValueError(f"empty element in list {text.strip()!r}")
+        if "-" in part:
+            lo_s, hi_s = part.split("-", 1)
+            stride = 1
+            if ":" in hi_s:  # "0-15:2" stride form (bitmap_parselist)
+                hi_s, stride_s = hi_s.split(":", 1)
+                stride = int(stride_s)
+            lo, hi = int(lo_s), int(hi_s)
+            if hi < lo or lo < 0 or stride < 1:
+                raise ValueError(f"bad range {part!r}")
+            out.update(range(lo, hi + 1, stride))
+        else:
+            v = int(part)
+            if v < 0:
+                raise ValueError(f"negative id {part!r}")
+            out.add(v)
+    return tuple(sorted(out))
+
+
+def format_cpulist(ids: tuple[int, ...] | list[int]) -> str:
+    """Inverse of :func:`parse_cpulist`: ``(0,1,2,5)`` → ``"0-2,5"``."""
+    ids = sorted(set(ids))
+    parts: list[str] = []
+    i = 0
+    while i < len(ids):
+        j = i
+        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
+            j += 1
+        parts.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+_UNITS = {"kB": 1024, "KB": 1024, "B": 1, "": 1}
+
+
+def parse_kv(text: str) -> dict[str, int]:
+    """``meminfo``-style ``Key: value [kB]`` lines → ``{key: bytes-or-count}``.
+
+    Handles ``/proc/meminfo`` (``MemTotal: 123 kB``) and per-node meminfo
+    (``Node 0 MemTotal: 123 kB``); ``kB`` values are converted to bytes, unitless values
+    (``HugePages_Total``) are kept as counts. Lines that do not parse are skipped;
+    a file with no parsable line raises ValueError.
+    """
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        if ":" not in line:
+            continue
+        key, _, rest = line.partition(":")
+        key = key.split()[-1] if key.split() else ""
+        fields = rest.split()
+        if not key or not fields:
+            continue
+        try:
+            num = int(fields[0])
+        except ValueError:
+            continue
+        unit = fields[1] if len(fields) > 1 else ""
+        out[key] = num * _UNITS.get(unit, 1)
+    if not out:
+        raise ValueError("no 'key: value' line")
+    return out
+
+
+def parse_bool(text: str) -> bool:
+    """``true``/``false``, ``1``/``0``, ``Y``/``N`` (kstrtobool forms)."""
+    s = text.strip().lower()
+    if s in ("1", "y", "yes", "true", "on"):
+        return True
+    if s in ("0", "n", "no", "false", "off"):
+        return False
+    raise ValueError(f"not a boolean: {text.strip()!r}")
+
+
+# --------------------------------------------------------------------------------------------
+
+
+class SysfsReader:
+    """Reads attributes under ``root`` (default ``/``, or ``$SACTOOL_SYSFS_ROOT``).
+
+    ``live`` is True only for the running system; topology read from any other root is a
+    recording and nothing may bind memory to it.
+    """
+
+    def __init__(self, root: str | os.PathLike[str] | None = None, *, check: bool = True):
+        if root is None:
+            root = os.environ.get(SYSFS_ROOT_ENV) or "/"
+        self.root = Path(root).resolve() if str(root) != "/" else Path("/")
+        self.live = self.root == Path("/")
+        self.reasons: dict[str, str] = {}
+        self.touched: set[str] = set()
+        if check and not self.live:
+            if not self.root.exists():
+                raise TopologyError(
+                    f"sysfs root {str(root)!r} does not exist",
+                    "pass a directory that holds sys/ (an unpacked 'sactool probe --snapshot' archive)",
+                )
+            if not self.root.is_dir():
+                raise TopologyError(f"sysfs root {str(root)!r} is not a directory",
+                                    "unpack the snapshot archive first (tar xzf …) and pass the directory")
+            if not (self.root / "sys").is_dir():
+                raise TopologyError(
+                    f"sysfs root {str(root)!r} has no sys/ directory",
+                    "the root must mirror / (contain sys/devices/system/node …)",
+                )
+
+    # ---- paths ---------------------------------------------------------------------------
+    def path(self, rel: str) -> Path:
+        return self.root / rel.lstrip("/")
+
+    def _touch(self, rel: str) -> None:
+        self.touched.add(rel.lstrip("/"))
+
+    def _miss(self, rel: str, reason: str) -> None:
+        self.reasons[rel.lstrip("/")] = reason
+
+    def why(self, rel: str) -> str | None:
+        """Why the last read of ``rel`` gave nothing (``None`` if it was read fine)."""
+        return self.reasons.get(rel.lstrip("/"))
+
+    def exists(self, rel: str) -> bool:
+        self._touch(rel)
+        return os.path.lexists(self.path(rel))
+
+    def is_dir(self, rel: str) -> bool:
+        self._touch(rel)
+        return self.path(rel).is_dir()
+
+    # ---- raw reads -----------------------------------------------------------------------
+    def text(self, rel: str) -> str | None:
+        """The file's content (stripped of the trailing newline) or None with a reason."""
+        self._touch(rel)
+        p = self.path(rel)
+        try:
+            with open(p, "rb") as f:
+                data = f.read(1 << 20)
+        except FileNotFoundError:
+            self._miss(rel, "missing")
+            return None
+        except PermissionError:
+            self._miss(rel, "permission denied")
+            return None
+        except IsADirectoryError:
+            self._miss(rel, "is a directory")
+            return None
+        except OSError as e:  # EIO, EINVAL, ENXIO: attributes that refuse reads
+            self._miss(rel, f"unreadable ({errno.errorcode.get(e.errno or 0, e.errno)})")
+            return None
+        try:
+            s = data.decode("utf-8")
+        except UnicodeDecodeError:
+            s = data.decode("latin-1")
+        return s.rstrip("\n")
+
+    def attr(self, rel: str, parser: Callable[[str], T]) -> Attr[T]:
+        """Read and parse; garbage gives ``Attr(value=None, reason="unparsable: …")``."""
+        s = self.text(rel)
+        if s is None:
+            return Attr(rel, None, self.why(rel))
+        try:
+            return Attr(rel, parser(s))
+        except (ValueError, IndexError) as e:
+            reason = f"unparsable {s.strip()[:40]!r}: {e}"
+            self._miss(rel, reason)
+            return Attr(rel, None, reason)
+
+    def int(self, rel: str) -> int | None:
+        return self.attr(rel, parse_int).value
+
+    def hex(self, rel: str) -> int | None:
+        return self.attr(rel, parse_hex).value
+
+    def cpulist(self, rel: str) -> tuple[int, ...] | None:
+        return self.attr(rel, parse_cpulist).value
+
+    def kv(self, rel: str) -> dict[str, int] | None:
+        return self.attr(rel, parse_kv).value
+
+    def bool(self, rel: str) -> bool | None:
+        return self.attr(rel, parse_bool).value
+
+    def str(self, rel: str) -> str | None:
+        s = self.text(rel)
+        return None if s is None else s.strip()
+
+    # ---- directories and links -----------------------------------------------------------
+    def listdir(self, rel: str) -> list[str]:
+        """Sorted entry names ([] with a reason when missing/unreadable)."""
+        self._touch(rel)
+        try:
+            return sorted(os.listdir(self.path(rel)))
+        except FileNotFoundError:
+            self._miss(rel, "missing")
+        except NotADirectoryError:
+            self._miss(rel, "not a directory")
+        except PermissionError:
+            self._miss(rel, "permission denied")
+        except OSError as e:
+            self._miss(rel, f"unreadable ({e.strerror})")
+        return []
+
+    def readlink(self, rel: str) -> str | None:
+        """The raw link target, or None (not a link / missing)."""
+        self._touch(rel)
+        try:
+            return os.readlink(self.path(rel))
+        except FileNotFoundError:
+            self._miss(rel, "missing")
+        except OSError:
+            self._miss(rel, "not a symlink")
+        return None
+
+    def resolve(self, rel: str) -> str | None:
+        """Follow symlinks and return the canonical path *relative to the root*.
+
+        Every link on the way is recorded as touched (a snapshot must keep them). Returns None
+        when the path does not exist or resolves outside the root (a dangling recording link).
+        """
+        self._touch(rel)
+        # record each symlink component so snapshots can recreate the chain
+        parts = rel.strip("/").split("/")
+        cur = ""
+        for part in parts:
+            cur = f"{cur}/{part}" if cur else part
+            if os.path.islink(self.path(cur)):
+                self._touch(cur)
+        real = Path(os.path.realpath(self.path(rel)))
+        try:
+            out = real.relative_to(self.root)
+        except ValueError:
+            self._miss(rel, "resolves outside the sysfs root")
+            return None
+        if not real.exists():
+            self._miss(rel, "dangling link")
+            return None
+        self._touch(str(out))
+        return str(out)
+
+    def basename_of_link(self, rel: str) -> str | None:
+        """Name of the directory a link points at (e.g. a dax device's ``driver`` → ``kmem``)."""
+        target = self.readlink(rel)
+        return None if target is None else os.path.basename(target.rstrip("/"))

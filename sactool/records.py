@@ -1,0 +1,193 @@
+"""What every record (bench result, tune result, profile, probe output) shares.
+
+* a header: ``schema_version``, ``sactool_version``, ``created_at`` (UTC, ISO 8601), ``kind``;
+* step-by-step upgrades of older records and refusal of newer ones (pyperf/asv style);
+* atomic writes: a temporary file in the same directory, fsync, rename; ``--force`` to overwrite;
+* JSON-lines appends for sweeps that must survive Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+from sactool import __version__
+from sactool.errors import ExistsError, RecordError, SactoolError
+
+
+def utc_now() -> str:
+    """Current UTC time as ``2026-11-29T09:50:05Z``."""
+    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def header(kind: str, schema_version: int) -> dict[str, Any]:
+    """The provenance header every record starts with."""
+    return {
+        "kind": kind,
+        "schema_version": schema_version,
+        "sactool_version": __version__,
+        "created_at": utc_now(),
+    }
+
+
+def upgrade(record: dict[str, Any], *, kind: str, current: int,
+            steps: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] | None = None,
+            source: str = "record") -> dict[str, Any]:
+    """Bring ``record`` to schema ``current``.
+
+    ``steps[n]`` upgrades a version-``n`` record to ``n+1``. A newer record is refused
+    ("upgrade sactool"); a record of another kind or without a version is refused as corrupt.
+    """
+    if not isinstance(record, dict):
+        raise RecordError(f"{source} is not a mapping", "is this a sactool record?")
+    if record.get("kind", kind) != kind:
+        raise RecordError(f"{source} is a {record.get('kind')!r} record, expected {kind!r}",
+                          "pass the right file")
+    v = record.get("schema_version")
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        raise RecordError(f"{source} has no valid schema_version (got {v!r})", "is this a sactool record?")
+    if v > current:
+        raise RecordError(
+            f"{source} has schema_version {v}, newer than this sactool understands ({current})",
+            "upgrade sactool (pip install -U sactool) to read it",
+        )
+    steps = steps or {}
+    while v < current:
+        if v not in steps:
+            raise RecordError(f"{source} has schema_version {v}, which cannot be upgraded to {current}",
+                              "re-create the record with this sactool version")
+        record = steps[v](dict(record))
+        v += 1
+        record["schema_version"] = v
+    return record
+
+
+def digest(data: bytes | str) -> str:
+    """``sha256:<hex>`` of a record's bytes, for provenance links between records."""
+    if isinstance(data, str):
+        data = data.encode()
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def atomic_write(path: str | os.PathLike[str], data: str | bytes, *, force: bool = False) -> Path:
+    """Write ``data`` to ``path`` via a temporary file and ``os.replace``.
+
+    Refuses to overwrite an existing file unless ``force``; creates parent directories.
+    A failure leaves any previous file untouched.
+    """
+    p = Path(path)
+    if p.exists() and not force:
+        raise ExistsError(f"{p} already exists", "pass --force to overwrite it, or choose another --out")
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    except OSError as e:
+        raise SactoolError(f"cannot write {p}: {e.strerror}", "choose a writable output path") from e
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, p)
+    except BaseException as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(e, OSError):
+            raise SactoolError(f"cannot write {p}: {e.strerror}", "choose a writable output path") from e
+        raise
+    return p
+
+
+def append_jsonl(path: str | os.PathLike[str], obj: dict[str, Any]) -> None:
+    """Append one JSON line and flush it to disk (a finished sweep point survives Ctrl-C)."""
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(obj, sort_keys=True) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Read a JSON-lines file; a torn last line (killed mid-write) is dropped, others must parse."""
+    out: list[dict[str, Any]] = []
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return out
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            if i == len(lines) - 1:
+                break
+            raise RecordError(f"{path}:{i + 1} is not valid JSON ({e.msg})",
+                              "delete the file to start over") from e
+    return out
+
+
+def load_structured(path: str | os.PathLike[str], *, what: str) -> dict[str, Any]:
+    """Load a JSON or YAML file (``yaml.safe_load``) as a mapping, with clear errors."""
+    import yaml  # local: keep probe start-up light
+
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise RecordError(f"{what} {p} does not exist", "check the path") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise RecordError(f"{what} {p} cannot be read: {e}", "check the file's permissions and encoding") from None
+    try:
+        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise RecordError(f"{what} {p} is corrupt: {first}", "re-create it with sactool") from None
+    if not isinstance(data, dict):
+        raise RecordError(f"{what} {p} is not a mapping", "re-create it with sactool")
+    return data
+
+
+def to_data(obj: Any) -> Any:
+    """Frozen dataclasses (nested), enums, tuples and paths → plain JSON/YAML-able data.
+
+    Dataclass fields whose name starts with ``_`` are left out; a dataclass may define
+    ``to_data()`` to control its own form.
+    """
+    import dataclasses
+    import enum
+
+    if hasattr(obj, "to_data") and callable(obj.to_data) and not isinstance(obj, type):
+        return obj.to_data()
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_data(getattr(obj, f.name)) for f in dataclasses.fields(obj) if not f.name.startswith("_")}
+    if isinstance(obj, enum.Enum):
+        return obj.value
+    if isinstance(obj, dict):
+        return {str(k): to_data(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        items = [to_data(v) for v in obj]
+        return sorted(items) if isinstance(obj, (set, frozenset)) else items
+    if isinstance(obj, os.PathLike):
+        return os.fspath(obj)
+    if type(obj).__module__ == "numpy":  # numpy scalars/arrays without importing numpy here
+        return obj.tolist()
+    return obj
+
+
+def dumps(data: Any, fmt: str) -> str:
+    """Serialize record data as ``json`` (indented, stable key order as built) or ``yaml``."""
+    data = to_data(data)
+    if fmt == "json":
+        return json.dumps(data, indent=2) + "\n"
+    if fmt == "yaml":
+        import yaml
+
+        return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=100)
+    raise ValueError(f"unknown format {fmt!r}")
