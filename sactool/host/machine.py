@@ -1,0 +1,78 @@
+"""The machine block every record carries (STYLE.md §3): enough to tell two hosts apart and to
+know whether a measurement was taken on the same memory layout.
+
+Read through :class:`SysfsReader`, so a recorded tree yields the recorded machine's block
+(marked ``live: false``). Cheap: no numba/numpy imports.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+from typing import Any
+
+from sactool.host.sysfs import SysfsReader, parse_cpulist
+
+NODE_DIR = "sys/devices/system/node"
+TIER_DIR = "sys/devices/virtual/memory_tiering"
+
+
+def _cpu_model(r: SysfsReader) -> str | None:
+    text = r.text("proc/cpuinfo")
+    if not text:
+        return None
+    for line in text.splitlines():
+        if line.lower().startswith(("model name", "cpu model", "processor\t: ")) and ":" in line:
+            val = line.split(":", 1)[1].strip()
+            if val and not val.isdigit():
+                return val
+    return None
+
+
+def node_tiers(r: SysfsReader) -> dict[int, int]:
+    """``{node: tier}`` from ``memory_tiering/memory_tierT/nodelist``."""
+    out: dict[int, int] = {}
+    for name in r.listdir(TIER_DIR):
+        if not name.startswith("memory_tier"):
+            continue
+        try:
+            tier = int(name[len("memory_tier"):])
+        except ValueError:
+            continue
+        for n in r.cpulist(f"{TIER_DIR}/{name}/nodelist") or ():
+            out[n] = tier
+    return out
+
+
+def machine_block(r: SysfsReader | None = None) -> dict[str, Any]:
+    """hostname, kernel, CPU model, CPU count, THP mode, governor, NUMA nodes (tier, CPU-less)."""
+    r = r or SysfsReader()
+    live = r.live
+    kernel = r.str("proc/sys/kernel/osrelease") or (platform.release() if live else None)
+    hostname = r.str("proc/sys/kernel/hostname") or (socket.gethostname() if live else None)
+    thp = r.str("sys/kernel/mm/transparent_hugepage/enabled")
+    thp_mode = None
+    if thp and "[" in thp:
+        thp_mode = thp[thp.index("[") + 1: thp.index("]")]
+    governor = r.str("sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")
+    online = r.cpulist("sys/devices/system/cpu/online")
+    tiers = node_tiers(r)
+    nodes = []
+    for name in r.listdir(NODE_DIR):
+        if not (name.startswith("node") and name[4:].isdigit()):
+            continue
+        nid = int(name[4:])
+        cpus = r.attr(f"{NODE_DIR}/{name}/cpulist", parse_cpulist).value or ()
+        nodes.append({"node": f"node{nid}", "cpus": len(cpus), "cpu_less": not cpus, "tier": tiers.get(nid)})
+    nodes.sort(key=lambda n: int(n["node"][4:]))
+    return {
+        "hostname": hostname,
+        "live": live,
+        "kernel": kernel,
+        "cpu_model": _cpu_model(r),
+        "cpus_online": len(online) if online else (os.cpu_count() if live else None),
+        "thp": thp_mode,
+        "governor": governor,
+        "numa_nodes": nodes,
+    }
