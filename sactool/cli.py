@@ -42,16 +42,20 @@ def _check_format(fmt: str) -> str:
     return fmt
 
 
-@app.callback()
-def _root(
-    debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
-    version: bool = typer.Option(False, "--version", help="Print the version and exit.", is_eager=True),
-) -> None:
-    if version:
+def _version_cb(value: bool) -> None:
+    if value:
         from sactool import __version__
 
         typer.echo(__version__)
         raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
+    version: bool = typer.Option(False, "--version", help="Print the version and exit.", is_eager=True,
+                                 callback=_version_cb),
+) -> None:
     _STATE["debug"] = debug
 
 
@@ -113,7 +117,12 @@ def _print_error(e: SactoolError) -> None:
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Console-script entry point; returns (and exits with) the process exit code."""
-    import click
+    try:  # typer >= 0.2x vendors click as typer._click and has its own Exit/Abort
+        from typer import Abort as _Abort, Exit as _Exit
+        from typer._click.exceptions import ClickException as _ClickException, UsageError as _ClickUsage
+    except ImportError:  # pragma: no cover - older typer on real click
+        from click.exceptions import Abort as _Abort, ClickException as _ClickException
+        from click.exceptions import Exit as _Exit, UsageError as _ClickUsage
 
     args = list(sys.argv[1:] if argv is None else argv)
     _STATE["debug"] = "--debug" in args
@@ -128,14 +137,14 @@ def main(argv: Optional[List[str]] = None) -> int:
             traceback.print_exc()
         _print_error(e)
         code = e.exit_code
-    except click.exceptions.Exit as e:
+    except _Exit as e:
         code = e.exit_code
-    except click.exceptions.Abort:
+    except _Abort:
         sys.stderr.write("interrupted\n")
         code = ExitCode.INTERRUPTED
-    except click.exceptions.ClickException as e:
+    except _ClickException as e:
         e.show()
-        code = ExitCode.USAGE if isinstance(e, click.exceptions.UsageError) else ExitCode.ERROR
+        code = ExitCode.USAGE if isinstance(e, _ClickUsage) else ExitCode.ERROR
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         code = ExitCode.INTERRUPTED
