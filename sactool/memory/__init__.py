@@ -1,0 +1,12 @@
+"""NUMA-placed and devdax buffers: the one placement implementation of sactool.
+
+``allocate(size_bytes, node=N)`` → :class:`PlacedBuffer` (anonymous mmap, mbind, huge pages,
+pre-faulted, verified page by page with move_pages); ``map_devdax("dax0.0")`` for device DAX.
+"""
+
+from sactool.memory.alloc import allocate, default_prefault_cpus, map_devdax
+from sactool.memory.nodes import NodeFacts, check_cpu_node, check_fits, check_memory_node, nearest_cpu_node, node_facts
+from sactool.memory.placed import PlacedBuffer, PlacementReport
+
+__all__ = ["allocate", "map_devdax", "PlacedBuffer", "PlacementReport", "NodeFacts", "node_facts",
+           "check_memory_node", "check_cpu_node", "check_fits", "nearest_cpu_node", "default_prefault_cpus"]

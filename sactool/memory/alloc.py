@@ -1,0 +1,206 @@
+"""``allocate()`` (anonymous, NUMA-placed) and ``map_devdax()`` (a /dev/daxX.Y character device)."""
+
+from __future__ import annotations
+
+import errno
+import math
+import mmap
+import os
+import time
+from functools import reduce
+
+from sactool.errors import CapacityError, SactoolError, TopologyError, UsageError
+from sactool.host.sysfs import SysfsReader
+from sactool.memory import nodes as _nodes
+from sactool.memory import syscalls as sc
+from sactool.memory.placed import (HUGE_1G, HUGE_2M, HUGEPAGE_CHOICES, PAGE_SIZE, PlacedBuffer, _policy_nodes,
+                                   prefault)
+
+WI_DIR = "sys/kernel/mm/mempolicy/weighted_interleave"
+
+
+def _round_up(n: int, unit: int) -> int:
+    return -(-n // unit) * unit
+
+
+def default_prefault_cpus(reader: SysfsReader, node: int) -> list[int]:
+    """CPUs of the CPU node nearest to memory ``node`` that this process may run on."""
+    allowed = os.sched_getaffinity(0)
+    try:
+        cpu_node = _nodes.nearest_cpu_node(reader, node)
+        cpus = [c for c in (reader.cpulist(f"{_nodes.NODE_DIR}/node{cpu_node}/cpulist") or ()) if c in allowed]
+    except TopologyError:
+        cpus = []
+    return cpus or sorted(allowed)
+
+
+def _mbind_or_raise(addr: int, length: int, mode: int, nodes: list[int]) -> None:
+    try:
+        sc.mbind(addr, length, mode, nodes)
+    except OSError as e:
+        what = {errno.EINVAL: "the kernel refused the policy or node set (not allowed by this cpuset, "
+                              "or the policy is not supported)",
+                errno.ENOSYS: "mbind is not available", errno.EPERM: "not permitted"}.get(e.errno, e.strerror)
+        raise TopologyError(f"cannot bind memory to {', '.join(f'node{n}' for n in nodes)}: {what}",
+                            "check the node is online and allowed (cat /proc/self/status | grep Mems_allowed)") from None
+
+
+def allocate(size_bytes: int, *, node: int | None, policy: str = "bind", nodes=None, weights=None,
+             hugepages: str = "thp", prefault_threads: int = 1, prefault_cpus=None, check_free: bool = True,
+             verify_sample: int | None = None, reader: SysfsReader | None = None) -> PlacedBuffer:
+    """A pre-faulted anonymous buffer of ``size_bytes`` placed on NUMA memory and verified.
+
+    ``policy``: "bind" (MPOL_BIND, strict), "preferred", "interleave" over ``nodes``;
+    ``weights`` {node: weight} gives weighted interleave — native MPOL_WEIGHTED_INTERLEAVE when the
+    kernel's global weights (``/sys/kernel/mm/mempolicy/weighted_interleave/nodeN``) already equal
+    them, otherwise emulated with one mbind per stripe (2 MiB stripes with huge pages, 4 KiB
+    without), which the buffer's notes say. ``hugepages``: "thp" (MADV_HUGEPAGE), "none"
+    (MADV_NOHUGEPAGE), "2MB"/"1GB" (MAP_HUGETLB from the reserved pool). Pages are written by
+    ``prefault_threads`` threads pinned to ``prefault_cpus`` (default: the CPU node nearest the
+    memory node), then every page (or ``verify_sample`` pages) is checked with move_pages(2).
+    """
+    reader = reader or SysfsReader()
+    if not isinstance(size_bytes, int) or size_bytes <= 0:
+        raise UsageError(f"buffer size {size_bytes!r} must be a positive number of bytes", "e.g. 2GiB")
+    if hugepages not in HUGEPAGE_CHOICES:
+        raise UsageError(f"unknown huge-page choice {hugepages!r}", f"use one of: {', '.join(HUGEPAGE_CHOICES)}")
+    mode, pnodes = _policy_nodes(node, policy, nodes, weights)
+    if not reader.live:
+        raise TopologyError(f"the topology comes from a recording ({reader.root}), not this system",
+                            "placement binds memory on the running machine: drop --sysfs-root")
+    facts = {n: _nodes.check_memory_node(reader, n) for n in pnodes}
+    unit = {"2MB": HUGE_2M, "1GB": HUGE_1G}.get(hugepages, PAGE_SIZE)
+    size = _round_up(size_bytes, unit)
+    if check_free:
+        wsum = sum(weights.values()) if weights else len(pnodes)
+        for n in pnodes:
+            share = size * (weights[n] if weights else 1) // wsum if mode != sc.MPOL_BIND or len(pnodes) > 1 else size
+            _nodes.check_fits(facts[n], share if mode != sc.MPOL_PREFERRED else size)
+    flags = mmap.MAP_PRIVATE
+    if unit != PAGE_SIZE:
+        flags |= sc.MAP_HUGETLB | (sc.MAP_HUGE_2MB if unit == HUGE_2M else sc.MAP_HUGE_1GB)
+    try:
+        mm = mmap.mmap(-1, size, flags=flags, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    except OSError as e:
+        if unit != PAGE_SIZE:
+            kb = unit // 1024
+            raise CapacityError(f"cannot map {size} bytes of {hugepages} huge pages: {e.strerror}",
+                                f"reserve them: echo N > /sys/kernel/mm/hugepages/hugepages-{kb}kB/nr_hugepages, "
+                                "or use --hugepages thp") from None
+        raise CapacityError(f"cannot map {size} bytes: {e.strerror}", "use a smaller --size") from None
+    notes: list[str] = []
+    try:
+        if hugepages in ("thp", "none"):
+            try:
+                mm.madvise(sc.MADV_HUGEPAGE if hugepages == "thp" else sc.MADV_NOHUGEPAGE)
+            except OSError as e:
+                notes.append(f"madvise({'MADV_HUGEPAGE' if hugepages == 'thp' else 'MADV_NOHUGEPAGE'}) failed: "
+                             f"{e.strerror}")
+        buf = PlacedBuffer(mm, size, node=node if node is not None else pnodes[0],
+                           policy="weighted_interleave" if weights else policy, nodes=pnodes,
+                           hugepages=hugepages, page_size_bytes=unit, notes=())
+        if weights:
+            _weighted(reader, buf, weights, unit if unit != PAGE_SIZE else (HUGE_2M if hugepages == "thp" else PAGE_SIZE),
+                      notes)
+        else:
+            _mbind_or_raise(buf.address, size, mode, pnodes)
+        t0 = time.perf_counter()
+        cpus = list(prefault_cpus) if prefault_cpus else default_prefault_cpus(reader, pnodes[0])
+        try:
+            prefault(mm, size, PAGE_SIZE, prefault_threads, cpus)
+        except OSError as e:
+            raise TopologyError(f"cannot pin pre-fault threads to CPUs {cpus}: {e.strerror}",
+                                "pass CPUs this process may use (taskset -p $$)") from None
+        buf.prefault_seconds = time.perf_counter() - t0
+        buf.notes = tuple(notes)
+        buf.verify(verify_sample)
+        return buf
+    except BaseException:
+        try:
+            mm.close()
+        except BufferError:
+            pass
+        raise
+
+
+def _weighted(reader: SysfsReader, buf: PlacedBuffer, weights: dict, stripe: int, notes: list[str]) -> None:
+    ws = {int(n): int(w) for n, w in weights.items()}
+    if any(w <= 0 for w in ws.values()):
+        raise UsageError(f"interleave weights must be positive integers (got {weights})", "e.g. {0: 3, 2: 1}")
+    g = reduce(math.gcd, ws.values())
+    ws = {n: w // g for n, w in ws.items()}
+    ns = sorted(ws)
+    kernel = {n: reader.int(f"{WI_DIR}/node{n}") for n in ns}
+    if sc_native_ok(reader, ws, kernel):
+        _mbind_or_raise(buf.address, buf.size_bytes, sc.MPOL_WEIGHTED_INTERLEAVE, ns)
+        notes.append("weighted interleave: native MPOL_WEIGHTED_INTERLEAVE (kernel weights match)")
+        return
+    if len(set(ws.values())) == 1:
+        _mbind_or_raise(buf.address, buf.size_bytes, sc.MPOL_INTERLEAVE, ns)
+        notes.append("equal weights: plain MPOL_INTERLEAVE")
+        return
+    off, i = 0, 0
+    order = [n for n in ns for _ in range(ws[n])]
+    while off < buf.size_bytes:
+        n = order[i % len(order)]
+        length = min(stripe, buf.size_bytes - off)
+        _mbind_or_raise(buf.address + off, length, sc.MPOL_BIND, [n])
+        off += length
+        i += 1
+    notes.append(f"weighted interleave emulated: MPOL_BIND per {stripe}-byte stripe, pattern "
+                 + ",".join(f"node{n}x{ws[n]}" for n in ns))
+
+
+def sc_native_ok(reader: SysfsReader, ws: dict[int, int], kernel: dict[int, int | None]) -> bool:
+    if not sc.kernel_has_weighted_interleave(reader) or any(v is None for v in kernel.values()):
+        return False
+    g = reduce(math.gcd, kernel.values())  # type: ignore[arg-type]
+    return {n: v // g for n, v in kernel.items()} == ws  # type: ignore[operator]
+
+
+def map_devdax(name_or_path: str, size_bytes: int | None = None, *, reader: SysfsReader | None = None) -> PlacedBuffer:
+    """Map a device-DAX character device (``dax0.0`` or ``/dev/dax0.0``) with its alignment.
+
+    ``size_bytes`` (default: the whole device) is rounded up to ``daxX.Y/align``. Errors: device
+    missing, bound to kmem (system-ram mode: use its NUMA node instead), or smaller than asked.
+    """
+    reader = reader or SysfsReader()
+    name = os.path.basename(str(name_or_path))
+    if not name.startswith("dax"):
+        raise UsageError(f"{name_or_path!r} is not a DAX device name", "give daxX.Y or /dev/daxX.Y")
+    base = f"sys/bus/dax/devices/{name}"
+    if not reader.exists(base):
+        raise TopologyError(f"{name} does not exist", "run 'sactool probe' to list DAX devices")
+    driver = reader.basename_of_link(f"{base}/driver")
+    if driver == "kmem":
+        node = reader.int(f"{base}/target_node")
+        raise TopologyError(f"{name} is in system-ram mode (bound to kmem): its memory is NUMA node{node}",
+                            f"use --node {node}, or 'daxctl reconfigure-device --mode=devdax {name}'")
+    if driver != "device_dax":
+        raise TopologyError(f"{name} is not bound to device_dax (driver: {driver or 'none'})",
+                            f"daxctl reconfigure-device --mode=devdax {name}")
+    dev_size = reader.int(f"{base}/size") or 0
+    align = reader.int(f"{base}/align") or HUGE_2M
+    size = _round_up(size_bytes or dev_size, align)
+    if size > dev_size:
+        raise CapacityError(f"{name} holds {dev_size} bytes, {size} requested (rounded to align {align})",
+                            "use a smaller --size")
+    path = str(name_or_path) if str(name_or_path).startswith("/") else f"/dev/{name}"
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        raise TopologyError(f"{path} does not exist", "is the device_dax driver loaded (udev node)?") from None
+    except PermissionError:
+        raise TopologyError(f"{path}: permission denied", "run as a user with access to the DAX device") from None
+    try:
+        mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    except OSError as e:
+        raise SactoolError(f"cannot mmap {path} ({size} bytes, align {align}): {e.strerror}",
+                           "the size must be a multiple of the device's align") from None
+    finally:
+        os.close(fd)
+    node = reader.int(f"{base}/target_node")
+    buf = PlacedBuffer(mm, size, node=node, policy="devdax", nodes=[node] if node is not None else [],
+                       hugepages=f"devdax align {align}", page_size_bytes=align, source="devdax",
+                       notes=(f"{path}, align {align} bytes",))
+    return buf
