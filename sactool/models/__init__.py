@@ -1,0 +1,175 @@
+"""Model specs for sparse-attention (DSA) LLMs: the figures sizing, tuning and serving need.
+
+Known models ship as excerpts of their Hugging Face ``config.json`` under
+``sactool/data/models/<name>.json`` (each names its source); ``get_model`` also accepts a path to
+any ``config.json`` with the same fields, so a new DSA model needs no code change.
+
+KV bytes per token per layer (shared/reference/sglang-integration.md §1.3, SGLang 0.5.23
+``kv_cache_configurator.py:3412-3476``; FlashMLA README):
+
+* ``fp8_e4m3``: ``kv_lora_rank`` FP8 bytes + one fp32 scale per 128 latent elements
+  + ``qk_rope_head_dim`` × 2 (the rope part stays BF16) = 512 + 16 + 128 = **656 B**
+  (the scaled layout of the HiSparse backends ``flashmla_kv`` / ``flashinfer_sparse_mla``).
+* ``bfloat16``: (``kv_lora_rank`` + ``qk_rope_head_dim``) × 2 = 576 × 2 = **1152 B**.
+* indexer key: ``index_head_dim`` FP8 bytes + one fp32 scale per 128 = 128 + 4 = **132 B**;
+  it stays on the GPU under HiSparse (sglang-integration.md §1.4).
+
+All layers hold KV, the first dense ones included: ``first_k_dense_replace`` only says which
+layers use a dense MLP instead of MoE (SGLang 0.5.23 ``models/deepseek_v2.py:2785-2792``,
+``_is_layer_sparse`` tests it for the *MLP*), while every layer has MLA attention with its own DSA
+indexer: ``configs/model_config.py:1581-1582`` sets ``num_attention_layers = num_hidden_layers``
+for these architectures, the KV pool gets one buffer per attention layer, and the HiSparse host
+pool is ``[layer_num][token][record]`` (sglang-integration.md §2.3, §2.5: 61 × 656 = 40,016 B per
+token for DeepSeek-V3.2). So ``kv_bytes_per_token`` multiplies by ``num_layers``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping
+
+from sactool.errors import RecordError, UsageError
+
+# FlashMLA / SGLang FP8 DSA layout: one fp32 scale per 128-element group (sglang-integration.md §1.3)
+QUANT_BLOCK = 128
+FP32_BYTES = 4
+BF16_BYTES = 2
+FP8_BYTES = 1
+
+KV_DTYPES = ("fp8_e4m3", "bfloat16")
+_KV_DTYPE_ALIASES = {"fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3", "bf16": "bfloat16", "bfloat16": "bfloat16"}
+
+#: config.json field -> ModelSpec field
+HF_FIELDS = {
+    "num_hidden_layers": "num_layers",
+    "first_k_dense_replace": "first_dense_layers",
+    "kv_lora_rank": "kv_lora_rank",
+    "qk_rope_head_dim": "qk_rope_head_dim",
+    "index_topk": "index_topk",
+    "index_head_dim": "index_head_dim",
+    "index_n_heads": "index_n_heads",
+    "max_position_embeddings": "max_position_embeddings",
+}
+
+
+def normalize_kv_dtype(kv_dtype: str) -> str:
+    """``fp8``/``fp8_e4m3`` → ``fp8_e4m3``; ``bf16``/``bfloat16`` → ``bfloat16``; else UsageError."""
+    key = str(kv_dtype).strip().lower()
+    if key not in _KV_DTYPE_ALIASES:
+        raise UsageError(f"unknown KV dtype {kv_dtype!r}", "use fp8 (fp8_e4m3) or bf16 (bfloat16)")
+    return _KV_DTYPE_ALIASES[key]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One DSA model's attention geometry (all figures from its config.json)."""
+
+    name: str                     # sactool's name, e.g. "deepseek-v3.2"
+    hf_id: str                    # Hugging Face id, or the config.json path it was read from
+    architecture: str             # config.json "architectures"[0]
+    num_layers: int               # num_hidden_layers: layers holding MLA KV (all of them)
+    first_dense_layers: int       # first_k_dense_replace: dense-MLP layers (they still hold KV)
+    kv_lora_rank: int             # latent ("nope") elements per token per layer
+    qk_rope_head_dim: int         # rope elements per token per layer
+    index_topk: int               # tokens the DSA indexer selects per layer per decode step
+    index_head_dim: int           # indexer key elements per token per layer
+    index_n_heads: int            # indexer query heads
+    max_position_embeddings: int  # longest context, tokens
+
+    def record_bytes(self, kv_dtype: str = "fp8_e4m3") -> int:
+        """Bytes of one token's KV record in one layer (656 FP8 / 1152 BF16 for DeepSeek-V3.2)."""
+        dt = normalize_kv_dtype(kv_dtype)
+        if dt == "bfloat16":
+            return (self.kv_lora_rank + self.qk_rope_head_dim) * BF16_BYTES
+        scales = -(-self.kv_lora_rank // QUANT_BLOCK) * FP32_BYTES
+        return self.kv_lora_rank * FP8_BYTES + scales + self.qk_rope_head_dim * BF16_BYTES
+
+    @property
+    def indexer_bytes(self) -> int:
+        """Bytes of one token's indexer key in one layer (128 FP8 + 4 B fp32 scale = 132)."""
+        return self.index_head_dim * FP8_BYTES + -(-self.index_head_dim // QUANT_BLOCK) * FP32_BYTES
+
+    def kv_bytes_per_token(self, kv_dtype: str = "fp8_e4m3") -> int:
+        """KV record bytes of one token over all layers (the host pool's bytes per token)."""
+        return self.record_bytes(kv_dtype) * self.num_layers
+
+    def indexer_bytes_per_token(self) -> int:
+        """Indexer key bytes of one token over all layers (GPU-resident under HiSparse)."""
+        return self.indexer_bytes * self.num_layers
+
+    def to_model_ref(self):
+        """The profile's :class:`sactool.profile.ModelRef` for this model."""
+        from sactool.profile import ModelRef
+
+        return ModelRef(name=self.name, hf_id=self.hf_id, architecture=self.architecture,
+                        num_layers=self.num_layers, kv_lora_rank=self.kv_lora_rank,
+                        qk_rope_head_dim=self.qk_rope_head_dim, index_topk=self.index_topk,
+                        max_position_embeddings=self.max_position_embeddings)
+
+
+def from_hf_config(config: Mapping[str, Any], *, name: str, hf_id: str, where: str) -> ModelSpec:
+    """Build a spec from a Hugging Face config mapping; a missing or bad field → RecordError."""
+    values: dict[str, Any] = {}
+    for hf_key, field_name in HF_FIELDS.items():
+        if hf_key not in config:
+            raise RecordError(f"{where}: field {hf_key!r} is missing",
+                              "a DSA model's config.json needs " + ", ".join(HF_FIELDS))
+        v = config[hf_key]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0 or (v == 0 and hf_key != "first_k_dense_replace"):
+            raise RecordError(f"{where}: field {hf_key!r} must be a positive integer, got {v!r}",
+                              "check the config.json")
+        values[field_name] = v
+    arch = config.get("architectures")
+    if not isinstance(arch, list) or not arch or not isinstance(arch[0], str):
+        raise RecordError(f"{where}: field 'architectures' is missing or not a list of names",
+                          "a config.json names its model class, e.g. [\"DeepseekV32ForCausalLM\"]")
+    if values["first_dense_layers"] > values["num_layers"]:
+        raise RecordError(f"{where}: first_k_dense_replace > num_hidden_layers", "check the config.json")
+    if values["index_topk"] > values["max_position_embeddings"]:
+        raise RecordError(f"{where}: index_topk > max_position_embeddings", "check the config.json")
+    return ModelSpec(name=name, hf_id=hf_id, architecture=arch[0], **values)
+
+
+def _catalog() -> dict[str, tuple[str, dict[str, Any]]]:
+    """name -> (file name, config mapping) for the shipped specs."""
+    out = {}
+    for entry in resources.files("sactool").joinpath("data", "models").iterdir():
+        if entry.name.endswith(".json"):
+            cfg = json.loads(entry.read_text(encoding="utf-8"))
+            out[cfg["_sactool"]["name"]] = (entry.name, cfg)
+    return out
+
+
+def known_models() -> list[str]:
+    """Names of the shipped model specs, sorted."""
+    return sorted(_catalog())
+
+
+def _aliases(name: str, cfg: Mapping[str, Any]) -> set[str]:
+    hf_id = cfg.get("_name_or_path", "")
+    names = {name, hf_id, hf_id.rsplit("/", 1)[-1], *cfg["_sactool"].get("aliases", ())}
+    return {n.lower() for n in names if n}
+
+
+def get_model(name_or_path: str | Path) -> ModelSpec:
+    """A shipped spec by name (case-insensitive; HF ids work too) or a config.json path."""
+    text = str(name_or_path).strip()
+    catalog = _catalog()
+    for name, (_, cfg) in catalog.items():
+        if text.lower() in _aliases(name, cfg):
+            return from_hf_config(cfg, name=name, hf_id=cfg["_name_or_path"], where=f"model {name}")
+    p = Path(text)
+    if p.is_dir() and (p / "config.json").is_file():
+        p = p / "config.json"
+    if p.is_file():
+        from sactool.records import load_structured
+
+        cfg = load_structured(p, what="model config")
+        model_name = cfg.get("_name_or_path") or p.parent.name or p.stem
+        return from_hf_config(cfg, name=str(model_name).rsplit("/", 1)[-1].lower(),
+                              hf_id=str(p), where=str(p))
+    raise UsageError(f"unknown model {text!r}; known models: {', '.join(known_models())}",
+                     "give a known name or the path to a Hugging Face config.json")
