@@ -1,0 +1,148 @@
+"""Classify every node (dram/cxl/hbm/pmem/unknown) with the evidence chain, and pick the KV pool.
+
+Rules, strongest evidence first:
+1. a DAX device onlined by ``kmem`` into the node: from a CXL region → ``cxl``
+   ("node2 ← dax0.0 (kmem) ← region0 (ram, 1-way, mem0)"); from an NVDIMM namespace outside any
+   CXL region → ``pmem``;
+2. the node's memory blocks lie inside a CXL region or root-decoder window (CFMWS) → ``cxl``;
+3. the node has CPUs → ``dram``;
+4. CPU-less: HMAT read bandwidth above every CPU node's → ``hbm``; boot-time normal memory
+   (``has_normal_memory``) → ``dram``; otherwise ``unknown``.
+Supporting facts (CPU-less, memory tier vs the DRAM tier, HMAT latency vs DRAM, memory-side cache)
+are appended as evidence; they never decide the kind on their own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from sactool.topology.model import (
+    CxlDecoder, CxlRegion, DaxDevice, NumaNode, ProbeWarning, Verdict,
+)
+from sactool.units import format_bytes
+
+# Published idle-latency ratios of CXL (or any far memory) to local DRAM are 1.5–6×
+# (Melody/ASPLOS'25: 140–410 ns CXL; Micron reskit: 564.5 vs 84.5 ns). A ratio beyond 100× between
+# two nodes' HMAT latencies is not physical; it means the two figures are on different scales.
+HMAT_SCALE_RATIO = 100
+
+
+def _fmt_range(a: int, b: int) -> str:
+    return f"{a:#x}-{b - 1:#x}"
+
+
+def _first_hmat(n: NumaNode):
+    h = n.hmat_for(1) or n.hmat_for(0)
+    return h
+
+
+def classify(nodes: list[NumaNode], decoders: list[CxlDecoder], regions: list[CxlRegion],
+             dax: list[DaxDevice], cxl_present: bool) -> tuple[list[NumaNode], list[ProbeWarning]]:
+    warnings: list[ProbeWarning] = []
+    cpu_nodes = [n for n in nodes if n.has_cpu]
+    dram_tiers = sorted({n.tier for n in cpu_nodes if n.tier is not None})
+    dram_ref = next((n for n in cpu_nodes if _first_hmat(n) and _first_hmat(n).read_latency_ns), None)
+    windows = [d for d in decoders if d.level == "root" and d.start is not None and d.size_bytes]
+    reg_by = {r.name: r for r in regions}
+    out = []
+    for n in nodes:
+        kind, ev = "unknown", []
+        kmem = [d for d in dax if d.target_node == n.id and d.mode == "system-ram"]
+        for d in kmem:
+            reg = reg_by.get(d.region) if d.region else None
+            if reg is not None:
+                kind = "cxl"
+                via = " (nd namespace)" if d.source == "nd" else ""
+                ev.append(f"{n.name} ← {d.name} ({d.driver}){via} ← {reg.describe()}")
+            elif d.source == "nd" and kind != "cxl":
+                kind = "pmem"
+                ev.append(f"{n.name} ← {d.name} ({d.driver}) ← NVDIMM namespace (not in any CXL region)")
+            elif kind == "unknown":
+                ev.append(f"{n.name} ← {d.name} ({d.driver}, source {d.source or 'unknown'})")
+        if kind == "unknown" and n.phys_ranges:
+            for a, b in n.phys_ranges:
+                hit = next((r for r in regions if r.resource is not None and r.size_bytes
+                            and r.resource <= a < r.resource + r.size_bytes), None)
+                if hit:
+                    kind = "cxl"
+                    ev.append(f"memory {_fmt_range(a, b)} lies in {hit.describe()}")
+                    break
+                w = next((w for w in windows if w.start <= a < w.start + w.size_bytes), None)
+                if w:
+                    kind = "cxl"
+                    ev.append(f"memory {_fmt_range(a, b)} lies in CXL window {w.name}")
+                    break
+        if kind == "unknown" and n.has_cpu:
+            kind = "dram"
+            ev.append(f"CPUs {_cpus(n.cpus)}")
+        if not n.has_cpu:
+            ev.append("CPU-less")
+        if kind == "unknown":
+            h, best = _first_hmat(n), max((_first_hmat(c).read_bandwidth_bytes_per_s or 0
+                                          for c in cpu_nodes if _first_hmat(c)), default=0)
+            if h and h.read_bandwidth_bytes_per_s and best and h.read_bandwidth_bytes_per_s > best:
+                kind = "hbm"
+                ev.append(f"HMAT read bandwidth {h.read_bandwidth_bytes_per_s >> 20} MiB/s above every CPU node's "
+                          f"({best >> 20} MiB/s)")
+            elif n.has_normal_memory:
+                kind = "dram"
+                ev.append("boot-time normal memory, and no CXL region, window or DAX device maps it")
+            elif n.has_memory is False or n.mem_total_bytes == 0:
+                ev.append("no memory online")
+            else:
+                ev.append("no CXL region, window or DAX device maps it" if cxl_present else "no CXL bus in sysfs")
+        if n.tier is not None and dram_tiers and not n.has_cpu:
+            ref = dram_tiers[0]
+            rel = "below" if n.tier > ref else "same as" if n.tier == ref else "above"
+            ev.append(f"tier {n.tier} {rel} DRAM tier {ref}")
+        h = _first_hmat(n)
+        if h and h.read_latency_ns is not None and dram_ref and dram_ref.id != n.id:
+            ref_lat = _first_hmat(dram_ref).read_latency_ns
+            ev.append(f"HMAT read latency {h.read_latency_ns} vs {ref_lat} ({dram_ref.name})")
+            if ref_lat and max(h.read_latency_ns, ref_lat) >= HMAT_SCALE_RATIO * max(1, min(h.read_latency_ns, ref_lat)):
+                warnings.append(ProbeWarning(
+                    "hmat-scale-mismatch",
+                    f"HMAT read latency of {n.name} ({h.read_latency_ns}) is {h.read_latency_ns / ref_lat:.0f}× "
+                    f"{dram_ref.name}'s ({ref_lat}); "
+                    + ("its values have no initiator link (CXL-derived), " if not h.initiators else "")
+                    + "the two are on different scales (seen on 6.12: CXL-derived values look like ps); shown as read",
+                    "compare against a measured latency ('sactool bench') before trusting either figure"))
+        for c in n.memory_side_caches:
+            ev.append(f"memory-side cache L{c.level} {format_bytes(c.size_bytes) if c.size_bytes else '?'}")
+        out.append(replace(n, kind=kind, evidence=tuple(ev)))
+    return out, warnings
+
+
+def _cpus(cpus: tuple[int, ...]) -> str:
+    from sactool.host.sysfs import format_cpulist
+
+    return format_cpulist(cpus) or "none"
+
+
+def verdict(nodes: list[NumaNode], regions: list[CxlRegion], dax: list[DaxDevice],
+            nearest) -> Verdict:
+    """KV pool choice: every CXL node with memory; else the DRAM CPU node with most free memory."""
+    cxl = [n for n in nodes if n.kind == "cxl" and (n.mem_total_bytes or 0) > 0]
+    if cxl:
+        ids = tuple(n.id for n in cxl)
+        cpu = nearest(ids[0])
+        parts = [f"{n.name}: {'; '.join(e for e in n.evidence if '←' in e or 'lies in' in e) or 'CXL'}, "
+                 f"{format_bytes(n.mem_total_bytes or 0)} ({format_bytes(n.mem_free_bytes or 0)} free)"
+                 for n in cxl]
+        return Verdict(ids, False, "CXL memory onlined as NUMA node(s) — " + " | ".join(parts)
+                       + f"; pin threads to node{cpu} (nearest CPU node by SLIT)", cpu)
+    dram = [n for n in nodes if n.kind == "dram" and n.has_cpu]
+    if not dram:
+        return Verdict((), False, "no CXL node and no DRAM node with CPUs: nothing to use as a KV pool")
+    best = max(dram, key=lambda n: (n.mem_free_bytes or 0, -n.id))
+    why = [f"no CXL memory is onlined as a NUMA node here, so {best.name} (DRAM, "
+           f"{format_bytes(best.mem_free_bytes or 0)} free) stands in for the KV pool; "
+           f"figures measured on it describe DRAM, not CXL"]
+    devdax = [d for d in dax if d.source == "cxl" or d.region]
+    for d in devdax:
+        if d.mode == "devdax":
+            why.append(f"CXL memory exists as {d.name} in devdax mode (not a node): "
+                       f"'daxctl reconfigure-device --mode=system-ram {d.name}' would online it")
+    if not any(r.committed for r in regions) and any(r for r in regions):
+        why.append("a CXL region exists but is not committed")
+    return Verdict((best.id,), True, "; ".join(why), best.id)

@@ -1,0 +1,164 @@
+"""CXL devices from ``/sys/bus/cxl/devices`` (Documentation/ABI/testing/sysfs-bus-cxl).
+
+memdevs (``memN``), decoders (``decoderP.I`` under ``rootN``/``portN``/``endpointN``), regions
+(``regionN`` under a root decoder). A region's ``targetI`` names an endpoint decoder; the decoder's
+parent ``endpointP`` port has a ``uport`` link to its memdev — that is how a region is tied to its
+devices, in interleave order.
+
+Quirks handled: ``memN/numa_node`` is the device's CPU affinity, not the node its memory joins;
+an unallocated region's ``resource`` reads all-ones; targets may name decoders that are gone.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+
+from sactool.host.sysfs import SysfsReader
+from sactool.topology.link import read_link
+from sactool.topology.model import CxlDecoder, CxlMemdev, CxlRegion, ProbeWarning
+
+CXL_DEVICES = "sys/bus/cxl/devices"
+ALL_ONES = (1 << 64) - 1  # resource_size_t -1: "not allocated" (region/resource, decoder/start)
+
+_MEM_RE = re.compile(r"^mem\d+$")
+_DEC_RE = re.compile(r"^decoder(\d+)\.(\d+)$")
+_REGION_RE = re.compile(r"^region\d+$")
+_ENDPOINT_RE = re.compile(r"^endpoint\d+$")
+
+
+def _key(name: str) -> tuple:
+    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name))
+
+
+def read_cxl(r: SysfsReader) -> tuple[list[CxlMemdev], list[CxlDecoder], list[CxlRegion], list[ProbeWarning], bool]:
+    """(memdevs, decoders, regions, warnings, bus_present)."""
+    warnings: list[ProbeWarning] = []
+    if not r.is_dir(CXL_DEVICES):
+        return [], [], [], warnings, False
+    entries = r.listdir(CXL_DEVICES)
+    canon: dict[str, str] = {}
+    for name in entries:
+        path = r.resolve(f"{CXL_DEVICES}/{name}")
+        if path is None:
+            warnings.append(ProbeWarning("dangling-device", f"cxl device {name}: {r.why(f'{CXL_DEVICES}/{name}')}",
+                                         "the device disappeared while probing, or the recording lacks it"))
+            continue
+        canon[name] = path
+
+    # endpoints → memdev (endpointP/uport → …/memN)
+    mem_by_path = {p: n for n, p in canon.items() if _MEM_RE.match(n)}
+    endpoint_mem: dict[str, str] = {}
+    for name, path in canon.items():
+        if _ENDPOINT_RE.match(name):
+            up = r.resolve(f"{path}/uport")
+            if up in mem_by_path:
+                endpoint_mem[name] = mem_by_path[up]
+    mem_endpoint = {m: e for e, m in endpoint_mem.items()}
+
+    memdevs = []
+    for name in sorted((n for n in canon if _MEM_RE.match(n)), key=_key):
+        path = canon[name]
+        serial = r.str(f"{path}/serial")
+        memdevs.append(CxlMemdev(
+            name=name,
+            serial=serial,
+            ram_size_bytes=r.hex(f"{path}/ram/size"),
+            pmem_size_bytes=r.hex(f"{path}/pmem/size"),
+            firmware_version=r.str(f"{path}/firmware_version"),
+            affinity_node=_node_or_none(r.int(f"{path}/numa_node")),
+            endpoint=mem_endpoint.get(name),
+            link=read_link(r, posixpath.dirname(path)),
+        ))
+
+    decoders = []
+    for name in sorted((n for n in canon if _DEC_RE.match(n)), key=_key):
+        path = canon[name]
+        port = posixpath.basename(posixpath.dirname(path))
+        level = "root" if port.startswith("root") else "endpoint" if port.startswith("endpoint") else "switch"
+        start = r.hex(f"{path}/start")
+        common = dict(
+            name=name, level=level, port=port,
+            start=None if start == ALL_ONES else start,
+            size_bytes=r.hex(f"{path}/size"),
+            interleave_ways=r.int(f"{path}/interleave_ways"),
+            interleave_granularity_bytes=r.int(f"{path}/interleave_granularity"),
+        )
+        if level == "endpoint":
+            decoders.append(CxlDecoder(**common, mode=r.str(f"{path}/mode"), region=r.str(f"{path}/region") or None,
+                                       memdev=endpoint_mem.get(port)))
+        elif level == "root":
+            caps = tuple(c for c in ("ram", "pmem", "type2", "type3") if r.bool(f"{path}/cap_{c}"))
+            decoders.append(CxlDecoder(**common, capabilities=caps,
+                                       can_create_ram_region=r.exists(f"{path}/create_ram_region"),
+                                       target_list=r.str(f"{path}/target_list")))
+        else:
+            decoders.append(CxlDecoder(**common, target_list=r.str(f"{path}/target_list")))
+    dec_by_name = {d.name: d for d in decoders}
+
+    regions = []
+    for name in sorted((n for n in canon if _REGION_RE.match(n)), key=_key):
+        path = canon[name]
+        parent = posixpath.basename(posixpath.dirname(path))
+        ways = r.int(f"{path}/interleave_ways")
+        res = r.hex(f"{path}/resource")
+        targets: list[str] = []
+        for i in range(ways or 0):
+            t = r.str(f"{path}/target{i}")
+            if t:
+                targets.append(t)
+        mems: list[str | None] = []
+        for t in targets:
+            d = dec_by_name.get(t)
+            mem = d.memdev if d else None
+            if mem is None:
+                warnings.append(ProbeWarning(
+                    "region-target-missing",
+                    f"{name} target {t} leads to no memdev ({'decoder not found' if d is None else 'endpoint has no memdev'})",
+                    "the device was removed or the recording is incomplete; the region's devices are partly unknown"))
+            mems.append(mem)
+        if ways and len(targets) < ways:
+            warnings.append(ProbeWarning("region-incomplete", f"{name} is {ways}-way but has {len(targets)} target(s) set",
+                                         "the region is still being assembled (cxl create-region did not finish)"))
+        committed = r.bool(f"{path}/commit")
+        if committed is False:
+            warnings.append(ProbeWarning("region-uncommitted", f"{name} is not committed: its memory is not usable",
+                                         "commit it (cxl create-region does) or destroy it (cxl destroy-region)"))
+        regions.append(CxlRegion(
+            name=name,
+            root_decoder=parent if _DEC_RE.match(parent) else None,
+            mode=r.str(f"{path}/mode"),
+            size_bytes=r.hex(f"{path}/size"),
+            resource=None if res in (None, ALL_ONES) else res,
+            allocated=res is not None and res != ALL_ONES,
+            interleave_ways=ways,
+            interleave_granularity_bytes=r.int(f"{path}/interleave_granularity"),
+            targets=tuple(targets),
+            memdevs=tuple(mems),
+            committed=committed,
+        ))
+    warnings.extend(_unmapped_capacity(memdevs, decoders, regions))
+    return memdevs, decoders, regions, warnings, True
+
+
+def _node_or_none(v: int | None) -> int | None:
+    """``numa_node`` of -1 (no affinity, NUMA_NO_NODE) → None."""
+    return None if v is None or v < 0 else v
+
+
+def _unmapped_capacity(memdevs: list[CxlMemdev], decoders: list[CxlDecoder],
+                       regions: list[CxlRegion]) -> list[ProbeWarning]:
+    """Memdevs whose volatile capacity no region maps (e.g. 6.1 cannot create ram regions)."""
+    in_region = {m for reg in regions for m in reg.memdevs if m}
+    roots = [d for d in decoders if d.level == "root"]
+    out = []
+    for m in memdevs:
+        if (m.ram_size_bytes or 0) > 0 and m.name not in in_region:
+            no_ram_regions = roots and not any(d.can_create_ram_region for d in roots)
+            hint = ("this kernel has no create_ram_region on any root decoder (volatile CXL regions need "
+                    "Linux ≥ 6.3); use a newer kernel, or firmware that maps the memory at boot"
+                    if no_ram_regions else
+                    f"create one: cxl create-region -t ram -m {m.name} (then it appears as a NUMA node)")
+            out.append(ProbeWarning("memdev-unmapped",
+                                    f"{m.name} has {m.ram_size_bytes} bytes of volatile capacity in no region", hint))
+    return out

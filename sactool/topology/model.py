@@ -1,0 +1,337 @@
+"""The topology model: frozen dataclasses filled by :func:`sactool.topology.probe`.
+
+Every field names the sysfs attribute it comes from and its unit. ``None`` always means "the
+kernel did not say" (missing, unreadable or unparsable attribute) — never a guessed default.
+Identifiers are the kernel's own (``node2``, ``mem0``, ``region0``, ``decoder2.0``, ``dax0.0``).
+
+Units, from the kernel documentation:
+- HMAT ``accessN/initiators/read_latency`` etc.: nanoseconds; ``read_bandwidth``: MiB/s
+  (Documentation/admin-guide/mm/numaperf.rst). Bandwidths are stored in bytes/s (× 2**20);
+  latencies are stored exactly as the kernel printed them. On 6.12, CXL-derived nodes have been seen
+  with values on another scale (see the qemu-cxl fixtures' README): the prober flags that with a
+  ``hmat-scale-mismatch`` warning instead of converting.
+- per-node ``meminfo``: kB (KiB) → bytes. CXL ``size``/``resource``/``serial``: hex (``%#llx``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sactool.errors import TopologyError
+
+SCHEMA_VERSION = 1
+"""Version of the ``topology`` record (``sactool probe --format json``)."""
+
+KINDS = ("dram", "cxl", "hbm", "pmem", "unknown")
+
+
+@dataclass(frozen=True)
+class ProbeWarning:
+    """Something the prober could not read or found inconsistent; kept inside the record."""
+
+    code: str
+    message: str
+    hint: str | None = None
+
+
+Warning = ProbeWarning  # the name other modules use (``topology.Warning``)
+
+
+@dataclass(frozen=True)
+class HugePages:
+    """``node<N>/hugepages/hugepages-<size>kB/{nr,free,surplus}_hugepages`` (page counts)."""
+
+    page_size_bytes: int
+    total: int | None
+    free: int | None
+    surplus: int | None
+
+
+@dataclass(frozen=True)
+class HmatAccess:
+    """``node<N>/access<C>/initiators/*``: what firmware (HMAT) or the CXL driver (CDAT) claims.
+
+    ``access_class`` 0 = best initiator of any kind, 1 = best CPU initiator. ``initiators`` are the
+    node ids linked in the ``initiators/`` directory (empty for CXL-derived values on 6.12).
+    Latencies as printed (documented as ns); bandwidths converted from MiB/s to bytes/s.
+    """
+
+    access_class: int
+    initiators: tuple[int, ...]
+    read_latency_ns: int | None
+    write_latency_ns: int | None
+    read_bandwidth_bytes_per_s: int | None
+    write_bandwidth_bytes_per_s: int | None
+
+
+@dataclass(frozen=True)
+class MemorySideCache:
+    """``node<N>/memory_side_cache/index<L>/*`` (HMAT memory-side cache in front of the node)."""
+
+    level: int
+    size_bytes: int | None
+    line_size_bytes: int | None
+    indexing: str | None      # 0 direct-mapped, 1 indexed, 2 other (enum cache_indexing)
+    write_policy: str | None  # 0 write-back, 1 write-through, 2 other (enum cache_write_policy)
+
+
+@dataclass(frozen=True)
+class NumaNode:
+    """One ``/sys/devices/system/node/node<N>`` and what sactool concluded about it."""
+
+    id: int
+    name: str
+    cpus: tuple[int, ...]                 # node<N>/cpulist
+    has_cpu: bool                         # N in node/has_cpu (or cpulist non-empty)
+    has_memory: bool | None               # N in node/has_memory
+    has_normal_memory: bool | None        # N in node/has_normal_memory
+    mem_total_bytes: int | None           # node<N>/meminfo MemTotal (kB → bytes)
+    mem_free_bytes: int | None            # node<N>/meminfo MemFree (kB → bytes)
+    distances: tuple[tuple[int, int], ...]  # node<N>/distance (SLIT): ((node, distance), …); 255 = unreachable
+    tier: int | None                      # memory_tiering/memory_tier<T>/nodelist
+    hugepages: tuple[HugePages, ...] = ()
+    hmat: tuple[HmatAccess, ...] = ()
+    memory_side_caches: tuple[MemorySideCache, ...] = ()
+    phys_ranges: tuple[tuple[int, int], ...] = ()  # [start, end) of node<N>/memory<B> blocks
+    kind: str = "unknown"                 # one of KINDS
+    evidence: tuple[str, ...] = ()        # the reasoning that led to ``kind``
+
+    def distance_to(self, other: int) -> int | None:
+        """SLIT distance from this node to ``other`` (None when the kernel gave none)."""
+        for n, d in self.distances:
+            if n == other:
+                return d
+        return None
+
+    def hmat_for(self, access_class: int = 0) -> HmatAccess | None:
+        for h in self.hmat:
+            if h.access_class == access_class:
+                return h
+        return None
+
+    def to_data(self) -> dict[str, Any]:
+        from sactool.records import to_data
+
+        return {
+            "node": self.name,
+            "id": self.id,
+            "kind": self.kind,
+            "evidence": list(self.evidence),
+            "cpus": list(self.cpus),
+            "has_cpu": self.has_cpu,
+            "has_memory": self.has_memory,
+            "has_normal_memory": self.has_normal_memory,
+            "mem_total_bytes": self.mem_total_bytes,
+            "mem_free_bytes": self.mem_free_bytes,
+            "tier": self.tier,
+            "distances": {f"node{n}": d for n, d in self.distances},
+            "hugepages": to_data(self.hugepages),
+            "hmat": to_data(self.hmat),
+            "memory_side_caches": to_data(self.memory_side_caches),
+            "phys_ranges": [{"start": f"{a:#x}", "end": f"{b:#x}"} for a, b in self.phys_ranges],
+        }
+
+
+@dataclass(frozen=True)
+class PcieLink:
+    """Link of a memdev's PCI function (``current_link_speed``/``_width``, ``max_link_*``).
+
+    ``ceiling_bytes_per_s`` is a theoretical per-direction ceiling computed from the link
+    parameters and the PCIe encoding (see :mod:`sactool.topology.link`) — not a measurement.
+    """
+
+    pci_device: str
+    speed_gt_s: float | None
+    width: int | None
+    max_speed_gt_s: float | None
+    max_width: int | None
+    encoding: str | None
+    efficiency: float | None
+    ceiling_bytes_per_s: int | None
+
+
+@dataclass(frozen=True)
+class CxlMemdev:
+    """``/sys/bus/cxl/devices/mem<N>``: a CXL Type-3 memory device."""
+
+    name: str
+    serial: str | None              # memN/serial (hex, kept as printed)
+    ram_size_bytes: int | None      # memN/ram/size
+    pmem_size_bytes: int | None     # memN/pmem/size
+    firmware_version: str | None    # memN/firmware_version
+    affinity_node: int | None       # memN/numa_node: the DEVICE's CPU affinity, not its memory's node
+    endpoint: str | None            # endpoint<P> port whose uport is this memdev
+    link: PcieLink | None
+
+
+@dataclass(frozen=True)
+class CxlDecoder:
+    """``decoder<P>.<I>``: root (a CFMWS window), switch, or endpoint HDM decoder."""
+
+    name: str
+    level: str                      # "root", "switch" or "endpoint"
+    port: str                       # parent port directory: root0, port1, endpoint2
+    start: int | None               # decoder/start (HPA)
+    size_bytes: int | None          # decoder/size
+    interleave_ways: int | None
+    interleave_granularity_bytes: int | None
+    mode: str | None = None         # endpoint: ram/pmem/none
+    region: str | None = None       # endpoint: region it is committed to
+    memdev: str | None = None       # endpoint: the memdev behind the endpoint port
+    capabilities: tuple[str, ...] = ()   # root: cap_ram, cap_pmem, cap_type2, cap_type3
+    can_create_ram_region: bool | None = None  # root: create_ram_region exists (kernel ≥ 6.3)
+    target_list: str | None = None  # root/switch: target_list (dport ids)
+
+
+@dataclass(frozen=True)
+class CxlRegion:
+    """``region<N>`` under a root decoder: an HPA range interleaved over endpoint decoders."""
+
+    name: str
+    root_decoder: str | None
+    mode: str | None                 # region/mode: ram or pmem
+    size_bytes: int | None           # region/size
+    resource: int | None             # region/resource; None when all-ones (not allocated)
+    allocated: bool                  # resource was not all-ones
+    interleave_ways: int | None
+    interleave_granularity_bytes: int | None
+    targets: tuple[str, ...]         # region/target<i>, in interleave order (endpoint decoders)
+    memdevs: tuple[str | None, ...]  # memdev behind each target, same order (None: not found)
+    committed: bool | None           # region/commit
+
+    def describe(self) -> str:
+        """``region0 (ram, 2-way, mem1+mem2)``."""
+        ways = f"{self.interleave_ways}-way" if self.interleave_ways else "?-way"
+        devs = "+".join(m or "?" for m in self.memdevs) or "no targets"
+        return f"{self.name} ({self.mode or '?'}, {ways}, {devs})"
+
+
+@dataclass(frozen=True)
+class DaxDevice:
+    """``/sys/bus/dax/devices/dax<R>.<N>``."""
+
+    name: str
+    size_bytes: int | None           # dax/size (bytes)
+    target_node: int | None          # dax/target_node: node its memory joins when onlined
+    align_bytes: int | None          # dax/align
+    mode: str | None                 # "system-ram" (bound to kmem), "devdax" (device_dax), None
+    driver: str | None               # bound driver name
+    resource: int | None             # dax/resource (HPA start)
+    source: str | None               # "cxl", "nd" (NVDIMM namespace), "hmem", None
+    region: str | None               # the CXL region it comes from, when known
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Which node(s) sactool would use as the KV pool, and why."""
+
+    pool_nodes: tuple[int, ...]
+    stand_in: bool                   # True: no CXL node; a DRAM node stands in
+    reason: str
+    cpu_node: int | None = None      # node whose CPUs to pin threads to (nearest CPU node)
+
+
+@dataclass(frozen=True)
+class Topology:
+    """What :func:`sactool.topology.probe` found."""
+
+    live: bool                       # False: read from a recording, NOT this system
+    sysfs_root: str
+    created_at: str
+    machine: dict[str, Any]
+    nodes: tuple[NumaNode, ...]
+    memdevs: tuple[CxlMemdev, ...]
+    decoders: tuple[CxlDecoder, ...]
+    regions: tuple[CxlRegion, ...]
+    dax_devices: tuple[DaxDevice, ...]
+    demotion_enabled: bool | None    # /sys/kernel/mm/numa/demotion_enabled
+    verdict: Verdict
+    warnings: tuple[ProbeWarning, ...] = ()
+    schema_version: int = field(default=SCHEMA_VERSION)
+
+    # ---- look-ups ----------------------------------------------------------------------
+    @property
+    def node_ids(self) -> tuple[int, ...]:
+        return tuple(n.id for n in self.nodes)
+
+    @property
+    def windows(self) -> tuple[CxlDecoder, ...]:
+        """Root decoders (CFMWS windows)."""
+        return tuple(d for d in self.decoders if d.level == "root")
+
+    def node(self, node_id: int) -> NumaNode:
+        for n in self.nodes:
+            if n.id == node_id:
+                return n
+        have = ", ".join(n.name for n in self.nodes) or "none"
+        raise TopologyError(f"no NUMA node {node_id}" + ("" if self.live else " in the recorded machine"),
+                            f"nodes here: {have} (see 'sactool probe')")
+
+    def nodes_of_kind(self, kind: str) -> tuple[NumaNode, ...]:
+        return tuple(n for n in self.nodes if n.kind == kind)
+
+    def memdev(self, name: str) -> CxlMemdev | None:
+        return next((m for m in self.memdevs if m.name == name), None)
+
+    def region(self, name: str) -> CxlRegion | None:
+        return next((r for r in self.regions if r.name == name), None)
+
+    def nearest_cpu_node(self, node_id: int) -> int:
+        """The CPU node closest to ``node_id`` by SLIT distance (itself if it has CPUs).
+
+        Ties are broken by the CPU affinity of the CXL memdevs behind the node, then by the lower
+        id. Used to pin threads near a CPU-less (CXL) node.
+        """
+        target = self.node(node_id)
+        if target.has_cpu:
+            return target.id
+        cpu_nodes = [n for n in self.nodes if n.has_cpu]
+        if not cpu_nodes:
+            raise TopologyError("no node has CPUs", "is this a complete sysfs tree?")
+        affinity = {m.affinity_node for m in self.memdevs_of_node(node_id)}
+
+        def key(n: NumaNode) -> tuple[int, int, int]:
+            d = target.distance_to(n.id)
+            d = 10_000 if d is None or d == 255 else d
+            return (d, 0 if n.id in affinity else 1, n.id)
+
+        return min(cpu_nodes, key=key).id
+
+    def memdevs_of_node(self, node_id: int) -> tuple[CxlMemdev, ...]:
+        """Memdevs whose regions were onlined into ``node_id`` (via DAX system-ram)."""
+        names: list[str] = []
+        for d in self.dax_devices:
+            if d.target_node == node_id and d.region:
+                reg = self.region(d.region)
+                if reg:
+                    names.extend(m for m in reg.memdevs if m and m not in names)
+        return tuple(m for m in self.memdevs if m.name in names)
+
+    def to_data(self) -> dict[str, Any]:
+        from sactool import __version__
+        from sactool.records import to_data
+
+        return {
+            "kind": "topology",
+            "schema_version": self.schema_version,
+            "sactool_version": __version__,
+            "created_at": self.created_at,
+            "live": self.live,
+            "source": "this system" if self.live else "recording (not this system)",
+            "sysfs_root": self.sysfs_root,
+            "machine": to_data(self.machine),
+            "nodes": [n.to_data() for n in self.nodes],
+            "demotion_enabled": self.demotion_enabled,
+            "cxl": {
+                "memdevs": to_data(self.memdevs),
+                "windows": to_data(self.windows),
+                "regions": [dict(to_data(r), resource=None if r.resource is None else f"{r.resource:#x}")
+                            for r in self.regions],
+                "decoders": to_data(tuple(d for d in self.decoders if d.level != "root")),
+            },
+            "dax_devices": [dict(to_data(d), resource=None if d.resource is None else f"{d.resource:#x}")
+                            for d in self.dax_devices],
+            "warnings": to_data(self.warnings),
+            "verdict": to_data(self.verdict),
+        }

@@ -1,0 +1,44 @@
+"""Warnings computed once everything is read: degraded links, CXL memory left in devdax mode,
+and every attribute that could not be read (permission denied, garbage) — named, not guessed."""
+
+from __future__ import annotations
+
+from sactool.host.sysfs import SysfsReader
+from sactool.topology.model import ProbeWarning, Topology
+
+_MAX_LISTED = 8
+
+
+def late_warnings(r: SysfsReader, topo: Topology) -> list[ProbeWarning]:
+    out: list[ProbeWarning] = []
+    for m in topo.memdevs:
+        lk = m.link
+        if lk is None:
+            continue
+        slow = lk.speed_gt_s is not None and lk.max_speed_gt_s is not None and lk.speed_gt_s < lk.max_speed_gt_s
+        narrow = lk.width is not None and lk.max_width is not None and lk.width < lk.max_width
+        if slow or narrow:
+            out.append(ProbeWarning(
+                "link-degraded",
+                f"{m.name} ({lk.pci_device}) link runs at {lk.speed_gt_s} GT/s x{lk.width}, "
+                f"capable of {lk.max_speed_gt_s} GT/s x{lk.max_width}",
+                "check the slot, riser and BIOS link settings (lspci -vv: LnkSta vs LnkCap)"))
+    for d in topo.dax_devices:
+        if d.region and d.mode == "devdax":
+            out.append(ProbeWarning(
+                "cxl-devdax", f"{d.name} (from {d.region}) is in devdax mode: its memory is not a NUMA node",
+                f"to use it as a node: daxctl reconfigure-device --mode=system-ram {d.name}"))
+    bad = sorted((p, why) for p, why in r.reasons.items()
+                 if why.startswith(("permission denied", "unparsable", "unreadable")))
+    already = {w.message.split(":", 1)[0] for w in out}
+    for p, why in bad[:_MAX_LISTED]:
+        if p in already:
+            continue
+        out.append(ProbeWarning("unreadable-attribute", f"{p}: {why}",
+                                "run as a user allowed to read it (some CXL attributes need root), "
+                                "or check the recording" if why.startswith("permission") else
+                                "the kernel printed something sactool cannot parse; value left unknown"))
+    if len(bad) > _MAX_LISTED:
+        out.append(ProbeWarning("unreadable-attribute", f"{len(bad) - _MAX_LISTED} more attributes unreadable",
+                                "run with --format json to see all warnings"))
+    return out
