@@ -30,6 +30,16 @@ def _cpu_model(r: SysfsReader) -> str | None:
     return None
 
 
+def _kernel_from_version(r: SysfsReader) -> str | None:
+    """``/proc/version`` ("Linux version 6.12.95+deb12-amd64 (…") → release, for recordings
+    that kept /proc/version but not /proc/sys (the QEMU captures)."""
+    text = r.text("proc/version")
+    if text and text.startswith("Linux version "):
+        parts = text.split()
+        return parts[2] if len(parts) > 2 else None
+    return None
+
+
 def node_tiers(r: SysfsReader) -> dict[int, int]:
     """``{node: tier}`` from ``memory_tiering/memory_tierT/nodelist``."""
     out: dict[int, int] = {}
@@ -49,7 +59,7 @@ def machine_block(r: SysfsReader | None = None) -> dict[str, Any]:
     """hostname, kernel, CPU model, CPU count, THP mode, governor, NUMA nodes (tier, CPU-less)."""
     r = r or SysfsReader()
     live = r.live
-    kernel = r.str("proc/sys/kernel/osrelease") or (platform.release() if live else None)
+    kernel = r.str("proc/sys/kernel/osrelease") or _kernel_from_version(r) or (platform.release() if live else None)
     hostname = r.str("proc/sys/kernel/hostname") or (socket.gethostname() if live else None)
     thp = r.str("sys/kernel/mm/transparent_hugepage/enabled")
     thp_mode = None

@@ -1,0 +1,114 @@
+"""Terminal view of a :class:`~sactool.topology.Topology`: nodes (kind + evidence), SLIT, CXL tree,
+DAX devices, warnings, verdict. Data formats (json/yaml) do not come through here."""
+
+from __future__ import annotations
+
+from rich.markup import escape as esc
+
+from sactool.host.sysfs import format_cpulist
+from sactool.topology.model import Topology
+from sactool.units import format_bytes, format_rate
+
+
+def _b(n: int | None) -> str:
+    return "?" if n is None else format_bytes(n)
+
+
+def _hmat_cell(node) -> str:
+    h = node.hmat_for(1) or node.hmat_for(0)
+    if h is None:
+        return "-"
+    lat = "?" if h.read_latency_ns is None else str(h.read_latency_ns)
+    bw = "?" if h.read_bandwidth_bytes_per_s is None else f"{h.read_bandwidth_bytes_per_s >> 20}"
+    src = "from " + ",".join(f"node{i}" for i in h.initiators) if h.initiators else "no initiator link"
+    return f"{lat} / {bw} ({src})"
+
+
+def render_probe(topo: Topology, console=None) -> None:
+    from rich.table import Table
+    from rich.tree import Tree
+
+    from sactool.render import stdout_console
+
+    c = console or stdout_console()
+    m = topo.machine
+    if topo.live:
+        c.print(f"[bold]{m.get('hostname') or '?'}[/] — this system, kernel {m.get('kernel') or '?'}, "
+                f"{m.get('cpus_online') or '?'} CPUs")
+    else:
+        c.print(f"[bold yellow]RECORDED machine — not this system[/] ({topo.sysfs_root}), "
+                f"kernel {m.get('kernel') or '?'}")
+
+    t = Table(title="NUMA nodes", title_justify="left")
+    for col in ("node", "kind", "CPUs", "memory", "free", "tier", "HMAT read latency / bandwidth MiB/s"):
+        t.add_column(col, overflow="fold")
+    for n in topo.nodes:
+        t.add_row(n.name, f"[bold]{n.kind}[/]", format_cpulist(n.cpus) or "none", _b(n.mem_total_bytes),
+                  _b(n.mem_free_bytes), "-" if n.tier is None else str(n.tier), _hmat_cell(n))
+    c.print(t)
+    c.print("[bold]Why each node is what it is[/]")
+    for n in topo.nodes:
+        c.print(f"  {n.name} [bold]{n.kind}[/]: " + esc(" · ".join(n.evidence) or "no evidence"))
+    if len(topo.nodes) > 1 and all(n.distances for n in topo.nodes):
+        s = Table(title="SLIT distances", title_justify="left")
+        s.add_column("from \\ to")
+        for n in topo.nodes:
+            s.add_column(n.name, justify="right")
+        for n in topo.nodes:
+            s.add_row(n.name, *(str(n.distance_to(o.id) or "-") for o in topo.nodes))
+        c.print(s)
+    if topo.demotion_enabled is not None:
+        c.print(f"demotion_enabled: {str(topo.demotion_enabled).lower()}")
+
+    if topo.memdevs or topo.decoders:
+        tree = Tree("[bold]CXL[/]")
+        placed: set[str] = set()
+        for w in topo.windows:
+            start = "?" if w.start is None else f"{w.start:#x}"
+            wt = tree.add(f"window {w.name}: {_b(w.size_bytes)} at {start}, caps {'+'.join(w.capabilities) or '?'}"
+                          + ("" if w.can_create_ram_region else ", cannot create ram regions"))
+            for reg in (r for r in topo.regions if r.root_decoder == w.name):
+                res = f"{reg.resource:#x}" if reg.resource is not None else "unallocated"
+                rt = wt.add(f"{reg.describe()}: {_b(reg.size_bytes)} at {res}, granularity "
+                            f"{reg.interleave_granularity_bytes} B, {'committed' if reg.committed else 'NOT committed'}")
+                for i, (tgt, mem) in enumerate(zip(reg.targets, reg.memdevs)):
+                    md = topo.memdev(mem) if mem else None
+                    rt.add(f"target{i} {tgt} → " + (_memdev_line(md) if md else "[red]no memdev[/]"))
+                    if mem:
+                        placed.add(mem)
+        for md in topo.memdevs:
+            if md.name not in placed:
+                tree.add(_memdev_line(md) + " [dim](in no region)[/]")
+        c.print(tree)
+        c.print("[dim]link ceiling = GT/s × lanes × encoding efficiency / 8, per direction: a ceiling, "
+                "not a measurement[/]")
+
+    if topo.dax_devices:
+        d = Table(title="DAX devices", title_justify="left")
+        for col in ("device", "mode", "size", "target node", "align", "from"):
+            d.add_column(col)
+        for x in topo.dax_devices:
+            d.add_row(x.name, x.mode or f"unbound ({x.driver})" if x.driver else (x.mode or "unbound"),
+                      _b(x.size_bytes), "-" if x.target_node is None else f"node{x.target_node}",
+                      _b(x.align_bytes), x.region or x.source or "?")
+        c.print(d)
+
+    for w in topo.warnings:
+        c.print(f"[yellow]warning[/] {esc('[' + w.code + ']')} {esc(w.message)}"
+                + (f"\n  hint: {esc(w.hint)}" if w.hint else ""))
+    v = topo.verdict
+    label = "KV pool (stand-in)" if v.stand_in else "KV pool"
+    nodes = ", ".join(f"node{i}" for i in v.pool_nodes) or "none"
+    c.print(f"[bold]{label}: {nodes}[/] — {esc(v.reason)}")
+
+
+def _memdev_line(md) -> str:
+    lk = md.link
+    link = "no PCIe link info"
+    if lk is not None:
+        link = f"{lk.pci_device} {lk.speed_gt_s or '?'} GT/s x{lk.width or '?'}"
+        if lk.ceiling_bytes_per_s:
+            link += f" ({lk.encoding}) ceiling {format_rate(lk.ceiling_bytes_per_s)}/dir"
+    aff = "?" if md.affinity_node is None else f"node{md.affinity_node}"
+    return esc(f"{md.name} serial {md.serial or '?'}: ram {_b(md.ram_size_bytes)}, pmem {_b(md.pmem_size_bytes)}, "
+            f"fw {md.firmware_version or '?'}, device affinity {aff}, {link}")
