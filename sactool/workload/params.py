@@ -1,0 +1,117 @@
+"""The knobs of the top-k workload model and the real statistics they were fitted to.
+
+The model (implemented in :mod:`sactool.workload.generator`) builds each layer's top-k set at
+every decode step out of four parts, the structure real DSA traces show:
+
+1. **attention sinks**: the first ``sink_tokens`` positions, selected at every step;
+2. **a recent window**: the last ``window_tokens`` positions, the newest token always included
+   (as DSA's causal top-k includes the token being decoded);
+3. **hot regions**: ``regions`` contiguous spans that persist across steps, drift by one token
+   now and then, and occasionally relocate;
+4. **scattered tokens**: the rest of the ``top_k`` budget, of which a few are replaced every
+   step ("churn"); a replacement is either a token this layer dropped recently (a *revisit*) or a
+   *fresh* token drawn from a token-importance field shared by all layers.
+
+Layers differ: each layer's churn and relocation rates are scaled by its own factor
+``exp(layer_spread × z)``, with ``z`` spread over standard-normal quantiles; rates also grow with
+the context as ``(context / 16384) ** churn_context_exponent``.
+
+The per-layer union over decode steps is governed by the fresh-token rate; the published statistics
+below pin that rate down (churn, its context exponent, the layer spread). The revisit knobs and the
+region geometry are *not* constrained by any published statistic (a union counts first touches
+only); their values are stated as structural choices, and the hot-buffer hit rates that depend on
+them should be read as model outputs, not measurements.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: Real DeepSeek-V3.2 top-k locality, ~1000 decode steps, 16 requests per length
+#: (SAC authors' profiling, shared/DESIGN.md; shared/reference/paper-sac.md §2.1, branch
+#: ``dsv32-profile-topk`` ``summary_by_length_layer.csv``). Fractions of the prompt.
+DSV32_LOCALITY = {
+    # context tokens: (per-layer union, per-step touch, all-layers union)
+    16384: (0.760, 0.105, 1.000),
+    32768: (0.521, 0.052, 0.996),
+    65536: (0.329, 0.0265, 0.952),
+    131072: (0.217, 0.0132, 0.906),
+}
+#: Per-layer union spread at 128K in the same data: "from about 4% to 70%" (shared/DESIGN.md).
+DSV32_LAYER_SPREAD_128K = (0.04, 0.70)
+#: Decode steps the statistics cover.
+DSV32_STEPS = 1000
+
+
+@dataclass(frozen=True)
+class WorkloadParams:
+    """Structure knobs of the generator, with their calibrated defaults (see module docstring)."""
+
+    sink_tokens: int = 4
+    """Attention sinks: the first positions every layer selects at every step. Structural, not
+    fitted: StreamingLLM (Xiao et al., ICLR 2024) found 4 initial tokens suffice as sinks."""
+
+    window_tokens: int = 400
+    """Recent window: the newest positions every layer selects (the newest token is the window's
+    last). Fitted to the per-step touch (10.5/5.2/2.65/1.32% of the prompt at 16K..128K, i.e.
+    ~1720 of the 2048 selections fall in the prompt and ~320 on generated tokens, averaged over
+    1000 steps): mean over s < 1000 of min(s, W) = 320 gives W = 400."""
+
+    regions: int = 16
+    """Hot regions per layer: contiguous spans that persist across steps. Structural, not fitted."""
+
+    region_tokens: int = 32
+    """Mean length of a hot region in tokens (lengths are uniform in [½, 1½] × this).
+    Structural, not fitted: regions ~ a sentence or a code block."""
+
+    region_drift: float = 0.05
+    """Probability per step that a region shifts by one token (one token leaves, one enters).
+    Structural, not fitted ("hot regions drift")."""
+
+    region_jump: float = 0.002
+    """Probability per step (before the layer and context scaling) that a region relocates to a
+    new place drawn from the importance field. Fitted with ``churn`` to the per-layer union."""
+
+    churn: float = 30.0
+    """Scattered tokens replaced per step per layer at 16K context, before the layer factor.
+    Fitted to the per-layer union over 1000 steps (76.0/52.1/32.9/21.7% at 16K..128K)."""
+
+    churn_context_exponent: float = 0.05
+    """Churn and relocation grow as ``(context / 16384) ** this``. Fitted to the same four
+    per-layer unions (how fast the union fraction falls with context)."""
+
+    layer_spread: float = 0.85
+    """Log-normal spread of the per-layer rate factor. Fitted to the per-layer union range at 128K
+    (about 4% to 70%) with the mean held by ``churn``."""
+
+    revisit: float = 0.3
+    """Fraction of scattered replacements that re-select a token this layer dropped recently
+    instead of a fresh one. Not constrained by published statistics (a union counts first touches
+    only); a structural choice: top-k scores near the cut-off flicker in and out."""
+
+    revisit_window: int = 4096
+    """How many of a layer's most recently dropped tokens a revisit chooses from (uniformly).
+    Not constrained by published statistics; it sets the reuse distance of revisits, so it is the
+    knob the hot-buffer hit rate between top_k and 4 × top_k slots is most sensitive to."""
+
+    importance_shape: float = 1.0
+    """Gamma shape of the token-importance field shared by all layers (mean 1): smaller → more
+    tokens no layer selects. Fitted to the all-layers union (100/99.6/95.2/90.6%)."""
+
+    def validate(self, top_k: int) -> None:
+        """Refuse knob values the generator cannot honour for this ``top_k``."""
+        from sactool.errors import UsageError
+
+        fixed = self.sink_tokens + self.window_tokens + self.regions * (self.region_tokens * 3 // 2 + 1)
+        if min(self.sink_tokens, self.window_tokens, self.regions, self.region_tokens,
+               self.revisit_window) < 0 or self.window_tokens < 1:
+            raise UsageError("workload knobs must be non-negative (window_tokens ≥ 1)")
+        if fixed > top_k * 3 // 4:
+            raise UsageError(f"sinks + window + regions ({fixed} tokens) exceed 3/4 of top_k={top_k}",
+                             "use fewer or shorter regions, or a smaller window")
+        for name in ("region_drift", "region_jump", "revisit"):
+            v = getattr(self, name)
+            if not 0.0 <= v <= 1.0:
+                raise UsageError(f"workload knob {name}={v} must be within [0, 1]")
+        if self.churn < 0 or self.layer_spread < 0 or self.importance_shape <= 0:
+            raise UsageError("churn and layer_spread must be ≥ 0 and importance_shape > 0")
