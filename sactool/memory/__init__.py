@@ -5,8 +5,8 @@ pre-faulted, verified page by page with move_pages); ``map_devdax("dax0.0")`` fo
 """
 
 from sactool.memory.alloc import allocate, default_prefault_cpus, map_devdax
-from sactool.memory.nodes import NodeFacts, check_cpu_node, check_fits, check_memory_node, nearest_cpu_node, node_facts
+from sactool.memory.nodes import FreeEstimate, check_cpu_node, check_fits, check_memory_node, free_estimate
 from sactool.memory.placed import PlacedBuffer, PlacementReport
 
-__all__ = ["allocate", "map_devdax", "PlacedBuffer", "PlacementReport", "NodeFacts", "node_facts",
-           "check_memory_node", "check_cpu_node", "check_fits", "nearest_cpu_node", "default_prefault_cpus"]
+__all__ = ["allocate", "map_devdax", "PlacedBuffer", "PlacementReport", "FreeEstimate", "free_estimate",
+           "check_memory_node", "check_cpu_node", "check_fits", "default_prefault_cpus"]

@@ -23,12 +23,11 @@ def _round_up(n: int, unit: int) -> int:
     return -(-n // unit) * unit
 
 
-def default_prefault_cpus(reader: SysfsReader, node: int) -> list[int]:
+def default_prefault_cpus(topo, node: int) -> list[int]:
     """CPUs of the CPU node nearest to memory ``node`` that this process may run on."""
     allowed = os.sched_getaffinity(0)
     try:
-        cpu_node = _nodes.nearest_cpu_node(reader, node)
-        cpus = [c for c in (reader.cpulist(f"{_nodes.NODE_DIR}/node{cpu_node}/cpulist") or ()) if c in allowed]
+        cpus = [c for c in topo.node(topo.nearest_cpu_node(node)).cpus if c in allowed]
     except TopologyError:
         cpus = []
     return cpus or sorted(allowed)
@@ -47,7 +46,7 @@ def _mbind_or_raise(addr: int, length: int, mode: int, nodes: list[int]) -> None
 
 def allocate(size_bytes: int, *, node: int | None, policy: str = "bind", nodes=None, weights=None,
              hugepages: str = "thp", prefault_threads: int = 1, prefault_cpus=None, check_free: bool = True,
-             verify_sample: int | None = None, reader: SysfsReader | None = None) -> PlacedBuffer:
+             verify_sample: int | None = None, reader: SysfsReader | None = None, topo=None) -> PlacedBuffer:
     """A pre-faulted anonymous buffer of ``size_bytes`` placed on NUMA memory and verified.
 
     ``policy``: "bind" (MPOL_BIND, strict), "preferred", "interleave" over ``nodes``;
@@ -58,6 +57,7 @@ def allocate(size_bytes: int, *, node: int | None, policy: str = "bind", nodes=N
     (MADV_NOHUGEPAGE), "2MB"/"1GB" (MAP_HUGETLB from the reserved pool). Pages are written by
     ``prefault_threads`` threads pinned to ``prefault_cpus`` (default: the CPU node nearest the
     memory node), then every page (or ``verify_sample`` pages) is checked with move_pages(2).
+    ``topo``: a :class:`sactool.topology.Topology` already probed (else probed from ``reader``).
     """
     reader = reader or SysfsReader()
     if not isinstance(size_bytes, int) or size_bytes <= 0:
@@ -68,14 +68,16 @@ def allocate(size_bytes: int, *, node: int | None, policy: str = "bind", nodes=N
     if not reader.live:
         raise TopologyError(f"the topology comes from a recording ({reader.root}), not this system",
                             "placement binds memory on the running machine: drop --sysfs-root")
-    facts = {n: _nodes.check_memory_node(reader, n) for n in pnodes}
+    topo = topo or _nodes.topology(reader)
+    for n in pnodes:
+        _nodes.check_memory_node(topo, n)
     unit = {"2MB": HUGE_2M, "1GB": HUGE_1G}.get(hugepages, PAGE_SIZE)
     size = _round_up(size_bytes, unit)
     if check_free:
         wsum = sum(weights.values()) if weights else len(pnodes)
         for n in pnodes:
             share = size * (weights[n] if weights else 1) // wsum if mode != sc.MPOL_BIND or len(pnodes) > 1 else size
-            _nodes.check_fits(facts[n], share if mode != sc.MPOL_PREFERRED else size)
+            _nodes.check_fits(_nodes.free_estimate(topo, reader, n), share if mode != sc.MPOL_PREFERRED else size)
     flags = mmap.MAP_PRIVATE
     if unit != PAGE_SIZE:
         flags |= sc.MAP_HUGETLB | (sc.MAP_HUGE_2MB if unit == HUGE_2M else sc.MAP_HUGE_1GB)
@@ -105,7 +107,7 @@ def allocate(size_bytes: int, *, node: int | None, policy: str = "bind", nodes=N
         else:
             _mbind_or_raise(buf.address, size, mode, pnodes)
         t0 = time.perf_counter()
-        cpus = list(prefault_cpus) if prefault_cpus else default_prefault_cpus(reader, pnodes[0])
+        cpus = list(prefault_cpus) if prefault_cpus else default_prefault_cpus(topo, pnodes[0])
         try:
             prefault(mm, size, PAGE_SIZE, prefault_threads, cpus)
         except OSError as e:
@@ -168,19 +170,19 @@ def map_devdax(name_or_path: str, size_bytes: int | None = None, *, reader: Sysf
     name = os.path.basename(str(name_or_path))
     if not name.startswith("dax"):
         raise UsageError(f"{name_or_path!r} is not a DAX device name", "give daxX.Y or /dev/daxX.Y")
-    base = f"sys/bus/dax/devices/{name}"
-    if not reader.exists(base):
-        raise TopologyError(f"{name} does not exist", "run 'sactool probe' to list DAX devices")
-    driver = reader.basename_of_link(f"{base}/driver")
-    if driver == "kmem":
-        node = reader.int(f"{base}/target_node")
-        raise TopologyError(f"{name} is in system-ram mode (bound to kmem): its memory is NUMA node{node}",
-                            f"use --node {node}, or 'daxctl reconfigure-device --mode=devdax {name}'")
-    if driver != "device_dax":
-        raise TopologyError(f"{name} is not bound to device_dax (driver: {driver or 'none'})",
+    topo = _nodes.topology(reader)
+    dev = next((d for d in topo.dax_devices if d.name == name), None)
+    if dev is None:
+        have = ", ".join(d.name for d in topo.dax_devices) or "none"
+        raise TopologyError(f"{name} does not exist (DAX devices: {have})", "run 'sactool probe' to list DAX devices")
+    if dev.mode == "system-ram":
+        raise TopologyError(f"{name} is in system-ram mode (bound to kmem): its memory is NUMA node{dev.target_node}",
+                            f"use --node {dev.target_node}, or 'daxctl reconfigure-device --mode=devdax {name}'")
+    if dev.mode != "devdax":
+        raise TopologyError(f"{name} is not bound to device_dax (driver: {dev.driver or 'none'})",
                             f"daxctl reconfigure-device --mode=devdax {name}")
-    dev_size = reader.int(f"{base}/size") or 0
-    align = reader.int(f"{base}/align") or HUGE_2M
+    dev_size = dev.size_bytes or 0
+    align = dev.align_bytes or HUGE_2M
     size = _round_up(size_bytes or dev_size, align)
     if size > dev_size:
         raise CapacityError(f"{name} holds {dev_size} bytes, {size} requested (rounded to align {align})",
@@ -199,7 +201,7 @@ def map_devdax(name_or_path: str, size_bytes: int | None = None, *, reader: Sysf
                            "the size must be a multiple of the device's align") from None
     finally:
         os.close(fd)
-    node = reader.int(f"{base}/target_node")
+    node = dev.target_node
     buf = PlacedBuffer(mm, size, node=node, policy="devdax", nodes=[node] if node is not None else [],
                        hugepages=f"devdax align {align}", page_size_bytes=align, source="devdax",
                        notes=(f"{path}, align {align} bytes",))
