@@ -265,14 +265,14 @@ def generate_topk(context_tokens: int, steps: int, layers: int, top_k: int, *, s
         raise UsageError(f"top_k={top_k} exceeds the context ({context_tokens} tokens)",
                          "DSA selects top_k of the context; use a context of at least top_k tokens")
     p.validate(top_k)
+    sinks, window, regions, region_tokens, churn = p.scaled(top_k)
     scale = (context_tokens / 16384.0) ** p.churn_context_exponent
     out = np.empty((steps, layers, top_k), dtype=np.int32)
     cdf = importance_field(context_tokens, p.importance_shape, seed)
     factors = layer_factors(layers, p.layer_spread, seed) * scale
     rc = _gen_all(out, int(context_tokens), int(steps), int(top_k), int(seed) & 0x7FFFFFFFFFFFFFFF,
-                  cdf, factors, int(p.sink_tokens), int(p.window_tokens), int(p.regions),
-                  int(p.region_tokens), float(p.region_drift), float(p.region_jump),
-                  float(p.churn), float(p.revisit), int(p.revisit_window))
+                  cdf, factors, sinks, window, regions, region_tokens, float(p.region_drift),
+                  float(p.region_jump), float(churn), float(p.revisit), int(p.revisit_window))
     if rc != 0:  # pragma: no cover - an internal invariant
         raise RuntimeError("workload generator lost track of its top-k set")
     return out

@@ -12,6 +12,9 @@ every decode step out of four parts, the structure real DSA traces show:
    step ("churn"); a replacement is either a token this layer dropped recently (a *revisit*) or a
    *fresh* token drawn from a token-importance field shared by all layers.
 
+Token-count knobs (window, region length, churn) are set for top_k = 2048 and scale in proportion
+to ``top_k``, so small test traces keep the same shape.
+
 Layers differ: each layer's churn and relocation rates are scaled by its own factor
 ``exp(layer_spread × z)``, with ``z`` spread over standard-normal quantiles; rates also grow with
 the context as ``(context / 16384) ** churn_context_exponent``.
@@ -41,6 +44,8 @@ DSV32_LOCALITY = {
 DSV32_LAYER_SPREAD_128K = (0.04, 0.70)
 #: Decode steps the statistics cover.
 DSV32_STEPS = 1000
+#: top_k the token-count knobs are set for (DeepSeek-V3.2 / GLM-5 index_topk).
+REFERENCE_TOP_K = 2048
 
 
 @dataclass(frozen=True)
@@ -98,14 +103,22 @@ class WorkloadParams:
     """Gamma shape of the token-importance field shared by all layers (mean 1): smaller → more
     tokens no layer selects. Fitted to the all-layers union (100/99.6/95.2/90.6%)."""
 
+    def scaled(self, top_k: int) -> tuple[int, int, int, int, float]:
+        """(sinks, window, regions, region_tokens, churn) for ``top_k``: the token-count knobs are
+        set for DSA's top_k = ``REFERENCE_TOP_K`` and scale in proportion to ``top_k``."""
+        q = top_k / REFERENCE_TOP_K
+        return (self.sink_tokens, max(1, round(self.window_tokens * q)), self.regions,
+                max(1, round(self.region_tokens * q)), self.churn * q)
+
     def validate(self, top_k: int) -> None:
         """Refuse knob values the generator cannot honour for this ``top_k``."""
         from sactool.errors import UsageError
 
-        fixed = self.sink_tokens + self.window_tokens + self.regions * (self.region_tokens * 3 // 2 + 1)
         if min(self.sink_tokens, self.window_tokens, self.regions, self.region_tokens,
                self.revisit_window) < 0 or self.window_tokens < 1:
             raise UsageError("workload knobs must be non-negative (window_tokens ≥ 1)")
+        sinks, window, regions, region_tokens, _ = self.scaled(top_k)
+        fixed = sinks + window + regions * (region_tokens * 3 // 2 + 1)
         if fixed > top_k * 3 // 4:
             raise UsageError(f"sinks + window + regions ({fixed} tokens) exceed 3/4 of top_k={top_k}",
                              "use fewer or shorter regions, or a smaller window")
