@@ -132,6 +132,8 @@ class SglangSettings:
     max_running_requests: int | None = None
     context_length: int | None = None
     dsa_decode_backend: str | None = None
+    max_total_tokens: int | None = None   # --max-total-tokens: device KV slots S per rank; the
+    #                                       HiSparse host pool is S x host_to_device_ratio tokens
 
 
 @dataclass(frozen=True)
@@ -253,6 +255,10 @@ def validate(p: Profile) -> Profile:
     _int(s.max_running_requests, "sglang.max_running_requests", 1, optional=True)
     _int(s.context_length, "sglang.context_length", 1, m.max_position_embeddings, optional=True)
     _str(s.dsa_decode_backend, "sglang.dsa_decode_backend", optional=True)
+    _int(s.max_total_tokens, "sglang.max_total_tokens", 1, optional=True)
+    if s.max_total_tokens is not None and s.max_total_tokens < h.device_buffer_size:
+        raise _err("sglang.max_total_tokens", f"{s.max_total_tokens} is smaller than one request's hot buffer "
+                   f"(device_buffer_size {h.device_buffer_size})")
 
     q = p.pool
     _choice(q.placement, "pool.placement", PLACEMENTS)
