@@ -1,0 +1,38 @@
+"""Rendering of ``sactool serve --dry-run``: the command, where each flag came from, the checks."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+
+from sactool.render import emit_data, stdout_console
+
+
+def render_launch(launch, fmt: str) -> None:
+    """``json``/``yaml``: the Launch record on stdout; ``table``: command line and explanation tables."""
+    if fmt != "table":
+        emit_data(launch.to_data(), fmt)
+        return
+    from rich.table import Table
+
+    con = stdout_console()
+    c = launch.command
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in c.env_delta.items())
+    con.print((env + " " if env else "") + shlex.join(c.argv), markup=False, highlight=False, soft_wrap=True)
+    t = Table(title="argv", show_lines=False)
+    for col in ("flag", "from profile field", "why"):
+        t.add_column(col, overflow="fold")
+    for f in (*c.prefix, *c.flags):
+        t.add_row(" ".join(f.args), f.source, f.why)
+    con.print(t)
+    if c.env:
+        e = Table(title="environment delta")
+        for col in ("variable", "value", "from profile field", "why"):
+            e.add_column(col, overflow="fold")
+        for v in c.env:
+            e.add_row(v.name, v.value, v.source, v.why)
+        con.print(e)
+    for line in (*launch.checks, *c.notes):
+        con.print(f"check: {line}" if line in launch.checks else f"note: {line}", markup=False)
+    for p in launch.problems:
+        sys.stderr.write(f"would refuse (exit {p.exit_code}): {p.message}\n" + (f"  hint: {p.hint}\n" if p.hint else ""))

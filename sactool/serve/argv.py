@@ -1,0 +1,205 @@
+"""From a profile to the exact SGLang 0.5.23 command: an argv list, an environment delta, and for
+every flag and variable the profile field it came from.
+
+Flag spellings are SGLang 0.5.23's (``arg_groups/fields/*.py``; tests/test_sglang_compat.py checks
+every flag this module can emit against the released source). Design:
+shared/reference/sglang-integration.md §6.4. Pure: no subprocess, no file reads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+from sactool.profile import Profile
+
+PLUGIN_NAME = "sactool_cxl"            # entry point name in group sglang.srt.plugins (pyproject.toml)
+PLUGIN_GROUP = "sglang.srt.plugins"
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One flag (with its values) of the SGLang command and where it came from."""
+
+    args: tuple[str, ...]
+    source: str        # profile field(s), "sactool" (an engine requirement) or "user (after --)"
+    why: str
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    name: str
+    value: str
+    source: str
+    why: str
+
+
+@dataclass(frozen=True)
+class Command:
+    """``argv`` to exec, ``env_delta`` to add to the inherited environment, and explanations."""
+
+    argv: tuple[str, ...]
+    env_delta: dict[str, str]
+    prefix: tuple[Flag, ...]           # numactl wrapper and the program (python -m … / sglang serve)
+    flags: tuple[Flag, ...]
+    env: tuple[EnvVar, ...]
+    placement: str
+    hisparse: bool                     # HiSparse flags emitted (False for the prefill role)
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _num(v: float) -> str:
+    return repr(float(v)) if not float(v).is_integer() else str(v)
+
+
+def program(profile: Profile, python: str, entrypoint: str | None = None) -> tuple[str, ...]:
+    """``python -m sglang.launch_server`` or the ``sglang serve`` console script next to ``python``."""
+    ep = entrypoint or profile.sglang.entrypoint
+    if ep == "serve":
+        d = os.path.dirname(python)
+        return (os.path.join(d, "sglang") if d else "sglang", "serve")
+    return (python, "-m", "sglang.launch_server")
+
+
+def sglang_flags(profile: Profile, *, model_path: str | None) -> list[Flag]:
+    """The SGLang flags the profile implies (user extras are appended by :func:`build_command`)."""
+    s, h, q, m = profile.sglang, profile.hisparse, profile.pool, profile.model
+    out: list[Flag] = []
+    if model_path is None:
+        out.append(Flag(("--model-path", m.hf_id), "model.hf_id", "the model the profile was tuned for"))
+    out.append(Flag(("--trust-remote-code",), "model.architecture",
+                    f"{m.architecture} ships its own config code (DeepSeek-V3.2 canonical command)"))
+    out.append(Flag(("--tp-size", str(s.tp_size)), "sglang.tp_size", "GPU ranks; each allocates its own host pool"))
+    out.append(Flag(("--attn-dp-size", str(s.attn_dp_size)), "sglang.attn_dp_size",
+                    "attention data parallelism (0.5.23 spelling; replaces --dp-size N --enable-dp-attention)"))
+    out.append(Flag(("--kv-cache-dtype", s.kv_cache_dtype), "sglang.kv_cache_dtype",
+                    "656 B FP8 records or 1152 B BF16 records per token and layer"))
+    out.append(Flag(("--page-size", str(s.page_size)), "sglang.page_size", "DSA forces 64 on CUDA; stated, not tuned"))
+    if s.role != "prefill":
+        out.append(Flag(("--disable-radix-cache",), "sactool", "HiSparse requires it (hisparse_hook.py)"))
+        out.append(Flag(("--enable-hisparse",), "sglang.role",
+                        f"role {s.role}: full KV in the host pool, top-k fetched per layer"))
+        out.append(Flag(("--hisparse-config", json.dumps(h.config_json(), separators=(",", ":"))),
+                        "hisparse.top_k, hisparse.device_buffer_size, hisparse.host_to_device_ratio, "
+                        "hisparse.swap_in_block_size",
+                        "the keys SGLang's _parse_sparse_config reads"))
+    if s.dsa_decode_backend:
+        out.append(Flag(("--dsa-decode-backend", s.dsa_decode_backend), "sglang.dsa_decode_backend",
+                        "must be in HiSparse's allow-list for the kv dtype"))
+    if s.role != "colocated":
+        out.append(Flag(("--disaggregation-mode", s.role), "sglang.role",
+                        "PD disaggregation" + ("; HiSparse off on the prefill side" if s.role == "prefill" else "")))
+    if q.gpu_local_nodes and q.placement != "numactl":
+        out.append(Flag(("--numa-node", *map(str, q.gpu_local_nodes)), "pool.gpu_local_nodes",
+                        "CPU/DRAM binding of each rank (GPU-local node, never the CXL node)"))
+    if s.mem_fraction_static is not None:
+        out.append(Flag(("--mem-fraction-static", _num(s.mem_fraction_static)), "sglang.mem_fraction_static",
+                        "GPU memory for weights and KV"))
+    if s.max_running_requests is not None:
+        out.append(Flag(("--max-running-requests", str(s.max_running_requests)), "sglang.max_running_requests",
+                        "concurrency the pool was sized for"))
+    if s.context_length is not None:
+        out.append(Flag(("--context-length", str(s.context_length)), "sglang.context_length",
+                        "longest request the pool was sized for"))
+    return out
+
+
+def numactl_prefix(profile: Profile) -> list[Flag]:
+    """``numactl …`` for placement ``numactl`` (coarse: every allocation of every rank moves)."""
+    q = profile.pool
+    args: list[str] = ["numactl"]
+    if q.gpu_local_nodes:
+        args.append("--cpunodebind=" + ",".join(str(n) for n in sorted(set(q.gpu_local_nodes))))
+    nodes = ",".join(str(n) for n in q.nodes)
+    if q.policy == "weighted_interleave":
+        args.append("--weighted-interleave=" + ",".join(str(n) for n in sorted(q.interleave_weights)))
+        why = ("weighted interleave over the nodes of pool.interleave_weights; the weights themselves are "
+               "the kernel's (/sys/kernel/mm/mempolicy/weighted_interleave), numactl cannot set them")
+        src = "pool.placement, pool.policy, pool.interleave_weights, pool.gpu_local_nodes"
+    elif q.policy == "preferred":
+        args.append(("--preferred=" if len(q.nodes) == 1 else "--preferred-many=") + nodes)
+        why, src = "prefer the pool node(s) for every allocation", "pool.placement, pool.policy, pool.nodes, pool.gpu_local_nodes"
+    else:
+        args.append("--membind=" + nodes)
+        why, src = "bind every allocation to the pool node(s)", "pool.placement, pool.policy, pool.nodes, pool.gpu_local_nodes"
+    return [Flag(tuple(args), src, why + "; coarse baseline: heap, staging and page cache move too")]
+
+
+def _has(extra: Sequence[str], *names: str) -> bool:
+    return any(a in names or any(a.startswith(n + "=") for n in names) for a in extra)
+
+
+def build_command(profile: Profile, *, profile_path: str, extra_args: Sequence[str] = (), python: str,
+                  entrypoint: str | None = None, environ: Mapping[str, str] | None = None) -> Command:
+    """argv and environment delta for ``profile`` (checks are done by :mod:`sactool.serve.checks`)."""
+    environ = os.environ if environ is None else environ
+    q, s, h = profile.pool, profile.sglang, profile.hisparse
+    extra = list(extra_args)
+    hisparse = s.role != "prefill"
+    model_path = next((extra[i + 1] for i, a in enumerate(extra[:-1]) if a in ("--model-path", "--model")), None)
+    if model_path is None:
+        model_path = next((a.split("=", 1)[1] for a in extra if a.startswith(("--model-path=", "--model="))), None)
+    prefix: list[Flag] = numactl_prefix(profile) if q.placement == "numactl" and hisparse else []
+    prog = program(profile, python, entrypoint)
+    prefix.append(Flag(prog, "sglang.entrypoint" if entrypoint is None else "--entrypoint",
+                       "SGLang's launcher in the target Python"))
+    flags = sglang_flags(profile, model_path=model_path)
+    if extra:
+        flags.append(Flag(tuple(extra), "user (after --)", "passed through untouched, last so they win"))
+    env: list[EnvVar] = []
+    notes: list[str] = []
+    if hisparse and q.placement == "plugin":
+        cur = [p.strip() for p in environ.get("SGLANG_PLUGINS", "").split(",") if p.strip()]
+        val = ",".join(cur + ([PLUGIN_NAME] if PLUGIN_NAME not in cur else []))
+        env.append(EnvVar("SGLANG_PLUGINS", val, "pool.placement",
+                          "load the sactool_cxl plug-in in every scheduler process"
+                          + ("" if cur else " (this whitelists only it: set SGLANG_PLUGINS first to keep others)")))
+        env.append(EnvVar("SACTOOL_PROFILE", os.path.abspath(profile_path), "--profile",
+                          "the plug-in reads pool.* from it: " + _targets(profile)))
+        if q.strict:
+            env.append(EnvVar("SACTOOL_STRICT", "1", "pool.strict",
+                              "the plug-in stops the rank instead of falling back to SGLang's allocator"))
+    if hisparse and not h.prefetch:
+        env.append(EnvVar("SGLANG_DISABLE_HISPARSE_PREFETCH", "1", "hisparse.prefetch",
+                          "prefetch off (it only acts on IndexShare models)"))
+    if q.register_chunk_gb is not None:
+        env.append(EnvVar("SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB", str(q.register_chunk_gb), "pool.register_chunk_gb",
+                          "cudaHostRegister chunk size of the host pool"))
+    if hisparse and q.placement in ("numactl", "none"):
+        if q.placement == "numactl":
+            env.append(EnvVar("SGLANG_AUTO_NUMA_BIND", "0", "pool.placement",
+                              "SGLang would re-exec each rank under numactl --membind=<GPU node>, undoing the prefix"))
+        if q.hugepages in ("2MB", "1GB"):
+            env.append(EnvVar("SGLANG_HUGEPAGE_SIZE", q.hugepages, "pool.hugepages", "stock allocator: MAP_HUGETLB pages"))
+        elif q.hugepages == "thp":
+            env.append(EnvVar("SGLANG_HICACHE_HOST_PARALLEL_ALLOC_THREADS", str(q.prefault_threads),
+                              "pool.prefault_threads, pool.hugepages",
+                              "stock allocator: private THP mapping pre-faulted by this many threads"))
+        else:
+            notes.append("pool.hugepages none: SGLang's stock allocator keeps its shared mapping "
+                         "(no parallel pre-fault, which would ask for THP)")
+    if hisparse and q.placement == "none":
+        notes.append("placement none: DRAM baseline with the same HiSparse settings, for A/B runs")
+    if not hisparse:
+        notes.append("role prefill: no HiSparse host pool, so no placement and no plug-in")
+    argv = tuple(a for f in prefix for a in f.args) + tuple(a for f in flags for a in f.args)
+    return Command(argv=argv, env_delta={e.name: e.value for e in env}, prefix=tuple(prefix), flags=tuple(flags),
+                   env=tuple(env), placement=q.placement if hisparse else "none", hisparse=hisparse,
+                   notes=tuple(notes))
+
+
+def _targets(profile: Profile) -> str:
+    from sactool.errors import SactoolError
+    from sactool.serve.pool import ranks_by_target
+
+    try:
+        return "; ".join(f"{t} <- ranks {','.join(map(str, rs))}" for t, rs in ranks_by_target(profile).items())
+    except SactoolError as e:  # a bad rank table is reported by the checks, not here
+        return e.message
+
+
+def emitted_flag_names(cmd: Command) -> list[str]:
+    """The ``--flags`` sactool itself put after the program (not the user's, not numactl's)."""
+    return [a for f in cmd.flags if f.source != "user (after --)" for a in f.args if a.startswith("--")]

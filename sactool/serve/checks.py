@@ -1,0 +1,258 @@
+"""Checks ``sactool serve`` runs before it starts SGLang: model, conflicting extras, the installed
+SGLang (in the target Python), and the pool's nodes / DAX devices and their free memory.
+
+Each failure is a one-line error with a hint and its own exit code (sactool/serve/errors.py).
+Conflicts follow SGLang 0.5.23's own validation (arg_groups/hisparse_hook.py,
+model_overrides/deepseek_v2.py; shared/reference/sglang-integration.md §2.2, §6.4).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from sactool.errors import CapacityError, RecordError, TopologyError
+from sactool.profile import Profile
+from sactool.serve.errors import ConflictError, EngineMissingError, EngineVersionError, ModelMismatchError
+
+# ------------------------------------------------------------------------------------------
+# model
+# ------------------------------------------------------------------------------------------
+
+
+def model_path_of(extra: Sequence[str]) -> str | None:
+    for i, a in enumerate(extra):
+        if a in ("--model-path", "--model") and i + 1 < len(extra):
+            return extra[i + 1]
+        if a.startswith(("--model-path=", "--model=")):
+            return a.split("=", 1)[1]
+    return None
+
+
+_CONFIG_FIELDS = (("num_hidden_layers", "num_layers"), ("kv_lora_rank", "kv_lora_rank"),
+                  ("qk_rope_head_dim", "qk_rope_head_dim"), ("index_topk", "index_topk"),
+                  ("max_position_embeddings", "max_position_embeddings"))
+
+
+def check_model(profile: Profile, extra: Sequence[str]) -> str:
+    """The model SGLang will load must be the profile's; a local path's config.json is compared."""
+    m = profile.model
+    path = model_path_of(extra)
+    if path is None:
+        return f"model {m.hf_id} (from the profile)"
+    if os.path.isdir(path):
+        cfg_path = Path(path) / "config.json"
+        try:
+            cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ModelMismatchError(f"{path} has no config.json", "point --model-path at a Hugging Face model directory") from None
+        except (OSError, ValueError) as e:
+            raise ModelMismatchError(f"{cfg_path} cannot be read: {e}", "check the model directory") from None
+        text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+        arch = (cfg.get("architectures") or [None])[0]
+        diffs = [f"architecture {arch} != {m.architecture}"] if arch != m.architecture else []
+        for key, attr in _CONFIG_FIELDS:
+            if key in text and text[key] != getattr(m, attr):
+                diffs.append(f"{key} {text[key]} != {getattr(m, attr)}")
+        if diffs:
+            raise ModelMismatchError(f"the profile is for {m.name} ({m.hf_id}) but {cfg_path} differs: "
+                                     + "; ".join(diffs), f"tune a profile for this model: sactool tune --model {cfg_path}")
+        return f"model {path}: config.json matches the profile ({m.architecture}, {m.num_layers} layers)"
+    if path.rstrip("/").lower() != m.hf_id.rstrip("/").lower():
+        raise ModelMismatchError(f"the profile is for {m.hf_id}, not {path}",
+                                 f"drop --model-path (the profile gives {m.hf_id}), or tune a profile for {path}")
+    return f"model {path} matches the profile"
+
+
+# ------------------------------------------------------------------------------------------
+# conflicting extras
+# ------------------------------------------------------------------------------------------
+
+
+def _values(extra: Sequence[str], names: tuple[str, ...]) -> list[str | None]:
+    """Values given for any of ``names`` (None for a bare flag)."""
+    out: list[str | None] = []
+    for i, a in enumerate(extra):
+        if a in names:
+            nxt = extra[i + 1] if i + 1 < len(extra) else None
+            out.append(None if nxt is None or nxt.startswith("--") else nxt)
+        elif any(a.startswith(n + "=") for n in names):
+            out.append(a.split("=", 1)[1])
+    return out
+
+
+# flag (and its 0.5.23 aliases) -> the profile field that owns it
+OWNED = {
+    ("--tp-size", "--tensor-parallel-size"): ("sglang.tp_size", lambda p: str(p.sglang.tp_size)),
+    ("--attn-dp-size", "--attention-data-parallel-size"): ("sglang.attn_dp_size", lambda p: str(p.sglang.attn_dp_size)),
+    ("--kv-cache-dtype",): ("sglang.kv_cache_dtype", lambda p: p.sglang.kv_cache_dtype),
+    ("--page-size",): ("sglang.page_size", lambda p: str(p.sglang.page_size)),
+    ("--dsa-decode-backend",): ("sglang.dsa_decode_backend", lambda p: p.sglang.dsa_decode_backend),
+    ("--disaggregation-mode",): ("sglang.role", lambda p: "null" if p.sglang.role == "colocated" else p.sglang.role),
+    ("--mem-fraction-static",): ("sglang.mem_fraction_static", lambda p: p.sglang.mem_fraction_static),
+    ("--max-running-requests",): ("sglang.max_running_requests", lambda p: p.sglang.max_running_requests),
+    ("--context-length",): ("sglang.context_length", lambda p: p.sglang.context_length),
+}
+
+
+def check_conflicts(profile: Profile, extra: Sequence[str]) -> list[str]:
+    """Refuse extras that contradict the profile or HiSparse; returns the extras accepted."""
+    hisparse = profile.sglang.role != "prefill"
+
+    def refuse(msg: str, hint: str) -> None:
+        raise ConflictError(msg, hint)
+
+    if _values(extra, ("--hisparse-config", "--hierarchical-sparse-attention-extra-config")):
+        refuse("--hisparse-config is set by the profile (hisparse.*)",
+               "change hisparse.device_buffer_size / host_to_device_ratio / swap_in_block_size in the profile "
+               "(or re-run sactool tune) instead of passing --hisparse-config")
+    if _values(extra, ("--numa-node",)):
+        refuse("--numa-node is set by the profile (pool.gpu_local_nodes)",
+               "change pool.gpu_local_nodes in the profile")
+    if _values(extra, ("--enable-dp-attention",)):
+        refuse("--enable-dp-attention is the deprecated spelling of attention DP",
+               "set sglang.attn_dp_size in the profile (sactool emits --attn-dp-size)")
+    for names, (fld, get) in OWNED.items():
+        for v in _values(extra, names):
+            mine = get(profile)
+            if mine is not None and (v is None or str(v) != str(mine)):
+                refuse(f"{names[0]} {v} contradicts the profile's {fld} ({mine})",
+                       f"change {fld} in the profile (the host pool was sized with it), then drop {names[0]}")
+    if not hisparse:
+        if _values(extra, ("--enable-hisparse",)):
+            refuse("--enable-hisparse with a prefill-role profile", "set sglang.role to colocated or decode")
+        return list(extra)
+    if _values(extra, ("--enable-hierarchical-cache", "--enable-hicache")):
+        refuse("--enable-hierarchical-cache cannot run with HiSparse in SGLang 0.5.23 (HiCache needs the radix "
+               "cache, HiSparse needs it off)", "drop it, or set sglang.role to prefill in a profile for the prefill side")
+    if _values(extra, ("--enable-mixed-chunk",)):
+        refuse("--enable-mixed-chunk is not supported with HiSparse (hisparse_hook.py)", "drop --enable-mixed-chunk")
+    for v in _values(extra, ("--dcp-size", "--decode-context-parallel-size")):
+        if v is None or v != "1":
+            refuse(f"--dcp-size {v} is rejected with HiSparse (model_overrides/deepseek_v2.py)", "drop --dcp-size")
+    for v in _values(extra, ("--speculative-eagle-topk",)):
+        if v != "1":
+            refuse(f"--speculative-eagle-topk {v}: HiSparse supports linear speculation only",
+                   "use --speculative-eagle-topk 1")
+    if _values(extra, ("--speculative-adaptive",)):
+        refuse("--speculative-adaptive is not supported with HiSparse (statically sized swap state)",
+               "drop --speculative-adaptive")
+    for v in _values(extra, ("--attention-backend",)):
+        if v not in ("dsa", "nsa"):
+            refuse(f"--attention-backend {v}: HiSparse runs on the DSA backend", "drop --attention-backend (dsa is automatic)")
+    return list(extra)
+
+
+# ------------------------------------------------------------------------------------------
+# the installed SGLang, asked in the target Python
+# ------------------------------------------------------------------------------------------
+
+ENGINE_PROBE = r"""
+import json, os, sys, sysconfig
+from importlib import metadata as md
+out = {"python": sys.executable, "python_version": sys.version.split()[0], "sglang": None,
+       "launch_server": False, "console_script": None, "plugins": []}
+try:
+    d = md.distribution("sglang")
+    out["sglang"] = d.version
+    out["launch_server"] = any(str(f) == "sglang/launch_server.py" for f in (d.files or ()))
+    for ep in d.entry_points:
+        if ep.group == "console_scripts" and ep.name == "sglang":
+            p = os.path.join(sysconfig.get_path("scripts"), "sglang")
+            out["console_script"] = p if os.path.exists(p) else "declared, not on disk: " + p
+except md.PackageNotFoundError:
+    pass
+out["plugins"] = sorted("%s=%s" % (ep.name, ep.value) for ep in md.entry_points(group="sglang.srt.plugins"))
+print(json.dumps(out))
+"""
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    python: str
+    python_version: str
+    sglang: str | None
+    launch_server: bool
+    console_script: str | None
+    plugins: tuple[str, ...]
+
+
+def probe_engine(python: str, *, timeout_s: float = 60.0) -> EngineInfo:
+    """Ask ``python`` (argv list, no shell) what SGLang and plug-ins it has; imports no SGLang code."""
+    try:
+        r = subprocess.run([python, "-c", ENGINE_PROBE], capture_output=True, text=True, timeout=timeout_s,
+                           check=False, stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        raise EngineMissingError(f"Python {python} does not exist", "pass --python the interpreter of SGLang's environment") from None
+    except PermissionError:
+        raise EngineMissingError(f"{python} is not executable", "pass --python the interpreter of SGLang's environment") from None
+    except subprocess.TimeoutExpired:
+        raise EngineMissingError(f"{python} did not answer within {timeout_s:.0f} s", "check the interpreter") from None
+    try:
+        d = json.loads(r.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        first = (r.stderr.strip().splitlines() or ["no output"])[-1]
+        raise EngineMissingError(f"{python} could not report its packages ({first})",
+                                 "pass --python a Python 3.10+ interpreter") from None
+    return EngineInfo(d["python"], d["python_version"], d["sglang"], bool(d["launch_server"]),
+                      d["console_script"], tuple(d["plugins"]))
+
+
+def _release(v: str) -> tuple[int, ...]:
+    m = re.match(r"^\s*v?(\d+(?:\.\d+)*)", v)
+    if not m:
+        raise ValueError(v)
+    parts = [int(x) for x in m.group(1).split(".")]
+    while len(parts) > 1 and parts[-1] == 0:
+        parts.pop()
+    return tuple(parts)
+
+
+def version_in(version: str, spec: str) -> bool:
+    """``version`` satisfies a comma-separated PEP 440-style range of >=, >, <=, <, ==, != clauses
+    (release numbers only; a pre-release counts as its release)."""
+    v = _release(version)
+    ops = {">=": lambda a, b: a >= b, ">": lambda a, b: a > b, "<=": lambda a, b: a <= b,
+           "<": lambda a, b: a < b, "==": lambda a, b: a == b, "!=": lambda a, b: a != b}
+    for clause in filter(None, (c.strip() for c in spec.split(","))):
+        m = re.match(r"^(>=|<=|==|!=|>|<)\s*(.+)$", clause)
+        if not m:
+            raise RecordError(f"profile field sglang.tested: cannot read {clause!r}", "use e.g. '>=0.5.23,<0.6'")
+        if not ops[m.group(1)](v, _release(m.group(2))):
+            return False
+    return True
+
+
+def check_engine(profile: Profile, info: EngineInfo, *, entrypoint: str, plugin: bool,
+                 allow_untested: bool = False) -> list[str]:
+    """SGLang installed, in range, its entry point present, and the plug-in visible to it."""
+    tested = profile.sglang.tested
+    if info.sglang is None:
+        raise EngineMissingError(f"SGLang is not installed in {info.python}",
+                                 f"pip install 'sglang{tested}' there, or pass --python SGLang's interpreter")
+    lines = [f"SGLang {info.sglang} in {info.python} (Python {info.python_version})"]
+    if not version_in(info.sglang, tested):
+        msg = f"SGLang {info.sglang} is outside the profile's tested range {tested}"
+        if not allow_untested:
+            raise EngineVersionError(msg, f"install a tested version (pip install 'sglang{tested}'), or check it with "
+                                          "tests/test_sglang_compat.py and widen sglang.tested in the profile, "
+                                          "or pass --allow-untested-sglang")
+        lines.append("warning: " + msg + " (--allow-untested-sglang)")
+    if entrypoint == "launch_server" and not info.launch_server:
+        raise EngineMissingError(f"sglang.launch_server is missing from SGLang {info.sglang}",
+                                 "use --entrypoint serve, or reinstall SGLang")
+    if entrypoint == "serve" and (not info.console_script or info.console_script.startswith("declared")):
+        raise EngineMissingError(f"the 'sglang' console script is not installed ({info.console_script or 'not declared'})",
+                                 "use --entrypoint launch_server, or reinstall SGLang")
+    if plugin:
+        mine = [p for p in info.plugins if p.startswith("sactool_cxl=")]
+        if not mine:
+            raise EngineMissingError(f"the sactool_cxl plug-in is not installed in {info.python}",
+                                     "pip install sactool into SGLang's environment (the same interpreter)")
+        lines.append(f"plug-in {mine[0]}")
+    return lines

@@ -1,0 +1,145 @@
+"""``sactool serve``: check everything, then ``os.execvpe`` SGLang so signals reach it directly.
+
+:func:`build_launch` is the library entry (notebook-friendly): it loads the profile, runs the
+checks of :mod:`sactool.serve.checks` and :mod:`sactool.serve.capacity`, builds the command
+(:mod:`sactool.serve.argv`) and returns a frozen :class:`Launch`. :func:`exec_launch` replaces the
+current process with SGLang: no child process, no signal relay to get wrong — SIGTERM/SIGINT go
+to SGLang and its exit status is the exit status of ``sactool serve``.
+
+With ``dry_run`` the checks that depend on the host or the target Python (SGLang installed and in
+range, plug-in installed, numactl, pool nodes and their free memory) are reported as
+``problems`` instead of raised, so a command can be prepared for another machine; checks of the
+inputs themselves (profile, model, conflicting extras) still fail.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from sactool.errors import SactoolError
+from sactool.host.sysfs import SysfsReader
+from sactool.profile import Profile, load_profile
+from sactool.serve import capacity, checks
+from sactool.serve.argv import Command, build_command
+from sactool.serve.errors import EngineMissingError
+
+
+@dataclass(frozen=True)
+class Problem:
+    exit_code: int
+    message: str
+    hint: str | None
+
+
+@dataclass(frozen=True)
+class Launch:
+    profile_path: str
+    profile: Profile
+    command: Command
+    checks: tuple[str, ...]
+    pool: capacity.PoolCheck | None
+    problems: tuple[Problem, ...] = field(default_factory=tuple)
+    dry_run: bool = False
+
+    def to_data(self) -> dict[str, Any]:
+        c = self.command
+        pool = None
+        if self.pool is not None:
+            s = self.pool.sizing
+            pool = {"bytes_per_rank": s.bytes_per_rank, "bytes_per_rank_source": s.source,
+                    "device_token_slots": s.device_token_slots, "host_to_device_ratio": s.host_to_device_ratio,
+                    "num_layers": s.num_layers, "row_bytes": s.row_bytes, "page_size": s.page_size,
+                    "formula": "(S*R + page) * L * row_bytes per rank",
+                    "targets": [{"target": t.target, "ranks": list(t.ranks), "need_bytes": t.need_bytes,
+                                 "available_bytes": t.available_bytes, "available_source": t.available_source,
+                                 "ok": t.ok} for t in self.pool.targets],
+                    "note": self.pool.note}
+        return {
+            "argv": list(c.argv),
+            "env_delta": dict(c.env_delta),
+            "placement": c.placement,
+            "flags": [{"args": list(f.args), "source": f.source, "why": f.why} for f in (*c.prefix, *c.flags)],
+            "env": [{"name": e.name, "value": e.value, "source": e.source, "why": e.why} for e in c.env],
+            "checks": list(self.checks),
+            "pool": pool,
+            "notes": list(c.notes),
+            "problems": [{"exit_code": int(p.exit_code), "message": p.message, "hint": p.hint} for p in self.problems],
+            "dry_run": self.dry_run,
+        }
+
+
+def build_launch(profile_path: str, extra_args: Sequence[str] = (), *, python: str | None = None,
+                 entrypoint: str | None = None, dry_run: bool = False, allow_untested: bool = False,
+                 sysfs_root: str | None = None, environ: Mapping[str, str] | None = None) -> Launch:
+    """Validate profile, model, extras, SGLang and pool; build argv and env delta."""
+    profile = load_profile(profile_path)
+    extra = list(extra_args)
+    python = python or sys.executable
+    ep = entrypoint or profile.sglang.entrypoint
+    lines = [f"profile {os.path.abspath(profile_path)}: {profile.model.name}, schema {profile.schema_version}"]
+    lines.append(checks.check_model(profile, extra))
+    checks.check_conflicts(profile, extra)
+    cmd = build_command(profile, profile_path=profile_path, extra_args=extra, python=python,
+                        entrypoint=entrypoint, environ=environ)
+    problems: list[Problem] = []
+
+    def attempt(fn):
+        try:
+            return fn()
+        except SactoolError as e:
+            if not dry_run:
+                raise
+            problems.append(Problem(int(e.exit_code), e.message, e.hint))
+            return None
+
+    def engine() -> list[str]:
+        info = checks.probe_engine(python)
+        return checks.check_engine(profile, info, entrypoint=ep, plugin=cmd.placement == "plugin",
+                                   allow_untested=allow_untested)
+
+    lines.extend(attempt(engine) or [])
+    if cmd.placement == "numactl":
+        def numactl() -> list[str]:
+            path = shutil.which("numactl")
+            if not path:
+                raise EngineMissingError("numactl is not installed (placement numactl)",
+                                         "apt-get install numactl, or use pool.placement plugin")
+            return [f"numactl: {path}"]
+        lines.extend(attempt(numactl) or [])
+    pool = attempt(lambda: capacity.check_pool(profile, SysfsReader(sysfs_root)))
+    if pool is not None:
+        s = pool.sizing
+        if s.bytes_per_rank is not None:
+            lines.append(f"host pool per rank: {s.bytes_per_rank} bytes from {s.source}"
+                         + (f" (S={s.device_token_slots}, R={s.host_to_device_ratio}, page={s.page_size}, "
+                            f"L={s.num_layers}, row={s.row_bytes} B)" if s.device_token_slots else ""))
+        for t in pool.targets:
+            lines.append(f"{t.target}: ranks {','.join(map(str, t.ranks))} need {t.need_bytes} bytes, "
+                         f"{t.available_bytes} available")
+        if pool.note:
+            lines.append(pool.note)
+    if profile.pool.stand_in and cmd.placement != "none":
+        lines.append("pool.stand_in: the profile's pool node is a DRAM node standing in for CXL")
+    return Launch(os.path.abspath(profile_path), profile, cmd, tuple(lines), pool, tuple(problems), dry_run)
+
+
+def exec_launch(launch: Launch, environ: Mapping[str, str] | None = None) -> None:
+    """Replace this process with SGLang (``os.execvpe``); returns only by raising."""
+    if launch.problems:
+        p = launch.problems[0]
+        raise SactoolError(p.message, p.hint)
+    env = dict(os.environ if environ is None else environ)
+    env.update(launch.command.env_delta)
+    argv = list(launch.command.argv)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvpe(argv[0], argv, env)
+    except FileNotFoundError:
+        raise EngineMissingError(f"{argv[0]} does not exist", "pass --python SGLang's interpreter") from None
+    except PermissionError:
+        raise EngineMissingError(f"{argv[0]} is not executable", "pass --python SGLang's interpreter") from None
