@@ -126,7 +126,7 @@ def verdict(nodes: list[NumaNode], regions: list[CxlRegion], dax: list[DaxDevice
     if cxl:
         ids = tuple(n.id for n in cxl)
         cpu = nearest(ids[0])
-        parts = [f"{n.name}: {'; '.join(e for e in n.evidence if '←' in e or 'lies in' in e) or 'CXL'}, "
+        parts = [f"{'; '.join(e for e in n.evidence if '←' in e) or n.name + ': ' + n.evidence[0]}, "
                  f"{format_bytes(n.mem_total_bytes or 0)} ({format_bytes(n.mem_free_bytes or 0)} free)"
                  for n in cxl]
         return Verdict(ids, False, "CXL memory onlined as NUMA node(s) — " + " | ".join(parts)

@@ -325,13 +325,20 @@ class Topology:
             "demotion_enabled": self.demotion_enabled,
             "cxl": {
                 "memdevs": to_data(self.memdevs),
-                "windows": to_data(self.windows),
+                "windows": [_hex_start(to_data(d)) for d in self.windows],
                 "regions": [dict(to_data(r), resource=None if r.resource is None else f"{r.resource:#x}")
                             for r in self.regions],
-                "decoders": to_data(tuple(d for d in self.decoders if d.level != "root")),
+                "decoders": [_hex_start(to_data(d)) for d in self.decoders if d.level != "root"],
             },
             "dax_devices": [dict(to_data(d), resource=None if d.resource is None else f"{d.resource:#x}")
                             for d in self.dax_devices],
             "warnings": to_data(self.warnings),
             "verdict": to_data(self.verdict),
         }
+
+
+def _hex_start(d: dict[str, Any]) -> dict[str, Any]:
+    """Addresses (HPA) as ``0x…`` strings in records, like the kernel prints them."""
+    if isinstance(d.get("start"), int):
+        d["start"] = f"{d['start']:#x}"
+    return d

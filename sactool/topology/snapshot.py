@@ -86,7 +86,10 @@ def collect(reader: SysfsReader) -> _Collector:
             child = f"{d}/{name}"
             full = col.root / child
             if os.path.islink(full):
-                col.links.setdefault(child, os.readlink(full))
+                target = os.readlink(full)
+                if not os.path.isabs(target) and not posixpath.normpath(
+                        posixpath.join(d, target)).startswith(".."):
+                    col.links.setdefault(child, target)
             elif full.is_dir():
                 col.dirs.add(child)
     return col
@@ -111,8 +114,7 @@ def build_archive(reader: SysfsReader) -> bytes:
         manifest = {
             "kind": "sysfs-snapshot",
             "sactool_version": __version__,
-            "recorded_from": str(reader.root),
-            "live": reader.live,
+            "recorded_from": "the live system" if reader.live else "a recording",
             "files": len(col.files), "links": len(col.links),
             "usage": "mkdir DIR && tar xzf THIS -C DIR && sactool probe --sysfs-root DIR",
         }

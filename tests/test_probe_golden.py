@@ -1,0 +1,114 @@
+"""Recorded machines replayed against golden probe output (hwloc-style), plus the facts each
+fixture must show: which node is CXL, its region, interleave, DAX mode, and why."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from fixtures.trees import ALL, GOLDEN, normalise, unpack
+from sactool.host.sysfs import SysfsReader
+from sactool.records import to_data
+from sactool.topology import probe
+
+UPDATE = os.environ.get("SACTOOL_UPDATE_GOLDEN") == "1"
+
+
+def _probe(name, tmp_path):
+    return probe(SysfsReader(unpack(name, tmp_path / name)))
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_golden(name, tmp_path):
+    data = normalise(to_data(_probe(name, tmp_path)))
+    path = GOLDEN / f"{name}.json"
+    if UPDATE:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
+    golden = json.loads(path.read_text())
+    assert data == golden, f"probe output changed for {name}; if intended, rerun with SACTOOL_UPDATE_GOLDEN=1"
+
+
+def kinds(t):
+    return {n.name: n.kind for n in t.nodes}
+
+
+def test_hmat_only(tmp_path):
+    t = _probe("hmat-only__00-boot", tmp_path)
+    assert not t.live
+    assert kinds(t) == {"node0": "dram", "node1": "dram"}
+    n1 = t.node(1)
+    assert not n1.has_cpu and n1.cpus == ()
+    assert n1.memory_side_caches[0].size_bytes == 64 << 20
+    assert n1.memory_side_caches[0].write_policy == "write-back"
+    h = n1.hmat_for(0)
+    assert (h.read_latency_ns, h.read_bandwidth_bytes_per_s, h.initiators) == (25, 10240 << 20, (0,))
+    assert "CPU-less" in n1.evidence and "tier 22 below DRAM tier 4" in n1.evidence
+    assert t.memdevs == () and t.regions == () and t.dax_devices == ()
+    assert t.verdict.stand_in and t.verdict.pool_nodes == (0,)
+    assert t.nearest_cpu_node(1) == 0
+
+
+@pytest.mark.parametrize("name", ["ram__10-region", "ram__30-system-ram"])
+def test_volatile_region_online_as_node2(name, tmp_path):
+    t = _probe(name, tmp_path)
+    assert kinds(t) == {"node0": "dram", "node1": "dram", "node2": "cxl"}
+    (reg,) = t.regions
+    assert (reg.mode, reg.interleave_ways, reg.memdevs, reg.committed) == ("ram", 1, ("mem0",), True)
+    assert reg.resource == 0x190000000 and reg.size_bytes == 256 << 20
+    (dax,) = t.dax_devices
+    assert (dax.mode, dax.target_node, dax.region, dax.align_bytes) == ("system-ram", 2, "region0", 2 << 20)
+    assert t.node(2).evidence[0] == "node2 ← dax0.0 (kmem) ← region0 (ram, 1-way, mem0)"
+    assert "tier 15 below DRAM tier 4" in t.node(2).evidence
+    assert "HMAT read latency 17200 vs 10 (node0)" in t.node(2).evidence
+    assert [w.code for w in t.warnings] == ["hmat-scale-mismatch"]
+    (mem,) = t.memdevs
+    assert mem.affinity_node == 0  # the device's affinity, not node2 where its memory went
+    assert mem.ram_size_bytes == 256 << 20 and mem.serial == "0x1001"
+    assert mem.link.speed_gt_s == 32.0 and mem.link.width == 16
+    assert mem.link.ceiling_bytes_per_s == round(32e9 * 16 * 128 / 130 / 8)
+    assert t.verdict.pool_nodes == (2,) and not t.verdict.stand_in and t.verdict.cpu_node == 0
+    assert t.nearest_cpu_node(2) == 0
+
+
+def test_devdax_node_gone(tmp_path):
+    t = _probe("ram__20-devdax", tmp_path)
+    assert kinds(t) == {"node0": "dram", "node1": "dram"}
+    (dax,) = t.dax_devices
+    assert (dax.mode, dax.region, dax.target_node) == ("devdax", "region0", 2)
+    assert "cxl-devdax" in [w.code for w in t.warnings]
+    assert t.verdict.stand_in and t.verdict.pool_nodes == (0,)
+    assert "devdax" in t.verdict.reason
+
+
+def test_pmem_region(tmp_path):
+    t10 = _probe("pmem__10-region", tmp_path)
+    (reg,) = t10.regions
+    assert (reg.mode, reg.interleave_ways, reg.memdevs) == ("pmem", 1, ("mem0",))
+    assert t10.memdevs[0].pmem_size_bytes == 256 << 20 and t10.memdevs[0].ram_size_bytes == 0
+    (dax,) = t10.dax_devices
+    assert (dax.mode, dax.source, dax.region) == ("devdax", "nd", "region0")
+    assert 2 not in t10.node_ids
+    t30 = _probe("pmem__30-system-ram", tmp_path)
+    assert kinds(t30)["node2"] == "cxl"
+    assert t30.node(2).evidence[0] == "node2 ← dax0.0 (kmem) (nd namespace) ← region0 (pmem, 1-way, mem0)"
+    assert t30.verdict.pool_nodes == (2,)
+
+
+def test_kernel_61_failed_region(tmp_path):
+    t = _probe("ram-k6.1__10-region", tmp_path)
+    assert t.machine["kernel"] == "6.1.0-56-amd64"
+    assert t.regions == () and kinds(t) == {"node0": "dram", "node1": "dram"}
+    (w,) = [w for w in t.warnings if w.code == "memdev-unmapped"]
+    assert "mem0" in w.message and "6.3" in w.hint
+    assert t.windows[0].can_create_ram_region is False
+    assert t.verdict.stand_in
+
+
+def test_this_machine_recording(tmp_path):
+    t = _probe("this-machine", tmp_path)
+    assert not t.live and kinds(t) == {"node0": "dram"}
+    assert t.verdict.stand_in and t.verdict.pool_nodes == (0,)
+    assert "stands in" in t.verdict.reason and "node0" in t.verdict.reason
