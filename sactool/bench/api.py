@@ -1,0 +1,207 @@
+"""``run_bench()``: resolve nodes and CPUs, place and verify the buffer, measure, build the record.
+
+Validation happens before anything expensive (STYLE.md §10). Ctrl-C keeps every finished sample:
+the record comes back with ``complete: false`` and the caller exits 130 after writing it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+from sactool import records
+from sactool.bench import record as R
+from sactool.bench.protocol import PRESETS, Protocol, run_protocol
+from sactool.errors import TopologyError, UsageError
+from sactool.host.sysfs import SysfsReader
+
+TESTS = ("latency", "mlp", "loaded", "gather", "bandwidth")
+"""All tests, in the order ``all`` runs them (write/copy bandwidth last: it overwrites the chains)."""
+
+PRESET_SIZES = {"fast": 512 << 20, "default": 1 << 30, "rigorous": 4 << 30}
+"""Default buffer per preset; each is ≥ 8× a 32 MiB L3 so each half (one chase chain) is ≥ 4× LLC."""
+
+HIGH_RSD = 0.10
+"""Relative stdev above which a result is flagged (policy: 10%, hyperfine warns on outliers similarly)."""
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """What to measure. ``node``: memory node (None: the pool node of ``sactool probe``);
+    ``cpus``: CPU ids (None: the CPU node nearest the memory node); ``size_bytes``: buffer
+    (None: by preset); ``threads``: thread counts for bandwidth/gather sweeps; ``record_bytes``,
+    ``prefetch`` (records; None: per-size default), ``topk``, ``pattern``/``trace`` for gathers."""
+
+    tests: tuple[str, ...] = TESTS
+    node: int | None = None
+    cpus: tuple[int, ...] | None = None
+    size_bytes: int | None = None
+    threads: tuple[int, ...] | None = None
+    record_bytes: tuple[int, ...] | None = None
+    topk: int = 2048
+    prefetch: tuple[int, ...] | None = None
+    pattern: str = "uniform"
+    trace: str | None = None
+    hugepages: str = "thp"
+    preset: str = "default"
+    seed: int = 1
+    command: str = "all"
+    protocol: Protocol | None = None
+
+
+Progress = Callable[[str, int, int], None]
+
+
+def _warn(code: str, message: str, hint: str | None = None) -> dict:
+    return {"code": code, "message": message, "hint": hint}
+
+
+def resolve_cpus(topo, mem_node: int, cpus: tuple[int, ...] | None) -> tuple[int, tuple[int, ...]]:
+    """(cpu_node, cpus): given CPUs must be online and allowed; default: nearest CPU node's CPUs."""
+    from sactool.memory.nodes import check_cpu_node
+
+    allowed = os.sched_getaffinity(0)
+    if cpus:
+        bad = [c for c in cpus if c not in allowed]
+        if bad:
+            raise UsageError(f"CPU {bad[0]} is not available to this process (allowed: {sorted(allowed)})",
+                             "pick CPUs from 'sactool probe' that this process may run on")
+        owner = next((n.id for n in topo.nodes if cpus[0] in n.cpus), None)
+        return (owner if owner is not None else -1), tuple(cpus)
+    cpu_node = topo.nearest_cpu_node(mem_node)
+    node = check_cpu_node(topo, cpu_node)
+    use = tuple(c for c in node.cpus if c in allowed)
+    if not use:
+        raise TopologyError(f"none of node{cpu_node}'s CPUs is available to this process",
+                            "pass --cpus with CPUs this process may use")
+    return cpu_node, use
+
+
+def _validate(opts: BenchOptions, size: int, llc: int) -> None:
+    bad = [t for t in opts.tests if t not in TESTS]
+    if bad:
+        raise UsageError(f"unknown test {bad[0]!r}", f"use one of: {', '.join(TESTS)}, all")
+    if opts.preset not in PRESETS:
+        raise UsageError(f"unknown preset {opts.preset!r}", f"use one of: {', '.join(PRESETS)}")
+    for r in opts.record_bytes or ():
+        if r <= 0:
+            raise UsageError(f"record size {r} must be positive", "e.g. --record-bytes 656")
+        if r > size:
+            raise UsageError(f"record size {r} is larger than the buffer ({size} bytes)", "use a larger --size")
+        if opts.topk > size // r:
+            raise UsageError(f"top-k {opts.topk} is larger than the {size // r} records of {r} B in the buffer",
+                             "use a smaller --topk or a larger --size")
+    if opts.topk <= 0:
+        raise UsageError(f"top-k {opts.topk} must be positive", "e.g. --topk 2048")
+    for d in opts.prefetch or ():
+        if d < 0:
+            raise UsageError(f"prefetch distance {d} must be >= 0", "0 turns software prefetch off")
+    for t in opts.threads or ():
+        if t <= 0:
+            raise UsageError(f"thread count {t} must be positive", "e.g. --threads 1,2")
+
+
+def _thread_sweep(opts: BenchOptions, ncpu: int) -> list[int]:
+    if opts.threads:
+        bad = [t for t in opts.threads if t > ncpu]
+        if bad:
+            raise UsageError(f"{bad[0]} threads requested but only {ncpu} CPUs are in use",
+                             "pass --cpus with more CPUs or fewer --threads")
+        return sorted(set(opts.threads))
+    seq = sorted({1, ncpu} | {2 ** k for k in range(1, 8) if 2 ** k < ncpu})
+    return seq if ncpu > 4 else list(range(1, ncpu + 1))
+
+
+def run_bench(opts: BenchOptions, *, reader: SysfsReader | None = None, progress: Progress | None = None,
+              clock=None) -> R.BenchRecord:
+    """Measure on one (memory node, CPU set) pair and return the record (see :mod:`.record`)."""
+    from sactool.bench import env
+    from sactool.host.machine import machine_block
+    from sactool.memory import allocate
+    from sactool.memory.nodes import check_memory_node, topology
+
+    reader = reader or SysfsReader()
+    topo = topology(reader)
+    if not topo.live:
+        raise TopologyError(f"the topology comes from a recording ({topo.sysfs_root}), not this system",
+                            "sactool bench measures the running machine: drop --sysfs-root")
+    mem = opts.node if opts.node is not None else topo.verdict.pool_nodes[0]
+    check_memory_node(topo, mem)
+    cpu_node, cpus = resolve_cpus(topo, mem, opts.cpus)
+    llc = env.llc_bytes(reader, cpus[0]) or (32 << 20)
+    size = opts.size_bytes or PRESET_SIZES.get(opts.preset, 1 << 30)
+    _validate(opts, size, llc)
+    proto = opts.protocol or PRESETS[opts.preset]
+    threads = _thread_sweep(opts, len(cpus))
+    warnings: list[dict] = []
+    stand_in = None
+    if topo.verdict.stand_in or topo.node(mem).kind != "cxl":
+        stand_in = {"node": f"node{mem}", "kind": topo.node(mem).kind, "stands_in_for": "cxl",
+                    "reason": topo.verdict.reason if topo.verdict.stand_in else
+                    f"node{mem} is {topo.node(mem).kind}, not CXL memory"}
+        warnings.append(_warn("stand_in", f"node{mem} is {topo.node(mem).kind} memory standing in for CXL",
+                              "figures describe this memory, not a CXL device"))
+    busy = env.busy_fraction(reader, cpus)
+    if busy is not None and busy > 0.25:
+        warnings.append(_warn("cpus_busy", f"CPUs {list(cpus)} were {busy:.0%} busy before measuring",
+                              "other work shares these CPUs: expect noise; rerun when the machine is idle"))
+    gather_idx = _prepare_gather(opts, size, llc) if "gather" in opts.tests else []
+    if progress:
+        progress(f"placing {size} bytes on node{mem}", 0, 1)
+    buf = allocate(size, node=mem, hugepages=opts.hugepages, prefault_threads=len(cpus), prefault_cpus=cpus,
+                   topo=topo, reader=reader)
+    results: list[dict] = []
+    complete = True
+    try:
+        bdesc = buf.describe()
+        if bdesc["verified_fraction"] is not None and bdesc["verified_fraction"] < 0.999:
+            warnings.append(_warn("placement_unverified",
+                                  f"only {bdesc['verified_fraction']:.1%} of the buffer's pages are on node{mem}",
+                                  "the node may be short of free memory; try a smaller --size"))
+        if opts.hugepages == "thp" and (bdesc["hugepage_fraction"] or 0) < 0.9:
+            warnings.append(_warn("thp_not_granted", f"only {bdesc['hugepage_fraction'] or 0:.0%} of the buffer "
+                                  "got transparent huge pages", "random access also misses the TLB: latency "
+                                  "and gathers read slower (check /sys/kernel/mm/transparent_hugepage/enabled)"))
+        if size // 2 < 4 * llc and any(t in opts.tests for t in ("latency", "mlp", "loaded")):
+            warnings.append(_warn("small_buffer", f"each chase chain covers {size // 2} bytes, less than 4× the "
+                                  f"{llc}-byte last-level cache", "use --size of at least 8× the LLC"))
+        from sactool.bench import runner
+
+        complete = runner.measure_all(buf, opts, proto, cpus, threads, llc, gather_idx, results, warnings,
+                                      progress=progress, clock=clock)
+    finally:
+        buf.close()
+    for r in results:
+        r["memory_node"], r["cpu_node"] = f"node{mem}", (f"node{cpu_node}" if cpu_node >= 0 else None)
+        s = r.get("stats")
+        if s and s["n"] >= 3 and s["mean"] and s["stdev"] / s["mean"] > HIGH_RSD:
+            warnings.append(_warn("high_variance", f"{r['key']}: relative stdev {s['stdev'] / s['mean']:.0%}",
+                                  "the host is noisy: use --preset rigorous or rerun when idle"))
+    if not complete:
+        warnings.append(_warn("interrupted", "interrupted: finished samples are kept", "rerun to complete"))
+    data = records.header(R.KIND, R.SCHEMA_VERSION)
+    data.update({
+        "machine": machine_block(reader), "command": opts.command, "tests": list(opts.tests),
+        "protocol": proto.to_data(), "memory_node": f"node{mem}",
+        "cpu_node": f"node{cpu_node}" if cpu_node >= 0 else None, "cpus": list(cpus), "stand_in": stand_in,
+        "llc_bytes": llc, "buffer": bdesc, "results": results, "warnings": warnings, "complete": complete,
+    })
+    return R.from_data(data)
+
+
+def _prepare_gather(opts: BenchOptions, size: int, llc: int) -> list:
+    """(record_bytes, indices) pairs, made before the buffer so bad input fails fast."""
+    from sactool.bench import indices
+    from sactool.bench.suite import DEFAULT_RECORDS
+
+    out = []
+    for rb in opts.record_bytes or DEFAULT_RECORDS:
+        recs = size // rb
+        if opts.topk > recs:
+            raise UsageError(f"top-k {opts.topk} is larger than the {recs} records of {rb} B in the buffer",
+                             "use a smaller --topk or a larger --size")
+        steps = indices.steps_needed(rb, opts.topk, llc, recs)
+        out.append((rb, indices.make(opts.pattern, recs, opts.topk, steps, seed=opts.seed + rb, trace=opts.trace)))
+    return out

@@ -1,0 +1,81 @@
+"""Top-k index streams for gathers: uniform, clustered, or a recorded trace.
+
+A stream is ``steps × topk`` record indices (uint64), one decode step after another. Steps are
+independent draws; the number of steps is chosen so one pass touches ≥ 4× the last-level cache
+(otherwise a repeated pass would be served from cache).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from sactool.errors import RecordError, UsageError
+
+PATTERNS = ("uniform", "clustered", "trace")
+CLUSTER_RECORDS = 16
+"""Records per run in the clustered pattern: top-k entries come in runs of neighbouring tokens
+(a modelling choice stated in the record, not a measured figure)."""
+
+
+def steps_needed(record_bytes: int, topk: int, llc_bytes: int, records: int) -> int:
+    footprint = 4 * llc_bytes
+    steps = max(16, -(-footprint // max(1, record_bytes * topk)))
+    return int(min(steps, max(16, (64 << 20) // (8 * topk))))  # ≤ 64 MiB of indices
+
+
+def uniform(records: int, topk: int, steps: int, seed: int) -> np.ndarray:
+    """Each step: ``topk`` distinct records drawn uniformly (without replacement)."""
+    rng = np.random.default_rng(seed)
+    out = np.empty(steps * topk, dtype=np.uint64)
+    for s in range(steps):
+        out[s * topk:(s + 1) * topk] = rng.choice(records, topk, replace=False)
+    return out
+
+
+def clustered(records: int, topk: int, steps: int, seed: int, run: int = CLUSTER_RECORDS) -> np.ndarray:
+    """Each step: runs of ``run`` consecutive records at uniform random starts (may overlap)."""
+    rng = np.random.default_rng(seed)
+    run = max(1, min(run, records))
+    nruns = -(-topk // run)
+    starts = rng.integers(0, records - run + 1, size=(steps, nruns), dtype=np.uint64)
+    idx = (starts[:, :, None] + np.arange(run, dtype=np.uint64)[None, None, :]).reshape(steps, -1)[:, :topk]
+    return np.ascontiguousarray(idx.reshape(-1))
+
+
+def load_trace(path: str | Path, records: int, topk: int | None = None) -> np.ndarray:
+    """Indices from a trace: ``.npy`` integer array, or text with whitespace/comma-separated
+    integers (one decode step per line). Every index must be < ``records``."""
+    p = Path(path)
+    try:
+        if p.suffix == ".npy":
+            arr = np.load(p, allow_pickle=False)
+        else:
+            text = p.read_text(encoding="utf-8")
+            arr = np.array([int(t) for t in text.replace(",", " ").split()], dtype=np.int64)
+    except FileNotFoundError:
+        raise RecordError(f"trace {p} does not exist", "check the --trace path") from None
+    except (OSError, ValueError, UnicodeDecodeError) as e:
+        raise RecordError(f"trace {p} cannot be read: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
+                          "a trace is a .npy integer array or text of integers, one step per line") from None
+    if arr.size == 0 or not np.issubdtype(arr.dtype, np.integer):
+        raise RecordError(f"trace {p} holds no integer indices", "write record indices as integers")
+    arr = arr.reshape(-1)
+    if arr.min() < 0 or arr.max() >= records:
+        raise UsageError(f"trace {p} has index {int(arr.max()) if arr.max() >= records else int(arr.min())} "
+                         f"outside the buffer's {records} records", "use a larger --size or a matching trace")
+    return arr.astype(np.uint64)
+
+
+def make(pattern: str, records: int, topk: int, steps: int, seed: int = 1, trace: str | None = None) -> np.ndarray:
+    if pattern not in PATTERNS:
+        raise UsageError(f"unknown index pattern {pattern!r}", f"use one of: {', '.join(PATTERNS)}")
+    if pattern == "trace":
+        if not trace:
+            raise UsageError("index pattern 'trace' needs a trace file", "pass --trace FILE")
+        return load_trace(trace, records, topk)
+    if topk > records:
+        raise UsageError(f"top-k {topk} is larger than the {records} records in the buffer",
+                         "use a smaller --topk or a larger --size")
+    return (uniform if pattern == "uniform" else clustered)(records, topk, steps, seed)

@@ -1,0 +1,133 @@
+"""numba kernels and the spec of what each one measures (STYLE.md §6).
+
+All index arithmetic is unsigned (``np.uint64``): signed indices make numba emit a negative-index
+fix-up on every access and block vectorisation (../shared/reference/numba-memory-kernels.md:
+656 B gather 1.9 → 8.0 GB/s). Kernels are ``nogil`` so pinned Python threads run them in
+parallel; ``cache=True`` so a warm process loads them instead of compiling. Gather kernels are
+generated per (record size, prefetch distance) — see :mod:`sactool.bench.gathergen`.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+LINE_BYTES = 64
+"""Cache-line size: x86-64 and Neoverse (``/sys/devices/system/cpu/cpu0/cache/index0/coherency_line_size``)."""
+
+
+@intrinsic
+def prefetch_addr(typingctx, addr):
+    """``llvm.prefetch(ptr, rw=0 read, locality=3 keep in all levels, cache=1 data)`` at ``addr``
+    (numba has no prefetch API; this emits the intrinsic directly)."""
+    if not isinstance(addr, types.Integer):
+        return None
+    sig = types.void(addr)
+
+    def codegen(context, builder, signature, args):
+        i8p = ir.IntType(8).as_pointer()
+        ptr = builder.inttoptr(args[0], i8p)
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+        builder.call(fn, [ptr, i32(0), i32(3), i32(1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@nb.njit(cache=True, nogil=True)
+def chase(buf, start, steps):
+    """Dependent loads ``i = buf[i]``; ``buf`` uint64 words holding the next word index."""
+    i = np.uint64(start)
+    for _ in range(np.uint64(steps)):
+        i = buf[i]
+    return i
+
+
+@nb.njit(cache=True, nogil=True)
+def mlp_chase(buf, starts, steps):
+    """``starts.size`` independent chases advanced in lock-step (misses in flight = chains)."""
+    p = starts.copy()
+    n = p.size
+    for _ in range(np.uint64(steps)):
+        for j in range(n):
+            p[j] = buf[p[j]]
+    acc = np.uint64(0)
+    for j in range(n):
+        acc ^= p[j]
+    return acc
+
+
+@nb.njit(cache=True, nogil=True)
+def link_chain(buf, order, words_per_line):
+    """Write the cycle ``order[0] → order[1] → … → order[0]`` (line ids) into ``buf``."""
+    n = order.size
+    w = np.uint64(words_per_line)
+    for k in range(n - 1):
+        buf[np.uint64(order[k]) * w] = np.uint64(order[k + 1]) * w
+    buf[np.uint64(order[n - 1]) * w] = np.uint64(order[0]) * w
+
+
+@nb.njit(cache=True, nogil=True)
+def seq_read(a, lo, hi):
+    """Sum of uint64 words ``a[lo:hi]`` (LLVM vectorises the loop to full-width loads)."""
+    s = np.uint64(0)
+    for i in range(np.uint64(lo), np.uint64(hi)):
+        s += a[i]
+    return s
+
+
+@nb.njit(cache=True, nogil=True)
+def seq_write(a, lo, hi, v):
+    """``a[i] = v ^ i``: regular (not non-temporal) stores; the xor keeps LLVM from calling memset."""
+    x = np.uint64(v)
+    for i in range(np.uint64(lo), np.uint64(hi)):
+        a[i] = x ^ i
+
+
+@nb.njit(cache=True, nogil=True)
+def seq_copy(a, src_lo, dst_lo, n):
+    """``a[dst_lo+i] = a[src_lo+i] ^ 1`` (the xor keeps LLVM from calling memcpy)."""
+    one = np.uint64(1)
+    s = np.uint64(src_lo)
+    d = np.uint64(dst_lo)
+    for i in range(np.uint64(n)):
+        a[d + i] = a[s + i] ^ one
+
+
+@nb.njit(cache=True, nogil=True)
+def throttled_read(a, lo, hi, delay):
+    """Read one word per 64 B line of ``a[lo:hi]``, spinning ``delay`` dependent multiply-adds
+    between lines (MLC's injected delay). Returns a checksum so nothing is optimised away."""
+    s = np.uint64(0)
+    x = np.uint64(1)
+    mul = np.uint64(6364136223846793005)  # Knuth's MMIX LCG multiplier
+    for i in range(np.uint64(lo), np.uint64(hi), np.uint64(8)):
+        s += a[i]
+        for _ in range(np.uint64(delay)):
+            x = x * mul + np.uint64(1)
+    return s + x
+
+
+KERNEL_SPECS = {
+    "chase": {"bytes_read_per_element": 8, "bytes_written_per_element": 0, "element": "dependent load",
+              "access_pattern": "pointer chase over a random cyclic permutation of 64 B lines", "load_width_bytes": 8},
+    "mlp": {"bytes_read_per_element": 8, "bytes_written_per_element": 0, "element": "dependent load of one chain",
+            "access_pattern": "N independent pointer chases on one random cyclic permutation", "load_width_bytes": 8},
+    "read": {"bytes_read_per_element": 8, "bytes_written_per_element": 0, "element": "uint64 word",
+             "access_pattern": "sequential, each thread its own contiguous slice",
+             "load_width_bytes": 8, "note": "8-byte loads in source; LLVM vectorises to the widest SIMD loads"},
+    "write": {"bytes_read_per_element": 0, "bytes_written_per_element": 8, "element": "uint64 word",
+              "access_pattern": "sequential regular stores (write-allocate traffic not counted)",
+              "load_width_bytes": 8},
+    "copy": {"bytes_read_per_element": 8, "bytes_written_per_element": 8, "element": "uint64 word",
+             "access_pattern": "sequential copy within each thread's slice", "load_width_bytes": 8},
+    "loaded": {"bytes_read_per_element": 8, "bytes_written_per_element": 0, "element": "dependent load",
+               "access_pattern": "one pointer chase while other threads read sequentially (one load per line) "
+                                 "with an injected delay", "load_width_bytes": 8},
+}

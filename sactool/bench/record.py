@@ -1,0 +1,167 @@
+"""The ``bench`` record (schema 1): what was measured, where, how, and how sure we are.
+
+Top level: ``records.header("bench", 1)`` + ``machine`` + ``command``, ``protocol``,
+``memory_node``, ``cpu_node``, ``cpus`` (separate: CXL nodes have no CPUs), ``stand_in``,
+``buffer``, ``results`` [{test, memory_node, cpu_node, params, kernel, unit, stats, samples,
+derived, first_call_seconds, reps_per_sample}], ``warnings`` [{code, message, hint}],
+``complete`` (False when Ctrl-C cut the run short; finished samples are kept).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sactool import records
+from sactool.errors import RecordError, UsageError
+
+KIND = "bench"
+SCHEMA_VERSION = 1
+UPGRADES: dict = {}  # schema n -> n+1 steps go here
+
+
+@dataclass(frozen=True)
+class BenchRecord:
+    """A loaded or freshly measured bench record. ``memory_node``/``cpu_node`` are node ids;
+    ``results`` and ``warnings`` are plain dicts as stored; ``data`` is the whole record."""
+
+    memory_node: int | None
+    cpu_node: int | None
+    cpus: tuple[int, ...]
+    stand_in: dict | None
+    buffer: dict
+    results: tuple[dict, ...]
+    warnings: tuple[dict, ...]
+    complete: bool
+    data: dict
+    path: str | None = None
+
+    def to_data(self) -> dict:
+        return self.data
+
+
+def _node_id(v: Any) -> int | None:
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v
+    if isinstance(v, str) and v.startswith("node") and v[4:].isdigit():
+        return int(v[4:])
+    return None
+
+
+def from_data(data: dict, *, source: str = "bench record", path: str | None = None) -> BenchRecord:
+    data = records.upgrade(data, kind=KIND, current=SCHEMA_VERSION, steps=UPGRADES, source=source)
+    res = data.get("results")
+    if not isinstance(res, list) or not all(isinstance(r, dict) and "test" in r for r in res):
+        raise RecordError(f"{source} has no valid 'results' list", "re-run 'sactool bench'")
+    warns = data.get("warnings") or []
+    return BenchRecord(memory_node=_node_id(data.get("memory_node")), cpu_node=_node_id(data.get("cpu_node")),
+                       cpus=tuple(int(c) for c in data.get("cpus") or ()), stand_in=data.get("stand_in"),
+                       buffer=dict(data.get("buffer") or {}), results=tuple(res), warnings=tuple(warns),
+                       complete=bool(data.get("complete", True)), data=data, path=path)
+
+
+def load_bench(path: str | Path) -> BenchRecord:
+    """Load a bench record written by ``sactool bench --out``: older schemas are upgraded, newer
+    ones refused ("upgrade sactool"); a corrupt file raises RecordError."""
+    data = records.load_structured(path, what="bench record")
+    return from_data(data, source=f"bench record {path}", path=str(path))
+
+
+# ---- gather figures --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GatherFigure:
+    """Gather throughput for ``record_bytes`` records. ``source``: "measured" (that size was
+    measured), "interpolated" or "extrapolated" (derived from measured sizes, scaled by cache lines
+    touched per record, see ``detail``)."""
+
+    record_bytes: int
+    threads: int
+    bandwidth_bytes_per_s: float
+    ns_per_record: float
+    records_per_s: float
+    memory_node: int | None
+    source: str
+    detail: str
+
+
+def lines_touched(record_bytes: int, line: int = 64) -> float:
+    """Mean cache lines one record touches when records are packed back to back from a
+    line-aligned base: offsets ``i*R mod 64`` cycle with period ``64/gcd(R,64)``.
+    656 B → 11.0; 1152 B → 18.0; 100 B → 2.5625."""
+    period = line // math.gcd(record_bytes, line)
+    return sum(-(-((i * record_bytes) % line + record_bytes) // line) for i in range(period)) / period
+
+
+def gather_figure(record: BenchRecord, record_bytes: int, threads: int | None = None) -> GatherFigure:
+    """Gather figure for ``record_bytes`` from a bench record's gather results.
+
+    Picks results on the record's memory node at ``threads`` (nearest measured thread count when
+    absent; the highest measured when None), uniform indices preferred. A size that was not
+    measured is derived from the nearest measured sizes by time per cache line touched
+    (linear interpolation in lines per record), and marked so.
+    """
+    if not isinstance(record_bytes, int) or record_bytes <= 0:
+        raise UsageError(f"record size {record_bytes!r} must be a positive number of bytes", "e.g. 656")
+    gs = [r for r in record.results if r.get("test") == "gather" and r.get("derived")
+          and _node_id(r.get("memory_node", record.memory_node)) == record.memory_node]
+    if not gs:
+        raise RecordError("the bench record has no gather results" + (f" ({record.path})" if record.path else ""),
+                          "run 'sactool bench gather' (or 'all') and pass its --out file")
+    pats = {r["params"].get("index_pattern") for r in gs}
+    if "uniform" in pats:
+        gs = [r for r in gs if r["params"].get("index_pattern") == "uniform"]
+    tcounts = sorted({int(r["params"]["threads"]) for r in gs})
+    want = max(tcounts) if threads is None else threads
+    t = min(tcounts, key=lambda c: (abs(c - want), -c))
+    notes = []
+    if threads is not None and t != threads:
+        notes.append(f"{threads} threads not measured; used {t}")
+    by_size: dict[int, dict] = {}
+    for r in gs:
+        if int(r["params"]["threads"]) != t:
+            continue
+        R = int(r["params"]["record_bytes"])
+        if R not in by_size or r["derived"]["bandwidth_bytes_per_s"] > by_size[R]["derived"]["bandwidth_bytes_per_s"]:
+            by_size[R] = r  # best prefetch distance measured for that size
+    node = record.memory_node
+
+    def fig(ns: float, source: str, detail: str) -> GatherFigure:
+        rps = 1e9 / ns
+        return GatherFigure(record_bytes, t, rps * record_bytes, ns, rps, node, source,
+                            "; ".join([detail] + notes))
+
+    if record_bytes in by_size:
+        d = by_size[record_bytes]["derived"]
+        p = by_size[record_bytes]["params"]
+        return fig(d["ns_per_record"], "measured",
+                   f"measured: {record_bytes} B records, {t} threads, prefetch {p.get('prefetch_distance')}, "
+                   f"{p.get('index_pattern')} indices, median of {by_size[record_bytes]['stats']['n']} samples")
+    L = lines_touched(record_bytes)
+    per_line = sorted((lines_touched(R), R, by_size[R]["derived"]["ns_per_record"] / lines_touched(R)) for R in by_size)
+    lower = [x for x in per_line if x[0] <= L]
+    upper = [x for x in per_line if x[0] >= L]
+    if lower and upper:
+        (l0, r0, c0), (l1, r1, c1) = lower[-1], upper[0]
+        c = c0 if l1 == l0 else c0 + (c1 - c0) * (L - l0) / (l1 - l0)
+        return fig(c * L, "interpolated",
+                   f"derived: not measured; time per cache line interpolated between {r0} B ({l0:g} lines) and "
+                   f"{r1} B ({l1:g} lines), times {L:g} lines per {record_bytes} B record")
+    ln, rn, cn = (lower[-1] if lower else upper[0])
+    return fig(cn * L, "extrapolated",
+               f"derived: not measured; scaled from {rn} B ({ln:g} lines) by cache lines per record "
+               f"({L:g}), outside the measured sizes")
+
+
+def dumps_record(rec: BenchRecord, fmt: str = "json") -> str:
+    return records.dumps(rec.data, fmt)
+
+
+def finite(x: float) -> float | None:
+    return x if isinstance(x, (int, float)) and math.isfinite(x) else None
+
+
+def json_default(o: Any) -> Any:  # pragma: no cover - defensive
+    return json.JSONEncoder().default(o)

@@ -1,0 +1,87 @@
+"""Build each test's configurations on the placed buffer, run the protocol, turn samples into results."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from sactool.bench import suite
+from sactool.bench.protocol import Protocol, run_protocol
+from sactool.bench.stats import stats_dict, summarize
+
+
+def result_of(m: suite.Measure) -> dict | None:
+    """The record entry of one measured configuration (None when it has no sample yet)."""
+    if not m.cfg.samples:
+        return None
+    values = [m.value(s, w) for s, w in m.cfg.samples]
+    st = summarize(values)
+    return {
+        "test": m.test, "key": m.cfg.key, "params": m.params, "kernel": m.spec, "unit": m.unit,
+        "stats": stats_dict(st), "samples": values,
+        "raw": [{"seconds": s, "work": w} for s, w in m.cfg.samples],
+        "reps_per_sample": m.cfg.reps, "first_call_seconds": m.cfg.first_call_seconds,
+        "derived": m.derive(st, m),
+    }
+
+
+def _run(measures: list[suite.Measure], proto: Protocol, results: list, progress, clock, label: str) -> bool:
+    kw = {"clock": clock} if clock else {}
+
+    def prog(desc: str, done: int, total: int) -> None:
+        if progress:
+            progress(f"{label}: {desc}", done, total)
+
+    ok = run_protocol([m.cfg for m in measures], proto, progress=prog, **kw)
+    for m in measures:
+        r = result_of(m)
+        if r is not None:
+            results.append(r)
+    return ok
+
+
+def measure_all(buf, opts, proto: Protocol, cpus, threads, llc: int, gather_idx, results: list, warnings: list,
+                *, progress=None, clock=None) -> bool:
+    """Run the requested tests in :data:`sactool.bench.api.TESTS` order; False when interrupted."""
+    words = buf.array("uint64")
+    half_lines = words.size // suite.WPL // 2
+    chains: dict[str, np.ndarray] = {}
+    try:
+        if any(t in opts.tests for t in ("latency", "mlp", "loaded")):
+            t0 = time.perf_counter()
+            if progress:
+                progress("building pointer-chase chains", 0, 1)
+            chains["page_local"] = suite.build_chain(words, 0, half_lines, page_local=True, seed=opts.seed)
+            chains["random"] = suite.build_chain(words, half_lines, half_lines, page_local=False, seed=opts.seed + 1)
+            chain_s = time.perf_counter() - t0
+            del chain_s
+        cpu = cpus[0]
+        for test in [t for t in ("latency", "mlp", "loaded", "gather", "bandwidth") if t in opts.tests]:
+            if test == "latency":
+                ms = [suite.latency(words, chains[v], cpu, v) for v in ("page_local", "random")]
+            elif test == "mlp":
+                ms = [suite.mlp(words, chains["random"], cpu, n) for n in suite.MLP_CHAINS]
+            elif test == "loaded":
+                if len(cpus) < 2:
+                    warnings.append({"code": "loaded_needs_cpus", "message": "loaded latency needs >= 2 CPUs "
+                                     "(one chaser, the rest readers); only the idle point was measured",
+                                     "hint": "pass --cpus with at least two CPUs"})
+                delays = suite.LOADED_DELAYS if len(cpus) > 1 else (None,)
+                ms = [suite.loaded(words, chains["random"], list(cpus), d) for d in delays]
+            elif test == "gather":
+                src = buf.array("uint8")
+                ms = []
+                for rb, idx in gather_idx:
+                    for d in (opts.prefetch or (suite.default_prefetch(rb),)):
+                        for t in threads if opts.threads or len(threads) <= 2 else (1, threads[-1]):
+                            ms.append(suite.gather(src, list(cpus), t, rb, opts.topk, d, idx, opts.pattern))
+            else:
+                ms = [suite.sequential(words, list(cpus), t, op) for op in ("read", "write", "copy") for t in threads]
+            if not _run(ms, proto, results, progress, clock, test):
+                return False
+        return True
+    except KeyboardInterrupt:
+        return False
+    finally:
+        del words

@@ -1,0 +1,225 @@
+"""The measured configurations of each test, built on one placed buffer.
+
+Buffer layout: the first half holds the page-local chase chain, the second half the fully random
+chain (both are written before any timing, so every line is a real, written line); the readers of
+the loaded-latency test read the first half while the chaser walks the second; gathers and
+sequential reads span the whole buffer; write/copy run last (they overwrite the chains).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from sactool.bench import kernels as K
+from sactool.bench.gathergen import gather_kernel, gather_spec
+from sactool.bench.protocol import Config
+from sactool.bench.stats import Stats
+from sactool.bench.threads import run_pinned, split
+
+LINE = K.LINE_BYTES
+WPL = LINE // 8  # uint64 words per line
+PAGE = 4096
+CHASE_STEPS = 1 << 15
+MLP_STEPS = 1 << 13
+MLP_CHAINS = (1, 2, 4, 8, 12, 16, 24, 32)
+LOADED_DELAYS = (0, 25, 50, 100, 200, 400, 800, 1600, 3200, None)  # None: idle (no readers)
+DEFAULT_RECORDS = (64, 128, 256, 656, 1152, 4096)
+
+
+def default_prefetch(record_bytes: int) -> int:
+    """Software-prefetch distance in records. Best distances measured on the development machine
+    (numba-memory-kernels.md): 8–16 records for >= 656 B, 32–64 for 64–128 B; ~1.3 MB of lines
+    in flight is the common factor, so D = clamp(16384 / R, 4, 64)."""
+    return int(min(64, max(4, 16384 // max(1, record_bytes))))
+
+
+@dataclass
+class Measure:
+    """One configuration plus how its raw (seconds, work) samples become figures."""
+
+    cfg: Config
+    test: str
+    params: dict
+    spec: dict
+    unit: str
+    value: Callable[[float, float], float]
+    derive: Callable[[Stats, "Measure"], dict]
+    extra: list = field(default_factory=list)
+
+
+# ---- chains ----------------------------------------------------------------------------------
+def chain_orders(lines: int, *, page_local: bool, seed: int) -> np.ndarray:
+    """Visiting order of ``lines`` cache lines: fully random, or pages in random order with the
+    lines of each page in random order (TLB-friendly, as lmbench/MLC's page-local walks)."""
+    rng = np.random.default_rng(seed)
+    if not page_local:
+        return rng.permutation(lines).astype(np.uint64)
+    lpp = PAGE // LINE
+    pages = lines // lpp
+    inner = rng.permuted(np.tile(np.arange(lpp, dtype=np.uint64), (pages, 1)), axis=1)
+    order = (rng.permutation(pages).astype(np.uint64)[:, None] * np.uint64(lpp) + inner).reshape(-1)
+    return order
+
+
+def build_chain(words: np.ndarray, first_line: int, lines: int, *, page_local: bool, seed: int) -> np.ndarray:
+    """Link a chain over ``lines`` lines starting at line ``first_line``; returns its order (word indices)."""
+    order = chain_orders(lines, page_local=page_local, seed=seed) + np.uint64(first_line)
+    K.link_chain(words, order, WPL)
+    return order * np.uint64(WPL)
+
+
+# ---- builders --------------------------------------------------------------------------------
+def _lat_derive(s: Stats, m: Measure) -> dict:
+    return {"latency_ns": s.median}
+
+
+def latency(words, order_word_idx, cpu: int, variant: str) -> Measure:
+    start = int(order_word_idx[0])
+
+    def run(reps: int) -> float:
+        run_pinned([cpu], lambda i: K.chase(words, start, reps * CHASE_STEPS))
+        return reps * CHASE_STEPS
+
+    return Measure(Config(f"latency/{variant}", run), "latency", {"variant": variant, "chain_lines": len(order_word_idx)},
+                   K.KERNEL_SPECS["chase"], "ns", lambda s, w: s * 1e9 / w, _lat_derive)
+
+
+def mlp(words, order_word_idx, cpu: int, chains: int) -> Measure:
+    n = len(order_word_idx)
+    starts = np.array([order_word_idx[(k * n) // chains] for k in range(chains)], dtype=np.uint64)
+
+    def run(reps: int) -> float:
+        run_pinned([cpu], lambda i: K.mlp_chase(words, starts, reps * MLP_STEPS))
+        return reps * MLP_STEPS
+
+    def derive(s: Stats, m: Measure) -> dict:
+        return {"latency_ns": s.median, "outstanding_misses": chains,
+                "bandwidth_bytes_per_s": chains * LINE / (s.median * 1e-9)}
+
+    return Measure(Config(f"mlp/{chains}", run), "mlp", {"chains": chains, "variant": "random"},
+                   K.KERNEL_SPECS["mlp"], "ns", lambda s, w: s * 1e9 / w, derive)
+
+
+def sequential(words, cpus: list[int], threads: int, op: str) -> Measure:
+    use = cpus[:threads]
+    parts = split(words.size, threads, align=WPL * 64)
+    nbytes = {"read": 8, "write": 8, "copy": 16}[op]
+
+    def one(i: int, reps: int) -> float:
+        lo, hi = parts[i]
+        for r in range(reps):
+            if op == "read":
+                K.seq_read(words, lo, hi)
+            elif op == "write":
+                K.seq_write(words, lo, hi, r + 1)
+            else:
+                half = (hi - lo) // 2
+                K.seq_copy(words, lo, lo + half, half)
+        return 0.0
+
+    def run(reps: int) -> float:
+        run_pinned(use, lambda i: one(i, reps))
+        total_words = sum(((hi - lo) // 2) if op == "copy" else (hi - lo) for lo, hi in parts)
+        return reps * total_words * nbytes
+
+    def derive(s: Stats, m: Measure) -> dict:
+        return {"bandwidth_bytes_per_s": s.median}
+
+    return Measure(Config(f"{op}/{threads}t", run), op, {"threads": threads, "cpus": use},
+                   K.KERNEL_SPECS[op], "bytes_per_s", lambda s, w: w / s, derive)
+
+
+def gather(src_bytes, cpus: list[int], threads: int, record_bytes: int, topk: int, prefetch: int,
+           indices: np.ndarray, pattern: str) -> Measure:
+    from sactool.bench.gathergen import element_for
+
+    dt, item = element_for(record_bytes)
+    src = src_bytes[: (src_bytes.size // item) * item].view(dt)
+    kern = gather_kernel(record_bytes, prefetch)
+    use = cpus[:threads]
+    parts = split(indices.size, threads)
+    w = record_bytes // item
+    slots = 1 << max(0, (topk - 1).bit_length())
+    dsts = [np.zeros(slots * w, dtype=dt) for _ in use]
+    t0 = time.perf_counter()
+    kern(src, dsts[0], indices, 0, min(indices.size, 2))  # compile or load from cache
+    compile_s = time.perf_counter() - t0
+
+    def one(i: int, reps: int) -> float:
+        lo, hi = parts[i]
+        for _ in range(reps):
+            kern(src, dsts[i], indices, lo, hi)
+        return 0.0
+
+    def run(reps: int) -> float:
+        run_pinned(use, lambda i: one(i, reps))
+        return reps * indices.size  # records
+
+    def derive(s: Stats, m: Measure) -> dict:
+        bw = s.median
+        rps = bw / record_bytes
+        return {"bandwidth_bytes_per_s": bw, "records_per_s": rps, "ns_per_record": 1e9 / rps,
+                "ns_per_record_per_thread": 1e9 * threads / rps,
+                "topk_step_us": topk * 1e6 / rps * threads}
+
+    spec = gather_spec(record_bytes, prefetch)
+    params = {"record_bytes": record_bytes, "topk": topk, "threads": threads, "cpus": use,
+              "prefetch_distance": prefetch, "index_pattern": pattern, "indices": int(indices.size),
+              "steps": int(indices.size // topk), "kernel_compile_seconds": round(compile_s, 4)}
+    m = Measure(Config(f"gather/{record_bytes}B/{threads}t/d{prefetch}/{pattern}", run), "gather", params, spec,
+                "bytes_per_s", lambda s, wk: wk * record_bytes / s, derive)
+    return m
+
+
+def loaded(words, chase_order, cpus: list[int], delay: int | None) -> Measure:
+    """One chaser on ``cpus[0]`` over the second-half chain; readers on ``cpus[1:]`` over the first half."""
+    start = int(chase_order[0])
+    readers = cpus[1:] if delay is not None else []
+    half = words.size // 2
+    parts = split(half, max(1, len(readers)), align=WPL)
+    chunk_words = max(WPL * 64, min(1 << 19, (WPL << 16) // (1 + (delay or 0)) * 1))
+    state = {"stop": False}
+
+    def read_loop(i: int) -> float:
+        lo, hi = parts[i]
+        pos, nbytes = lo, 0
+        t0 = time.perf_counter()
+        while not state["stop"]:
+            end = min(hi, pos + chunk_words)
+            K.throttled_read(words, pos, end, delay)
+            nbytes += (end - pos) // WPL * LINE
+            pos = lo if end >= hi else end
+        return nbytes / (time.perf_counter() - t0)
+
+    m: Measure
+
+    def run(reps: int) -> float:
+        state["stop"] = False
+
+        def body(i: int) -> float:
+            if i == 0:
+                try:
+                    K.chase(words, start, reps * CHASE_STEPS)
+                finally:
+                    state["stop"] = True
+                return 0.0
+            return read_loop(i - 1)
+
+        out = run_pinned([cpus[0]] + readers, body)
+        m.extra.append(sum(out[1:]))
+        return reps * CHASE_STEPS
+
+    def derive(s: Stats, mm: Measure) -> dict:
+        ex = sorted(mm.extra[-s.n:]) if mm.extra else [0.0]
+        return {"latency_ns": s.median, "reader_bandwidth_bytes_per_s": ex[len(ex) // 2],
+                "reader_threads": len(readers)}
+
+    label = "idle" if delay is None else str(delay)
+    m = Measure(Config(f"loaded/{label}", run), "loaded",
+                {"inject_delay_iterations": delay, "reader_cpus": readers, "chaser_cpu": cpus[0]},
+                K.KERNEL_SPECS["loaded"], "ns", lambda s, w: s * 1e9 / w, derive)
+    return m
