@@ -1,0 +1,202 @@
+"""Exact simulation of SGLang HiSparse's per-request, per-layer GPU hot buffer over a top-k trace.
+
+Semantics implemented (SGLang 0.5.23 wheel; ``K`` = ``python/sglang/kernels/jit/csrc/kvcacheio/
+hisparse.cuh``, ``C`` = ``python/sglang/srt/managers/hisparse_coordinator.py``):
+
+* **Layout.** Each request owns ``device_buffer_size`` (H) LRU-managed slots per layer plus one
+  extra page whose first slot holds the *newest* token (C:644 ``padded_buffer_size``; K:328).
+  ``lru_slots`` is an int16 order over the H slots, least recently used first (C:690-691), so H
+  must stay ≤ 32767. Each step, ``seq_len`` = sequence length, newest token = ``seq_len - 1``.
+* **Fast path.** If ``seq_len ≤ H`` every token is resident and nothing is loaded or reordered
+  (K:418-419): zero misses.
+* **Newest token.** If the top-k holds ``seq_len - 1`` it is served from the reserved slot and
+  counted as a hit, outside the LRU (K:481, K:493). The reserved position is
+  ``min(seq_len - 1, H)`` (C:1057), i.e. the same slot every long step: the token decoded at the
+  previous step is only in host memory (eager backup, C:1168) and is a *miss* when selected again.
+* **Hits.** A slot is a hit when its token is in this step's top-k (hash probe, K:520-538); every
+  other slot, empty ones (token -1) included, is evictable (K:538).
+* **Misses** are the top-k tokens not resident, taken in top-k order; the j-th miss takes the j-th
+  evictable slot in LRU order, i.e. the least recently used ones (K:584-593, K:651).
+* **LRU rewrite** (K:673-705): new order = [evictables not taken, in old order] + [slots just
+  filled by misses, in miss order] + [hit slots, in old order] — hits become most recent.
+* **First long step.** ``alloc_device_buffer`` marks slot i as holding token i for i < H
+  (C:980) with LRU order 0..H-1 (C:1463 reset): after a colocated prefill (C:1085) the buffer
+  holds the prompt's first H tokens. In PD mode (``admit_request_direct``, C:878-910) a prompt
+  longer than H starts with every slot empty ("every top-k lookup is a miss", C:901); a shorter one
+  is preloaded in order (C:894), as in colocated mode.
+
+With ``reserve_newest=False`` the newest token gets no reserved slot and is looked up like any
+other (a what-if; SGLang always reserves it).
+
+Hit rate = 1 − misses / (steps × layers × top_k): every top-k entry is one lookup; reserved-slot
+and fast-path entries count as hits (no host fetch).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+from numba import njit, prange
+
+from sactool.errors import UsageError
+
+#: ``lru_slots`` is int16 in SGLang 0.5.23 (C:690-691): slot numbers must fit.
+MAX_BUFFER_SIZE = 32767
+MODES = ("colocated", "pd")
+
+
+@dataclass(frozen=True)
+class HotBufferResult:
+    """Misses of one ``device_buffer_size`` over a trace (one request, all layers)."""
+
+    buffer_size: int                 # device_buffer_size, token slots per layer
+    misses: np.ndarray               # int32 [steps, layers]: records fetched from host
+    hit_rate: float                  # 1 - misses / (steps × layers × top_k)
+    misses_per_step_mean: float      # mean over steps of Σ_layers misses (records per decode step)
+    misses_per_step_steady: float    # the same over steps ≥ 1 (after the first long step's fill)
+    misses_per_layer_step_mean: float  # mean misses per (step, layer)
+    misses_per_step_p95: float       # 95th percentile of Σ_layers misses per step
+    first_step_misses: int           # Σ_layers misses at step 0 (the buffer's initial fill)
+    context_tokens: int
+    top_k: int
+    mode: str                        # colocated | pd (initial buffer contents)
+    reserve_newest: bool
+
+
+@njit(cache=True)
+def _sim_layer(indices, layer, H, ctx, reserve, pd_empty, out):
+    steps, _, k = indices.shape
+    total = ctx + steps
+    stamp = np.zeros(total, dtype=np.int32)
+    resident = np.zeros(total, dtype=np.bool_)
+    lru = np.empty(H, dtype=np.int32)
+    ev = np.empty(H, dtype=np.int32)
+    hits = np.empty(H, dtype=np.int32)
+    miss = np.empty(k, dtype=np.int32)
+    started = False
+    for s in range(steps):
+        seq = ctx + s
+        newest = seq - 1
+        mark = s + 1
+        for i in range(k):  # validate the row: ids in [0, seq), distinct
+            t = indices[s, layer, i]
+            if t < 0 or t >= seq or stamp[t] == mark:
+                return s + 1
+            stamp[t] = mark
+        if seq <= H:  # K:418 fast path
+            out[s, layer] = 0
+            continue
+        if not started:
+            started = True
+            for i in range(H):
+                if pd_empty:
+                    lru[i] = -1
+                else:
+                    lru[i] = i
+                    resident[i] = True
+        m = 0
+        for i in range(k):
+            t = indices[s, layer, i]
+            if reserve and t == newest:
+                continue
+            if not resident[t]:
+                miss[m] = t
+                m += 1
+        nh = 0
+        ne = 0
+        for i in range(H):
+            t = lru[i]
+            if t >= 0 and stamp[t] == mark and not (reserve and t == newest):
+                hits[nh] = t
+                nh += 1
+            else:
+                ev[ne] = t
+                ne += 1
+        for j in range(m):
+            e = ev[j]
+            if e >= 0:
+                resident[e] = False
+        p = 0
+        for j in range(m, ne):
+            lru[p] = ev[j]
+            p += 1
+        for j in range(m):
+            lru[p] = miss[j]
+            resident[miss[j]] = True
+            p += 1
+        for j in range(nh):
+            lru[p] = hits[j]
+            p += 1
+        out[s, layer] = m
+    return 0
+
+
+@njit(cache=True, parallel=True)
+def _sim_many(indices, sizes, ctx, reserve, pd, out):
+    layers = indices.shape[1]
+    n = sizes.shape[0] * layers
+    err = np.zeros(n, dtype=np.int64)
+    for job in prange(n):
+        b = job // layers
+        layer = job % layers
+        H = sizes[b]
+        err[job] = _sim_layer(indices, layer, H, ctx, reserve, pd and ctx > H, out[b])
+    return err
+
+
+def _result(misses: np.ndarray, H: int, ctx: int, top_k: int, mode: str, reserve: bool) -> HotBufferResult:
+    steps, layers = misses.shape
+    per_step = misses.sum(axis=1, dtype=np.int64)
+    return HotBufferResult(
+        buffer_size=H, misses=misses,
+        hit_rate=float(1.0 - per_step.sum() / (steps * layers * float(top_k))),
+        misses_per_step_mean=float(per_step.mean()),
+        misses_per_step_steady=float(per_step[1:].mean()) if steps > 1 else float(per_step.mean()),
+        misses_per_layer_step_mean=float(per_step.mean() / layers),
+        misses_per_step_p95=float(np.percentile(per_step, 95)),
+        first_step_misses=int(per_step[0]), context_tokens=ctx, top_k=top_k, mode=mode,
+        reserve_newest=reserve)
+
+
+def simulate_many(indices: np.ndarray, buffer_sizes: Sequence[int], *, context_tokens: int,
+                  reserve_newest: bool = True, mode: str = "colocated") -> list[HotBufferResult]:
+    """Simulate several ``device_buffer_size`` values over one trace (parallel over sizes × layers).
+
+    ``indices``: int32 [steps, layers, top_k], row s holding distinct ids in
+    ``[0, context_tokens + s)``; ``context_tokens``: sequence length at step 0.
+    """
+    if not isinstance(indices, np.ndarray) or indices.ndim != 3 or 0 in indices.shape:
+        raise UsageError(f"indices must be a non-empty [steps, layers, top_k] array, got "
+                         f"{getattr(indices, 'shape', None)}")
+    if mode not in MODES:
+        raise UsageError(f"unknown mode {mode!r}", "use colocated or pd")
+    if isinstance(context_tokens, bool) or int(context_tokens) != context_tokens or context_tokens < 1:
+        raise UsageError(f"context_tokens must be a positive integer, got {context_tokens!r}")
+    steps, layers, top_k = indices.shape
+    sizes = [int(b) for b in buffer_sizes]
+    if not sizes:
+        raise UsageError("no buffer sizes to simulate")
+    for b in sizes:
+        if not top_k <= b <= MAX_BUFFER_SIZE:
+            raise UsageError(f"device_buffer_size {b} outside [top_k={top_k}, {MAX_BUFFER_SIZE}]",
+                             "SGLang requires device_buffer_size ≥ top_k; its LRU slots are int16")
+    idx = np.ascontiguousarray(indices, dtype=np.int32)
+    out = np.zeros((len(sizes), steps, layers), dtype=np.int32)
+    err = _sim_many(idx, np.array(sizes, dtype=np.int64), int(context_tokens), bool(reserve_newest),
+                    mode == "pd", out)
+    bad = err[err > 0]
+    if bad.size:
+        s = int(bad.min()) - 1
+        raise UsageError(f"trace step {s} selects a token outside [0, {context_tokens + s}) or twice",
+                         "rows must hold distinct ids below context_tokens + step")
+    return [_result(out[i], b, int(context_tokens), top_k, mode, bool(reserve_newest))
+            for i, b in enumerate(sizes)]
+
+
+def simulate(indices: np.ndarray, buffer_size: int, *, context_tokens: int,
+             reserve_newest: bool = True, mode: str = "colocated") -> HotBufferResult:
+    """Simulate one ``device_buffer_size`` over a trace → misses per step per layer."""
+    return simulate_many(indices, [buffer_size], context_tokens=context_tokens,
+                         reserve_newest=reserve_newest, mode=mode)[0]
