@@ -47,7 +47,8 @@ def probe(reader=None) -> Topology:
         demotion_enabled=demotion, verdict=Verdict((), False, ""),
     )
     v = verdict(nodes, regions, dax, draft.nearest_cpu_node)
-    all_warnings = warnings + cxl_warnings + class_warnings + late_warnings(r, draft)
+    early = warnings + cxl_warnings + class_warnings
+    all_warnings = early + late_warnings(r, draft, early)
     from dataclasses import replace
 
     return replace(draft, verdict=v, warnings=tuple(all_warnings))

@@ -9,7 +9,7 @@ from sactool.topology.model import ProbeWarning, Topology
 _MAX_LISTED = 8
 
 
-def late_warnings(r: SysfsReader, topo: Topology) -> list[ProbeWarning]:
+def late_warnings(r: SysfsReader, topo: Topology, earlier: list[ProbeWarning] = ()) -> list[ProbeWarning]:
     out: list[ProbeWarning] = []
     for m in topo.memdevs:
         lk = m.link
@@ -30,15 +30,14 @@ def late_warnings(r: SysfsReader, topo: Topology) -> list[ProbeWarning]:
                 f"to use it as a node: daxctl reconfigure-device --mode=system-ram {d.name}"))
     bad = sorted((p, why) for p, why in r.reasons.items()
                  if why.startswith(("permission denied", "unparsable", "unreadable")))
-    already = {w.message.split(":", 1)[0] for w in out}
+    already = {w.message.split(":", 1)[0] for w in [*earlier, *out]}
+    bad = [(p, why) for p, why in bad if p not in already]
     for p, why in bad[:_MAX_LISTED]:
-        if p in already:
-            continue
         out.append(ProbeWarning("unreadable-attribute", f"{p}: {why}",
                                 "run as a user allowed to read it (some CXL attributes need root), "
                                 "or check the recording" if why.startswith("permission") else
                                 "the kernel printed something sactool cannot parse; value left unknown"))
     if len(bad) > _MAX_LISTED:
         out.append(ProbeWarning("unreadable-attribute", f"{len(bad) - _MAX_LISTED} more attributes unreadable",
-                                "run with --format json to see all warnings"))
+                                "likely the same cause as the ones listed above"))
     return out
