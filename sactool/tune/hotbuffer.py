@@ -67,11 +67,16 @@ class HotBufferResult:
 
 @njit(cache=True)
 def _sim_layer(indices, layer, H, ctx, reserve, pd_empty, out):
+    """One layer, slot-level like the kernel: ``order`` is ``lru_slots`` (slot numbers, LRU
+    first), ``slot_tok`` is ``device_buffer_tokens``; the H-long scan touches only small arrays."""
     steps, _, k = indices.shape
     total = ctx + steps
     stamp = np.zeros(total, dtype=np.int32)
-    resident = np.zeros(total, dtype=np.bool_)
-    lru = np.empty(H, dtype=np.int32)
+    slot_of = np.full(total, -1, dtype=np.int32)     # token -> slot, -1 when not resident
+    slot_tok = np.full(H, -1, dtype=np.int32)        # slot -> token, -1 when empty
+    hitmark = np.zeros(H, dtype=np.int32)
+    order = np.arange(H, dtype=np.int32)             # _lru_init (C:690)
+    new_order = np.empty(H, dtype=np.int32)
     ev = np.empty(H, dtype=np.int32)
     hits = np.empty(H, dtype=np.int32)
     miss = np.empty(k, dtype=np.int32)
@@ -88,47 +93,51 @@ def _sim_layer(indices, layer, H, ctx, reserve, pd_empty, out):
         if seq <= H:  # K:418 fast path
             out[s, layer] = 0
             continue
-        if not started:
+        if not started:  # alloc_device_buffer (C:980) or PD long prompt (C:901)
             started = True
-            for i in range(H):
-                if pd_empty:
-                    lru[i] = -1
-                else:
-                    lru[i] = i
-                    resident[i] = True
+            if not pd_empty:
+                for i in range(H):
+                    slot_tok[i] = i
+                    slot_of[i] = i
         m = 0
         for i in range(k):
             t = indices[s, layer, i]
             if reserve and t == newest:
                 continue
-            if not resident[t]:
+            sl = slot_of[t]
+            if sl >= 0:
+                hitmark[sl] = mark
+            else:
                 miss[m] = t
                 m += 1
         nh = 0
         ne = 0
         for i in range(H):
-            t = lru[i]
-            if t >= 0 and stamp[t] == mark and not (reserve and t == newest):
-                hits[nh] = t
+            sl = order[i]
+            if hitmark[sl] == mark:
+                hits[nh] = sl
                 nh += 1
             else:
-                ev[ne] = t
+                ev[ne] = sl
                 ne += 1
-        for j in range(m):
-            e = ev[j]
-            if e >= 0:
-                resident[e] = False
-        p = 0
+        for j in range(m):  # the j-th miss takes the j-th least recent evictable slot (K:651)
+            sl = ev[j]
+            old = slot_tok[sl]
+            if old >= 0:
+                slot_of[old] = -1
+            slot_tok[sl] = miss[j]
+            slot_of[miss[j]] = sl
+        p = 0  # write-back (K:683-689): stale evictables, then filled slots, then hits
         for j in range(m, ne):
-            lru[p] = ev[j]
+            new_order[p] = ev[j]
             p += 1
         for j in range(m):
-            lru[p] = miss[j]
-            resident[miss[j]] = True
+            new_order[p] = ev[j]
             p += 1
         for j in range(nh):
-            lru[p] = hits[j]
+            new_order[p] = hits[j]
             p += 1
+        order, new_order = new_order, order
         out[s, layer] = m
     return 0
 
