@@ -152,19 +152,42 @@ def around_allocate(original: Callable, self: Any, *args: Any, **kwargs: Any) ->
     dims, dtype, device = _bind_allocate_args(args, kwargs)
     if device != "cpu":
         return original(self, *args, **kwargs)
-    try:
-        import torch
-    except ImportError as e:  # cannot happen inside SGLang; keeps the module importable without torch
-        _fallback(f"torch unavailable ({e})")
-        return original(self, *args, **kwargs)
-    elem = torch.empty((), dtype=dtype).element_size()
-    n_bytes = math.prod(dims) * elem
+    count = math.prod(dims)
     rank, how = current_rank()
-    buf = place_pool(_STATE["profile"], rank, n_bytes, rank_source=how, strict=_STATE["strict"])
+    buf = place_pool(_STATE["profile"], rank, count * element_size(dtype), rank_source=how, strict=_STATE["strict"])
     if buf is None:
         return original(self, *args, **kwargs)
     self.dtype, self.dims = dtype, dims      # what SGLang's allocate records
-    return torch.frombuffer(buf.mmap, dtype=dtype, count=math.prod(dims)).reshape(dims)
+    return view(buf, dims, dtype)
+
+
+def _is_torch_dtype(dtype: Any) -> bool:
+    return type(dtype).__module__.split(".")[0] == "torch"
+
+
+def element_size(dtype: Any) -> int:
+    """Bytes per element of a torch dtype (as SGLang computes it) or of a numpy dtype."""
+    if _is_torch_dtype(dtype):
+        import torch
+
+        return torch.empty((), dtype=dtype).element_size()
+    import numpy as np
+
+    return np.dtype(dtype).itemsize
+
+
+def view(buf: Any, dims: tuple, dtype: Any) -> Any:
+    """The placed buffer as SGLang's allocate returns it: ``torch.frombuffer(mm, dtype, count)
+    .reshape(dims)`` (mmap_allocator.alloc_mmap, 0.5.23); a numpy view for a numpy dtype (no
+    torch needed to exercise the hook). The view keeps the mapping alive."""
+    count = math.prod(dims)
+    if _is_torch_dtype(dtype):
+        import torch
+
+        return torch.frombuffer(buf.mmap, dtype=dtype, count=count).reshape(dims)
+    import numpy as np
+
+    return np.frombuffer(buf.mmap, dtype=dtype, count=count).reshape(dims)
 
 
 def current_rank() -> tuple[int | None, str]:

@@ -100,6 +100,9 @@ def sglang_flags(profile: Profile, *, model_path: str | None) -> list[Flag]:
     if s.max_running_requests is not None:
         out.append(Flag(("--max-running-requests", str(s.max_running_requests)), "sglang.max_running_requests",
                         "concurrency the pool was sized for"))
+    if s.max_total_tokens is not None:
+        out.append(Flag(("--max-total-tokens", str(s.max_total_tokens)), "sglang.max_total_tokens",
+                        "device KV slots S per rank; the host pool holds S x host_to_device_ratio tokens"))
     if s.context_length is not None:
         out.append(Flag(("--context-length", str(s.context_length)), "sglang.context_length",
                         "longest request the pool was sized for"))

@@ -4,8 +4,8 @@ Bytes per rank: :func:`sactool.serve.pool.host_sizing` (§2.5 of the integration
 memory follows :mod:`sactool.memory.nodes` (``nodeN/meminfo`` MemFree, plus free memory
 ``/proc/meminfo`` counts but no node reports, minus the safety margin kept back there), so the
 launcher and the plug-in's own ``allocate(check_free=True)`` apply the same rule. DAX facts are
-read from ``/sys/bus/dax/devices/daxX.Y`` (size, target_node, driver: kmem = system-ram mode,
-device_dax = devdax mode; kernel ABI docs sysfs-bus-dax). Works on a recorded sysfs tree.
+and nodes come from :func:`sactool.topology.probe` (``/sys/bus/dax/devices/daxX.Y`` size and mode:
+kmem = system-ram, device_dax = devdax). Works on a recorded sysfs tree.
 """
 
 from __future__ import annotations
@@ -57,21 +57,21 @@ def _node_share(profile: Profile, per_rank: int, by_target: dict[str, list[int]]
     return out
 
 
-def _dax(reader: SysfsReader, name: str) -> tuple[int, str | None, int | None]:
-    base = f"sys/bus/dax/devices/{name}"
-    if not reader.exists(base):
-        raise TopologyError(f"DAX device {name} does not exist on this host",
+def _dax(topo, name: str) -> int:
+    dev = next((d for d in topo.dax_devices if d.name == name), None)
+    if dev is None:
+        have = ", ".join(d.name for d in topo.dax_devices) or "none"
+        raise TopologyError(f"DAX device {name} does not exist on this host (DAX devices: {have})",
                             "run 'sactool probe' to list DAX devices, and fix pool.dax_devices in the profile")
-    driver = reader.basename_of_link(f"{base}/driver")
-    node = reader.int(f"{base}/target_node")
-    if driver == "kmem":
-        raise TopologyError(f"DAX device {name} is in system-ram mode (bound to kmem): its memory is node{node}",
-                            f"set pool.mode numa and pool.nodes [{node}] in the profile, or "
+    if dev.mode == "system-ram":
+        raise TopologyError(f"DAX device {name} is in system-ram mode (bound to kmem): its memory is "
+                            f"node{dev.target_node}",
+                            f"set pool.mode numa and pool.nodes [{dev.target_node}] in the profile, or "
                             f"'daxctl reconfigure-device --mode=devdax {name}'")
-    if driver != "device_dax":
-        raise TopologyError(f"DAX device {name} is not bound to device_dax (driver: {driver or 'none'})",
+    if dev.mode != "devdax":
+        raise TopologyError(f"DAX device {name} is not bound to device_dax (driver: {dev.driver or 'none'})",
                             f"daxctl reconfigure-device --mode=devdax {name}")
-    return reader.int(f"{base}/size") or 0, driver, node
+    return dev.size_bytes or 0
 
 
 def check_pool(profile: Profile, reader: SysfsReader) -> PoolCheck:
@@ -85,13 +85,16 @@ def check_pool(profile: Profile, reader: SysfsReader) -> PoolCheck:
     by_target = ranks_by_target(profile)
     per_rank = sizing.bytes_per_rank
     checks: list[TargetCheck] = []
+    from sactool.topology import probe
+
+    topo = probe(reader)
     if q.mode == "devdax":
         for name, ranks in sorted(by_target.items()):
             if len(ranks) > 1:
                 raise RecordError(f"profile field pool.rank_targets: DAX device {name} would be mapped by ranks "
                                   f"{', '.join(map(str, ranks))}, and each rank maps a device from offset 0",
                                   "give every rank its own DAX device, or use the device's node in system-ram mode")
-            size, _, _ = _dax(reader, name)
+            size = _dax(topo, name)
             ok = per_rank is None or per_rank <= size
             if not ok:
                 raise CapacityError(f"DAX device {name} holds {format_bytes(size)}, rank {ranks[0]}'s pool needs "
@@ -101,18 +104,20 @@ def check_pool(profile: Profile, reader: SysfsReader) -> PoolCheck:
             checks.append(TargetCheck(name, tuple(ranks), per_rank, size, f"sys/bus/dax/devices/{name}/size", ok))
         return PoolCheck(sizing, tuple(checks), "")
     nodes = sorted({int(t[4:]) for t in by_target} | set(q.interleave_weights if q.policy == "weighted_interleave" else ()))
-    facts = {n: memnodes.node_facts(reader, n) for n in nodes}   # TopologyError names the missing node
-    for n, f in facts.items():
-        if not f.has_memory or not f.mem_total_bytes:
+    facts = {}
+    for n in nodes:
+        node = topo.node(n)       # TopologyError names the missing node and the nodes there are
+        if node.has_memory is False or not node.mem_total_bytes:
             raise TopologyError(f"node{n} has no memory on this host", "fix pool.nodes in the profile (see 'sactool probe')")
+        facts[n] = memnodes.free_estimate(topo, reader, n)
     shares = _node_share(profile, per_rank, by_target) if per_rank is not None else {}
     for n in nodes:
         f = facts[n]
         need, ranks = shares.get(n, (None, set()))
         if per_rank is None:
             ranks = set(by_target.get(f"node{n}", []))
-        margin = max(memnodes.SAFETY_MARGIN_BYTES, int(memnodes.SAFETY_MARGIN_FRACTION * (f.mem_total_bytes or 0)))
-        room = None if f.free_estimate_bytes is None else f.free_estimate_bytes - margin
+        margin = max(memnodes.SAFETY_MARGIN_BYTES, int(memnodes.SAFETY_MARGIN_FRACTION * (f.total_bytes or 0)))
+        room = None if f.bytes is None else f.bytes - margin
         ok = need is None or room is None or need <= room
         if not ok:
             raise CapacityError(
@@ -121,6 +126,6 @@ def check_pool(profile: Profile, reader: SysfsReader) -> PoolCheck:
                 f"{format_bytes(max(room, 0))} free after {format_bytes(margin)} kept back",
                 "lower hisparse.host_to_device_ratio or sglang.max_running_requests in the profile "
                 "(sactool tune), spread ranks over more pool.nodes, or free memory on the node")
-        checks.append(TargetCheck(f"node{n}", tuple(sorted(ranks)), need, room, f.free_source + " minus margin", ok))
+        checks.append(TargetCheck(f"node{n}", tuple(sorted(ranks)), need, room, f.source + " minus margin", ok))
     note = "" if per_rank is not None else f"capacity not checked: host bytes per rank {sizing.source}"
     return PoolCheck(sizing, tuple(checks), note)

@@ -97,6 +97,7 @@ OWNED = {
     ("--mem-fraction-static",): ("sglang.mem_fraction_static", lambda p: p.sglang.mem_fraction_static),
     ("--max-running-requests",): ("sglang.max_running_requests", lambda p: p.sglang.max_running_requests),
     ("--context-length",): ("sglang.context_length", lambda p: p.sglang.context_length),
+    ("--max-total-tokens",): ("sglang.max_total_tokens", lambda p: p.sglang.max_total_tokens),
 }
 
 

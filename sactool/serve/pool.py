@@ -92,7 +92,8 @@ PREDICTION_BYTES_KEYS = ("host_pool_bytes_per_rank", "host_bytes_per_rank")
 
 
 def host_sizing(profile: Profile) -> HostSizing:
-    """S from, in order: ``predictions`` (tune's own figure), ``sglang.max_running_requests`` ×
+    """S from, in order: ``predictions`` (tune's own figure), ``sglang.max_total_tokens`` (the
+    device slots SGLang is told to use), ``sglang.max_running_requests`` ×
     ``hisparse.device_buffer_size``, ``request.concurrency`` × ``hisparse.device_buffer_size``."""
     h, s, m = profile.hisparse, profile.sglang, profile.model
     rb = row_bytes(profile)
@@ -109,6 +110,8 @@ def host_sizing(profile: Profile) -> HostSizing:
         if isinstance(v, int) and not isinstance(v, bool) and v > 0:
             slots, source = v, f"predictions.{k}"
             break
+    if slots is None and s.max_total_tokens:
+        slots, source = s.max_total_tokens, "sglang.max_total_tokens"
     if slots is None and s.max_running_requests:
         slots = s.max_running_requests * h.device_buffer_size
         source = "sglang.max_running_requests x hisparse.device_buffer_size"
@@ -118,7 +121,7 @@ def host_sizing(profile: Profile) -> HostSizing:
         source = "request.concurrency x hisparse.device_buffer_size"
     if slots is None:
         return HostSizing(None, bytes_per_rank=None, source="unknown: the profile has no predictions."
-                          f"{PREDICTION_SLOT_KEYS[0]}, sglang.max_running_requests or request.concurrency",
+                          f"{PREDICTION_SLOT_KEYS[0]}, sglang.max_total_tokens, sglang.max_running_requests or request.concurrency",
                           **base)
     total = (slots * h.host_to_device_ratio + s.page_size) * m.num_layers * rb
     return HostSizing(slots, bytes_per_rank=total, source=source, **base)

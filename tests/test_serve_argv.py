@@ -1,0 +1,232 @@
+"""``sactool serve`` command building: argv/env goldens for the example profiles, where each flag
+came from, conflicting extras, model checks, the SGLang version range and the engine checks."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from sactool.errors import ExitCode, RecordError
+from sactool.profile import load_profile
+from sactool.serve.argv import build_command
+from sactool.serve.checks import EngineInfo, check_conflicts, check_engine, check_model, version_in
+from sactool.serve.errors import ServeExit
+from sactool.serve.pool import host_sizing, rank_target, row_bytes
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = sorted((REPO / "profiles" / "examples").glob("*.yaml"))
+GOLDEN = Path(__file__).parent / "golden" / "serve"
+UPDATE = os.environ.get("SACTOOL_UPDATE_GOLDEN") == "1"
+
+
+def _cmd(path: Path, extra=(), environ=None, **kw):
+    return build_command(load_profile(path), profile_path=str(path), extra_args=list(extra), python="python3",
+                         environ=environ or {}, **kw)
+
+
+def _record(cmd) -> dict:
+    repo = str(REPO)
+    return {
+        "argv": list(cmd.argv),
+        "env_delta": {k: v.replace(repo, "<repo>") for k, v in cmd.env_delta.items()},
+        "sources": [[" ".join(f.args), f.source] for f in (*cmd.prefix, *cmd.flags)]
+                   + [[e.name, e.source] for e in cmd.env],
+        "notes": list(cmd.notes),
+    }
+
+
+def test_examples_cover_the_required_cases():
+    profs = {p.stem: load_profile(p) for p in EXAMPLES}
+    assert any(len(p.pool.nodes) == 1 and p.pool.placement == "plugin" for p in profs.values())
+    assert any(len(set(rank_target(p, r) for r in range(p.world_size))) == 2 and p.pool.mode == "numa"
+               for p in profs.values())
+    assert any(p.pool.mode == "devdax" for p in profs.values())
+    assert {p.pool.placement for p in profs.values()} == {"plugin", "numactl", "none"}
+    assert any(p.sglang.role == "prefill" for p in profs.values())
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_golden(path):
+    data = _record(_cmd(path, ["--model-path", "deepseek-ai/DeepSeek-V3.2"]))
+    g = GOLDEN / f"{path.stem}.json"
+    if UPDATE:
+        g.parent.mkdir(parents=True, exist_ok=True)
+        g.write_text(json.dumps(data, indent=2) + "\n")
+    assert data == json.loads(g.read_text()), f"argv/env for {path.name} changed; SACTOOL_UPDATE_GOLDEN=1 if intended"
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_every_argv_element_is_explained(path):
+    cmd = _cmd(path)
+    explained = [a for f in (*cmd.prefix, *cmd.flags) for a in f.args]
+    assert tuple(explained) == cmd.argv
+    for f in (*cmd.prefix, *cmd.flags):
+        assert f.source and f.why
+    assert all(isinstance(a, str) for a in cmd.argv)          # an argv list, never a shell string
+
+
+def test_user_extras_come_last_and_model_path_is_not_doubled():
+    path = REPO / "profiles/examples/cxl-one-node.yaml"
+    cmd = _cmd(path, ["--model-path", "deepseek-ai/DeepSeek-V3.2", "--port", "30001"])
+    assert cmd.argv[-4:] == ("--model-path", "deepseek-ai/DeepSeek-V3.2", "--port", "30001")
+    assert cmd.argv.count("--model-path") == 1
+    assert _cmd(path).argv[3:5] == ("--model-path", "deepseek-ai/DeepSeek-V3.2")
+
+
+def test_plugins_env_is_appended_and_profile_path_absolute(tmp_path):
+    path = REPO / "profiles/examples/cxl-one-node.yaml"
+    cmd = _cmd(path, environ={"SGLANG_PLUGINS": "other_plugin"})
+    assert cmd.env_delta["SGLANG_PLUGINS"] == "other_plugin,sactool_cxl"
+    rel = os.path.relpath(path)
+    cmd = build_command(load_profile(path), profile_path=rel, python="python3", environ={})
+    assert os.path.isabs(cmd.env_delta["SACTOOL_PROFILE"]) and cmd.env_delta["SACTOOL_PROFILE"] == str(path)
+
+
+def test_modes():
+    numactl = _cmd(REPO / "profiles/examples/cxl-numactl.yaml")
+    assert numactl.argv[:3] == ("numactl", "--cpunodebind=0,1", "--preferred=2")
+    assert numactl.env_delta["SGLANG_AUTO_NUMA_BIND"] == "0" and "--numa-node" not in numactl.argv
+    assert "SGLANG_PLUGINS" not in numactl.env_delta
+    none = _cmd(REPO / "profiles/examples/dram-baseline.yaml")
+    one = _cmd(REPO / "profiles/examples/cxl-one-node.yaml")
+    hs = lambda c: c.argv[c.argv.index("--hisparse-config") + 1]  # noqa: E731
+    assert "SGLANG_PLUGINS" not in none.env_delta and "SGLANG_AUTO_NUMA_BIND" not in none.env_delta
+    assert "--enable-hisparse" in none.argv and hs(none) == hs(one)      # same HiSparse settings for A/B
+    pre = _cmd(REPO / "profiles/examples/prefill.yaml")
+    assert "--enable-hisparse" not in pre.argv and "--disable-radix-cache" not in pre.argv
+    assert pre.argv[pre.argv.index("--disaggregation-mode") + 1] == "prefill" and not pre.env_delta.get("SGLANG_PLUGINS")
+    serve = _cmd(REPO / "profiles/examples/cxl-one-node.yaml", entrypoint="serve")
+    assert serve.argv[:2] == ("sglang", "serve")
+
+
+# ---- conflicts ---------------------------------------------------------------------------
+
+ONE = REPO / "profiles/examples/cxl-one-node.yaml"
+
+
+@pytest.mark.parametrize("extra, says", [
+    (["--enable-hierarchical-cache"], "--enable-hierarchical-cache"),
+    (["--enable-hicache"], "--enable-hierarchical-cache"),
+    (["--hisparse-config", '{"top_k":2048}'], "hisparse.device_buffer_size"),
+    (["--hierarchical-sparse-attention-extra-config={}"], "hisparse."),
+    (["--enable-mixed-chunk"], "mixed-chunk"),
+    (["--dcp-size", "2"], "--dcp-size"),
+    (["--speculative-eagle-topk", "4"], "topk 1"),
+    (["--speculative-adaptive"], "speculative-adaptive"),
+    (["--tp-size", "4"], "sglang.tp_size"),
+    (["--tensor-parallel-size=4"], "sglang.tp_size"),
+    (["--kv-cache-dtype", "bfloat16"], "sglang.kv_cache_dtype"),
+    (["--numa-node", "0"], "pool.gpu_local_nodes"),
+    (["--enable-dp-attention"], "sglang.attn_dp_size"),
+    (["--attention-backend", "fa3"], "dsa"),
+    (["--max-running-requests", "64"], "sglang.max_running_requests"),
+])
+def test_conflicting_extras_are_refused(extra, says):
+    with pytest.raises(Exception) as ei:
+        check_conflicts(load_profile(ONE), extra)
+    e = ei.value
+    assert e.exit_code == ServeExit.CONFLICT
+    assert says in e.message + " " + (e.hint or "")
+
+
+def test_compatible_extras_pass():
+    prof = load_profile(ONE)
+    ok = ["--port", "30001", "--tp-size", "8", "--speculative-eagle-topk", "1", "--dcp-size", "1",
+          "--attention-backend", "dsa", "--context-length", "65536"]
+    assert check_conflicts(prof, ok) == ok
+    pre = load_profile(REPO / "profiles/examples/prefill.yaml")
+    assert check_conflicts(pre, ["--enable-hierarchical-cache"])        # prefill side has no HiSparse
+
+
+# ---- model -------------------------------------------------------------------------------
+
+def _config(tmp_path, **over):
+    cfg = {"architectures": ["DeepseekV32ForCausalLM"], "num_hidden_layers": 61, "kv_lora_rank": 512,
+           "qk_rope_head_dim": 64, "index_topk": 2048, "max_position_embeddings": 163840}
+    cfg.update(over)
+    d = tmp_path / "model"
+    d.mkdir(exist_ok=True)
+    (d / "config.json").write_text(json.dumps(cfg))
+    return str(d)
+
+
+def test_model_checks(tmp_path):
+    prof = load_profile(ONE)
+    assert "from the profile" in check_model(prof, [])
+    assert "matches" in check_model(prof, ["--model-path", "deepseek-ai/DeepSeek-V3.2"])
+    with pytest.raises(Exception) as ei:
+        check_model(prof, ["--model-path", "zai-org/GLM-5"])
+    assert ei.value.exit_code == ServeExit.MODEL_MISMATCH and "DeepSeek-V3.2" in ei.value.message
+    assert "config.json matches" in check_model(prof, ["--model-path", _config(tmp_path)])
+    with pytest.raises(Exception) as ei:
+        check_model(prof, [f"--model-path={_config(tmp_path, num_hidden_layers=78)}"])
+    assert ei.value.exit_code == ServeExit.MODEL_MISMATCH and "num_hidden_layers 78 != 61" in ei.value.message
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(Exception) as ei:
+        check_model(prof, ["--model-path", str(empty)])
+    assert ei.value.exit_code == ServeExit.MODEL_MISMATCH and "config.json" in ei.value.message
+
+
+# ---- SGLang version and entry points ------------------------------------------------------
+
+@pytest.mark.parametrize("v, spec, ok", [
+    ("0.5.23", ">=0.5.23,<0.6", True), ("0.5.22", ">=0.5.23,<0.6", False), ("0.6.0", ">=0.5.23,<0.6", False),
+    ("0.5.23.post1", ">=0.5.23,<0.6", True), ("0.5.30", ">=0.5.23, <0.6", True), ("0.5.23", "==0.5.23", True),
+    ("0.5.24", "!=0.5.24", False), ("1.0", ">0.5", True),
+])
+def test_version_in(v, spec, ok):
+    assert version_in(v, spec) is ok
+
+
+def test_bad_version_spec_is_a_profile_error():
+    with pytest.raises(RecordError):
+        version_in("0.5.23", "~0.5")
+
+
+def _info(**kw):
+    base = dict(python="/env/bin/python", python_version="3.11.7", sglang="0.5.23", launch_server=True,
+                console_script="/env/bin/sglang", plugins=("sactool_cxl=sactool.sglang_plugin:register",))
+    base.update(kw)
+    return EngineInfo(**base)
+
+
+def test_engine_checks():
+    prof = load_profile(ONE)
+    assert check_engine(prof, _info(), entrypoint="launch_server", plugin=True)
+    cases = [(_info(sglang=None), "launch_server", ServeExit.ENGINE_MISSING, "not installed"),
+             (_info(sglang="0.5.22"), "launch_server", ServeExit.ENGINE_VERSION, ">=0.5.23,<0.6"),
+             (_info(launch_server=False), "launch_server", ServeExit.ENGINE_MISSING, "launch_server"),
+             (_info(console_script=None), "serve", ServeExit.ENGINE_MISSING, "console script"),
+             (_info(plugins=()), "launch_server", ServeExit.ENGINE_MISSING, "sactool_cxl")]
+    for info, ep, code, says in cases:
+        with pytest.raises(Exception) as ei:
+            check_engine(prof, info, entrypoint=ep, plugin=True)
+        assert ei.value.exit_code == code and says in ei.value.message + (ei.value.hint or ""), info
+    lines = check_engine(prof, _info(sglang="0.6.1"), entrypoint="launch_server", plugin=True, allow_untested=True)
+    assert any(line.startswith("warning:") for line in lines)
+    assert check_engine(prof, _info(plugins=()), entrypoint="launch_server", plugin=False)
+
+
+def test_exit_codes_are_distinct():
+    codes = [ExitCode.USAGE, ExitCode.UNAVAILABLE, ExitCode.RECORD, ExitCode.CAPACITY, *ServeExit]
+    assert len(set(map(int, codes))) == len(codes)
+
+
+# ---- sizing (§2.5) ------------------------------------------------------------------------
+
+def test_host_sizing_formula():
+    prof = load_profile(ONE)
+    assert row_bytes(prof) == 656                                          # 512 + 16 + 128
+    assert row_bytes(replace(prof, sglang=replace(prof.sglang, kv_cache_dtype="bfloat16"))) == 1152
+    s = host_sizing(prof)
+    assert s.device_token_slots == 32 * 4096 and "max_running_requests" in s.source
+    assert s.bytes_per_rank == (32 * 4096 * 8 + 64) * 61 * 656
+    tuned = replace(prof, predictions={"device_token_slots": 100_000})
+    assert host_sizing(tuned).bytes_per_rank == (100_000 * 8 + 64) * 61 * 656
+    unknown = replace(prof, sglang=replace(prof.sglang, max_running_requests=None), request={})
+    assert host_sizing(unknown).bytes_per_rank is None and "unknown" in host_sizing(unknown).source
