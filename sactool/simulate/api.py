@@ -1,0 +1,259 @@
+"""``simulate(options) -> SimulationResult``: SAC/CXL vs RDMA pool vs local DRAM for a platform.
+
+For every (context, concurrency) point and placement this runs :func:`engine.run` and reports
+mean/p99 TTFT, mean TBT, output-token throughput, the local memory the KV needs and the largest
+concurrency that fits; then the ratios SAC/RDMA and SAC/DRAM, their mean over contexts, and the
+drivers of each ratio (bytes moved, queueing, capacity cap, compute) for ``--explain``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from sactool.errors import CapacityError, UsageError
+from sactool.simulate import engine
+from sactool.simulate.gpu import measured_model, prefill_s, roofline_model
+from sactool.simulate.misses import DEFAULT_STEPS, MissProfile, lru_profile
+from sactool.simulate.platform import Platform
+
+
+@dataclass(frozen=True)
+class SimulationOptions:
+    platform: Platform
+    contexts: tuple[int, ...] | None = None
+    concurrency: tuple[int, ...] | None = None
+    output_tokens: int | None = None
+    case: str | None = None
+    arrival_rate_per_s: float | None = None
+    prefetch: bool | None = None
+    placements: tuple[str, ...] = engine.PLACEMENTS
+    hotbuffer_steps: int = DEFAULT_STEPS
+    seed: int = 0
+    miss_fn: Callable[[int, int], MissProfile] | None = None   # (context, buffer) -> profile
+
+
+@dataclass(frozen=True)
+class PlacementPoint:
+    placement: str
+    context_tokens: int
+    concurrency: int
+    fits: bool
+    capped: bool                    # concurrency above what fits: the excess waited
+    max_concurrency: int
+    local_memory_bytes: float       # host memory the resident requests' KV needs (GPU hot buffers apart)
+    gpu_hot_buffer_bytes_per_gpu: float
+    ttft_mean_s: float | None = None
+    ttft_p99_s: float | None = None
+    tbt_mean_s: float | None = None
+    throughput_tokens_per_s: float | None = None
+    hit_rate: float | None = None
+    breakdown: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Ratios:
+    context_tokens: int | None       # None: mean over contexts
+    concurrency: int
+    sac_vs_rdma_throughput: float | None
+    rdma_vs_sac_ttft: float | None    # > 1: SAC has the lower TTFT
+    rdma_vs_sac_tbt: float | None
+    sac_vs_dram_throughput: float | None
+    dram_vs_sac_tbt: float | None = None
+
+
+@dataclass(frozen=True)
+class SimulationResult:
+    platform: str
+    origin: str
+    model: str
+    kv_dtype: str
+    record_bytes: int
+    case: str
+    output_tokens: int
+    hotbuffer_steps: int
+    inputs: dict[str, Any]
+    points: tuple[PlacementPoint, ...]
+    ratios: tuple[Ratios, ...]
+    validation: dict[str, Any]
+    notes: tuple[str, ...]
+
+    def point(self, placement: str, context: int, concurrency: int) -> PlacementPoint:
+        for p in self.points:
+            if (p.placement, p.context_tokens, p.concurrency) == (placement, context, concurrency):
+                return p
+        raise KeyError((placement, context, concurrency))
+
+    def to_data(self) -> dict[str, Any]:
+        from sactool.records import header, to_data
+
+        d = header("simulation", 1)
+        d.update({f.name: to_data(getattr(self, f.name)) for f in dataclasses.fields(self)})
+        return d
+
+
+def _pct(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    k = max(0, min(len(s) - 1, int(round(q * (len(s) - 1)))))
+    return s[k]
+
+
+def _path(p: Platform, placement: str, record_bytes: int) -> engine.PathModel:
+    curve = p.gather_cxl if placement == "sac" else p.gather_dram
+    fixed, slope = curve.line()
+    s_rec = slope * record_bytes / curve.record_bytes      # bytes-proportional (see GatherCurve)
+    link = p.gpu_link_bytes_per_s
+    if curve.aggregate_bytes_per_s:
+        link = min(link, curve.aggregate_bytes_per_s)
+    if placement == "sac":
+        return engine.PathModel(fixed, s_rec, min(link, p.cxl_gpu_path_bytes_per_s),
+                                p.cxl_device_read_bytes_per_s, p.cxl_devices)
+    return engine.PathModel(fixed, s_rec, link, None, 1)
+
+
+def simulate(opts: SimulationOptions) -> SimulationResult:
+    from sactool.models import get_model
+
+    p = opts.platform
+    spec = get_model(p.model)
+    R = spec.record_bytes(p.kv_dtype)
+    L = spec.num_layers
+    contexts = tuple(opts.contexts or p.contexts)
+    concs = tuple(opts.concurrency or p.concurrency)
+    out = opts.output_tokens or p.output_tokens
+    case = opts.case or p.case
+    prefetch = p.prefetch if opts.prefetch is None else opts.prefetch
+    rate = opts.arrival_rate_per_s if opts.arrival_rate_per_s is not None else p.arrival_rate_per_s
+    for c in contexts:
+        if c > spec.max_position_embeddings:
+            raise UsageError(f"context {c} tokens exceeds {spec.name}'s max_position_embeddings "
+                             f"{spec.max_position_embeddings}", "pick a shorter --context")
+        if c + out > spec.max_position_embeddings:
+            raise UsageError(f"context {c} + output {out} tokens exceeds {spec.name}'s max_position_embeddings "
+                             f"{spec.max_position_embeddings}", "pick a shorter --context or fewer output tokens")
+    for c in concs:
+        if c < 1:
+            raise UsageError(f"concurrency {c} must be >= 1", "give positive concurrencies")
+    if rate is not None and rate <= 0:
+        raise UsageError(f"arrival rate {rate} must be > 0", "give requests per second above zero")
+    if case == "cache_populate" and not p.prefill_points:
+        raise UsageError("cache_populate needs measured prefill times (platform field prefill.measured)",
+                         "add prefill.measured to the platform file, or simulate --case cache_hit")
+    bad = [x for x in opts.placements if x not in engine.PLACEMENTS]
+    if bad:
+        raise UsageError(f"unknown placement {bad[0]!r}", f"use {', '.join(engine.PLACEMENTS)}")
+
+    if p.gpu.step_points:
+        compute = measured_model(p.gpu.step_points)
+    else:
+        compute = roofline_model(p.gpu.name, model_name=spec.name, tp=p.gpus, layers=L, top_k=p.top_k,
+                                 record_bytes=R, index_key_bytes=spec.indexer_bytes)
+    mode = "pd" if case == "cache_hit" else "colocated"
+    miss_fn = opts.miss_fn or (lambda ctx, buf: lru_profile(ctx, buf, p.top_k, L, steps=opts.hotbuffer_steps,
+                                                             seed=opts.seed, mode=mode))
+    ranks = p.attn_dp_size
+    notes: list[str] = []
+    points: list[PlacementPoint] = []
+    miss_used: dict[str, dict[str, float]] = {}
+    for ctx in contexts:
+        kv = ctx * L * R
+        idx_bytes = ctx * L * spec.indexer_bytes
+        for conc in concs:
+            fits_any = False
+            for pl in opts.placements:
+                buf = p.rdma_device_buffer_size if (pl == "rdma" and p.rdma_device_buffer_size) else p.device_buffer_size
+                hot = buf * L * R
+                # capacity: the memory that must hold every resident request's full KV
+                cap_mem = p.cxl_capacity_bytes if pl == "sac" else p.dram_capacity_bytes
+                cap = int(cap_mem // kv)
+                if p.gpu.kv_budget_bytes:
+                    cap = min(cap, int(p.gpu.kv_budget_bytes // (hot + idx_bytes)) * ranks)
+                limit = min(conc, cap)
+                local = 0.0 if pl == "sac" else float(min(conc, cap) * kv)
+                per_gpu_hot = -(-min(conc, max(cap, 0)) // ranks) * (hot + idx_bytes)
+                if limit < 1:
+                    points.append(PlacementPoint(pl, ctx, conc, False, True, cap, local, per_gpu_hot))
+                    continue
+                fits_any = True
+                prof = miss_fn(ctx, buf)
+                miss_used[f"{ctx}/{buf}"] = {"cold_misses_per_layer": prof.at(0), "steady_misses_per_layer": prof.steady,
+                                             "hit_rate": prof.hit_rate}
+                write_bw = p.cxl_write_bytes_per_s if pl == "sac" else p.dram_write_bytes_per_s
+                sc = engine.Scenario(
+                    placement=pl, ranks=ranks, layers=L, record_bytes=R, context=ctx, output_tokens=out,
+                    concurrency=conc, limit=limit, requests=max(conc, int(round(p.requests_per_concurrency * conc))),
+                    arrival_rate_per_s=rate, case=case, compute=compute,
+                    hisparse_overhead_s=p.gpu.hisparse_overhead_s, prefetch=prefetch, path=_path(p, pl, R),
+                    misses=prof, gpus_per_switch=p.gpus_per_switch,
+                    switch_uplink_bytes_per_s=p.switch_uplink_bytes_per_s, nics=p.nics,
+                    nic_bytes_per_s=p.nic_bytes_per_s, nic_chunk_bytes=p.nic_chunk_bytes,
+                    nic_per_message_s=p.nic_per_message_s, fetch_blocks_decode=p.rdma_fetch_blocks_decode,
+                    conversion_bytes_per_s=p.rdma_conversion_bytes_per_s,
+                    prefill_s=prefill_s(p.prefill_points, ctx) if p.prefill_points else 0.0,
+                    pool_write_bytes_per_s=write_bw, seed=opts.seed)
+                res = engine.run(sc)
+                points.append(PlacementPoint(
+                    pl, ctx, conc, True, limit < conc, cap, local, per_gpu_hot,
+                    ttft_mean_s=sum(res.ttft_s) / len(res.ttft_s), ttft_p99_s=_pct(res.ttft_s, 0.99),
+                    tbt_mean_s=sum(res.tbt_s) / len(res.tbt_s), throughput_tokens_per_s=res.throughput_tokens_per_s,
+                    hit_rate=prof.hit_rate, breakdown=dataclasses.asdict(res.breakdown)))
+            if not fits_any:
+                need = conc * kv
+                raise CapacityError(
+                    f"concurrency {conc} at {ctx} tokens fits in no placement: {need / 1e9:.0f} GB of KV "
+                    f"(CXL pool {p.cxl_capacity_bytes / 1e9:.0f} GB, host DRAM {p.dram_capacity_bytes / 1e9:.0f} GB)",
+                    "lower --concurrency or --context, or add pool capacity")
+    ratios = _ratios(points, contexts, concs)
+    if p.rdma_conversion_bytes_per_s is None and "rdma" in opts.placements:
+        notes.append("RDMA layout conversion (page-first -> layer-first CPU copy) not modelled: "
+                     "no measured rate in the platform (rdma.layout_conversion_bytes_per_s)")
+    if p.rdma_device_buffer_size and p.rdma_device_buffer_size != p.device_buffer_size:
+        notes.append(f"RDMA runs with a {p.rdma_device_buffer_size}-slot hot buffer, SAC/DRAM with "
+                     f"{p.device_buffer_size} (as in the platform's source runs)")
+    if ranks < p.gpus:
+        notes.append(f"{p.gpus} GPUs in {ranks} attention-DP ranks: each rank is simulated as one GPU; the "
+                     "replicated swap-ins of its attention-TP peers are not added to the shared links")
+    notes.append(f"hot-buffer misses from {opts.hotbuffer_steps} simulated decode steps per context; "
+                 "later steps use the steady mean")
+    inputs = {
+        "compute": compute.detail,
+        "hisparse_overhead_s": p.gpu.hisparse_overhead_s,
+        "prefetch": prefetch,
+        "arrival": f"poisson {rate}/s" if rate else "closed loop",
+        "paths": {pl: dataclasses.asdict(_path(p, pl, R)) for pl in ("sac", "dram")},
+        "nic": {"count": p.nics, "bandwidth_bytes_per_s": p.nic_bytes_per_s,
+                "fetch_blocks_decode": p.rdma_fetch_blocks_decode},
+        "misses": miss_used,
+    }
+    return SimulationResult(p.name, p.origin, spec.name, p.kv_dtype, R, case, out, opts.hotbuffer_steps, inputs,
+                            tuple(points), tuple(ratios), dict(p.validation), tuple(notes))
+
+
+def _div(a, b):
+    return a / b if (a is not None and b) else None
+
+
+def _ratios(points: list[PlacementPoint], contexts, concs) -> list[Ratios]:
+    by = {(q.placement, q.context_tokens, q.concurrency): q for q in points}
+    out = []
+    for conc in concs:
+        per = []
+        for ctx in contexts:
+            s, r, d = by.get(("sac", ctx, conc)), by.get(("rdma", ctx, conc)), by.get(("dram", ctx, conc))
+            g = lambda q, k: getattr(q, k) if q is not None and q.fits else None  # noqa: E731
+            x = Ratios(ctx, conc,
+                       _div(g(s, "throughput_tokens_per_s"), g(r, "throughput_tokens_per_s")),
+                       _div(g(r, "ttft_mean_s"), g(s, "ttft_mean_s")),
+                       _div(g(r, "tbt_mean_s"), g(s, "tbt_mean_s")),
+                       _div(g(s, "throughput_tokens_per_s"), g(d, "throughput_tokens_per_s")),
+                       _div(g(d, "tbt_mean_s"), g(s, "tbt_mean_s")))
+            per.append(x)
+            out.append(x)
+        if len(contexts) > 1:
+            def mean(k):
+                vals = [getattr(x, k) for x in per if getattr(x, k) is not None]
+                return sum(vals) / len(vals) if vals else None
+            out.append(Ratios(None, conc, mean("sac_vs_rdma_throughput"), mean("rdma_vs_sac_ttft"),
+                              mean("rdma_vs_sac_tbt"), mean("sac_vs_dram_throughput"), mean("dram_vs_sac_tbt")))
+    return out

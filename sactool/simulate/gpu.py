@@ -1,0 +1,120 @@
+"""GPU compute per decode step: from measured step times, or a roofline from a small catalog.
+
+*Measured* (preferred): decode step times of one rank with the KV in HBM (no pool reads), at a few
+(requests per rank, context) points. The model uses ``base(context) + slope × (requests − 1)``:
+``base`` is the straight line through the one-request points over context, ``slope`` the
+least-squares per-request increment of the other points over their context's base. Both are
+fitted to *compute measurements* only, never to the serving results being predicted; points
+outside the measured range are extrapolated along those lines (said in the explain view).
+
+*Roofline* (when nothing was measured): per rank and step, the larger of
+``(weights / tp + requests × (top_k × record + context × index_key) × layers) / HBM bandwidth``
+and ``2 × active parameters × requests / (peak dense BF16 FLOP/s)``. A lower bound: it leaves
+out kernel launches, communication and scheduling, so measured steps are longer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# name -> (HBM bytes/s, dense BF16 FLOP/s, source)
+ROOFLINE: dict[str, tuple[float, float, str]] = {
+    # H20: 96 GB HBM3, 4.0 TB/s, 148 TFLOPS FP16/BF16 dense (https://willitrunai.com/es/gpus/h20-96gb)
+    "h20": (4.0e12, 148e12, "H20: 4.0 TB/s HBM3, 148 TFLOPS BF16 (willitrunai.com/es/gpus/h20-96gb)"),
+    # H100 SXM5: 3.35 TB/s, 989 TFLOPS BF16 dense (NVIDIA H100 datasheet lists 1,979 with sparsity)
+    "h100": (3.35e12, 989e12, "H100 SXM: 3.35 TB/s, 989 TFLOPS BF16 dense (nvidia.com/en-us/data-center/h100)"),
+    # H200 SXM: 4.8 TB/s, 989 TFLOPS BF16 dense (NVIDIA H200 datasheet; 1,979 with sparsity)
+    "h200": (4.8e12, 989e12, "H200 SXM: 4.8 TB/s, 989 TFLOPS BF16 dense (nvidia.com/en-us/data-center/h200)"),
+}
+
+# Activated parameters per token: DeepSeek-V3 technical report (arXiv 2412.19437), "37B activated";
+# V3.2 keeps the V3 architecture plus the indexer (shared/DESIGN.md). GLM-5: not known here.
+ACTIVE_PARAMS: dict[str, float] = {"deepseek-v3.2": 37e9}
+
+
+@dataclass(frozen=True)
+class ComputeModel:
+    """Seconds of GPU work per decode step of one rank (all layers), without pool reads."""
+
+    kind: str                      # "measured" | "roofline"
+    detail: str
+    _base: tuple[tuple[int, float], ...] = ()   # (context, seconds) at one request per rank
+    _slope_s: float = 0.0
+    _roof: tuple[float, ...] = ()
+
+    def step_s(self, requests: int, context: int) -> float:
+        if requests <= 0:
+            return 0.0
+        if self.kind == "measured":
+            return max(0.0, _line(self._base, context)) + self._slope_s * (requests - 1)
+        bw, flops, weights_per_gpu, per_req_bytes_fixed, idx_per_token, active = self._roof
+        mem = (weights_per_gpu + requests * (per_req_bytes_fixed + context * idx_per_token)) / bw
+        return max(mem, 2.0 * active * requests / flops)
+
+
+def _line(points: tuple[tuple[int, float], ...], x: float) -> float:
+    if len(points) == 1:
+        return points[0][1]
+    # piecewise linear inside, the end segments extended outside
+    pts = sorted(points)
+    for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
+        if x <= x1 or (x1, y1) == pts[-1]:
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    return pts[-1][1]  # pragma: no cover
+
+
+def measured_model(points) -> ComputeModel:
+    """From ``StepPoint``s (requests_per_rank, context_tokens, step_time_s)."""
+    ones: dict[int, list[float]] = {}
+    for p in points:
+        if p.requests_per_rank == 1:
+            ones.setdefault(p.context_tokens, []).append(p.step_time_s)
+    if not ones:
+        # no one-request points: take the smallest batch as base
+        b0 = min(p.requests_per_rank for p in points)
+        for p in points:
+            if p.requests_per_rank == b0:
+                ones.setdefault(p.context_tokens, []).append(p.step_time_s)
+    base = tuple(sorted((c, sum(v) / len(v)) for c, v in ones.items()))
+    base_b = 1 if any(p.requests_per_rank == 1 for p in points) else min(p.requests_per_rank for p in points)
+    num = den = 0.0
+    for p in points:
+        x = p.requests_per_rank - base_b
+        if x > 0:
+            num += x * (p.step_time_s - _line(base, p.context_tokens))
+            den += x * x
+    slope = num / den if den else 0.0
+    detail = (f"measured: {len(points)} points; base {', '.join(f'{c // 1024}K {s * 1e3:.1f} ms' for c, s in base)}; "
+              f"+{slope * 1e3:.2f} ms per extra request per rank")
+    # shift base to one request if the smallest measured batch was larger
+    base = tuple((c, s - slope * (base_b - 1)) for c, s in base)
+    return ComputeModel("measured", detail, _base=base, _slope_s=slope)
+
+
+def roofline_model(gpu: str, *, model_name: str, tp: int, layers: int, top_k: int,
+                   record_bytes: int, index_key_bytes: int) -> ComputeModel:
+    from sactool.errors import UsageError
+
+    key = gpu.lower()
+    if key not in ROOFLINE:
+        raise UsageError(f"GPU {gpu!r} has no roofline figures; known: {', '.join(sorted(ROOFLINE))}",
+                         "give measured decode step times (gpu.decode_step.measured) in a platform file")
+    if model_name not in ACTIVE_PARAMS:
+        raise UsageError(f"activated parameters of {model_name} are not known to sactool",
+                         "give measured decode step times (gpu.decode_step.measured) in a platform file")
+    from sactool.tune.gpus import WEIGHT_BYTES
+
+    if model_name not in WEIGHT_BYTES:
+        raise UsageError(f"checkpoint size of {model_name} is not known to sactool",
+                         "give measured decode step times (gpu.decode_step.measured) in a platform file")
+    bw, flops, src = ROOFLINE[key]
+    weights = WEIGHT_BYTES[model_name][0] / tp
+    per_req = top_k * record_bytes * layers
+    idx = index_key_bytes * layers
+    return ComputeModel("roofline", f"roofline lower bound ({src}; weights {weights / 1e9:.1f} GB/GPU)",
+                        _roof=(bw, flops, weights, per_req, idx, ACTIVE_PARAMS[model_name]))
+
+
+def prefill_s(points: tuple[tuple[int, float], ...], context: int) -> float:
+    """Prefill seconds of one request of ``context`` tokens (measured points, linear between)."""
+    return max(0.0, _line(points, context))

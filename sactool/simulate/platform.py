@@ -1,0 +1,360 @@
+"""Platform files: every hardware, engine and workload figure the serving model uses, with sources.
+
+A platform file (YAML, ``kind: platform``) describes one serving box: GPUs and how SGLang runs on
+them, the PCIe links, the CXL pool, the host DRAM, the NICs of an RDMA pool, the measured top-k
+gather latencies of each memory, and the workload to simulate. Each section carries ``source``
+strings naming the paper section, raw log or vendor page a value came from
+(``profiles/platforms/sac-paper.yaml`` is the worked example). Loading checks every field and
+names the field in the error (``RecordError``, exit code 4); a value that contradicts another
+(e.g. more ranks than GPUs) is refused the same way.
+
+Units are base units in the key names: ``*_bytes``, ``*_bytes_per_s``, ``*_s``; token counts
+accept ``16k`` spellings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from sactool.errors import RecordError
+from sactool.records import load_structured, upgrade
+
+KIND = "platform"
+SCHEMA_VERSION = 1
+CASES = ("cache_hit", "cache_populate")
+
+
+@dataclass(frozen=True)
+class GatherPoint:
+    """One measured single-request, single-layer top-k gather: ``records`` records of
+    ``record_bytes`` each in ``latency_s`` (GPU swap-in kernel, one CTA)."""
+
+    records: int
+    latency_s: float
+
+
+@dataclass(frozen=True)
+class GatherCurve:
+    """Measured gather latencies of one memory at one record size (>= 2 points).
+
+    The model uses the straight line through them: ``latency = fixed_s + records × s_per_record``,
+    ``s_per_record`` scaled by record bytes when the model's record differs.
+    ``aggregate_bytes_per_s`` (optional): measured all-threads gather bandwidth, a cap on what all
+    requests of one GPU together get (from a bench record); None when only per-request figures exist.
+    """
+
+    record_bytes: int
+    points: tuple[GatherPoint, ...]
+    source: str = ""
+    aggregate_bytes_per_s: float | None = None
+
+    def line(self) -> tuple[float, float]:
+        """(fixed_s, s_per_record) by least squares through the points."""
+        n = len(self.points)
+        xs = [p.records for p in self.points]
+        ys = [p.latency_s for p in self.points]
+        mx, my = sum(xs) / n, sum(ys) / n
+        sxx = sum((x - mx) ** 2 for x in xs)
+        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+        return max(0.0, my - slope * mx), slope
+
+
+@dataclass(frozen=True)
+class StepPoint:
+    """Measured decode step time of one rank with KV in HBM (no pool reads)."""
+
+    requests_per_rank: int
+    context_tokens: int
+    step_time_s: float
+
+
+@dataclass(frozen=True)
+class GpuSection:
+    name: str
+    step_points: tuple[StepPoint, ...] = ()     # measured compute; else roofline from the catalog
+    hisparse_overhead_s: float = 0.0            # measured per-step cost of the HiSparse path
+    kv_budget_bytes: float | None = None        # per-GPU bytes for hot buffers + index keys
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class Platform:
+    """Everything the serving model reads. See ``profiles/platforms/sac-paper.yaml``."""
+
+    name: str
+    # model and engine
+    model: str
+    kv_dtype: str
+    gpus: int
+    attn_dp_size: int
+    top_k: int
+    device_buffer_size: int
+    prefetch: bool
+    rdma_device_buffer_size: int | None
+    gpu: GpuSection
+    prefill_points: tuple[tuple[int, float], ...]   # (context tokens, seconds) for one request per rank
+    # links and memories
+    gpu_link_bytes_per_s: float
+    pcie_switches: int
+    switch_uplink_bytes_per_s: float
+    cxl_devices: int
+    cxl_device_read_bytes_per_s: float
+    cxl_gpu_path_bytes_per_s: float
+    cxl_write_bytes_per_s: float
+    cxl_capacity_bytes: float
+    dram_capacity_bytes: float
+    dram_write_bytes_per_s: float
+    nics: int
+    nic_bytes_per_s: float
+    nic_chunk_bytes: int
+    nic_per_message_s: float
+    rdma_fetch_blocks_decode: bool
+    rdma_conversion_bytes_per_s: float | None
+    gather_cxl: GatherCurve
+    gather_dram: GatherCurve
+    # workload
+    contexts: tuple[int, ...]
+    output_tokens: int
+    concurrency: tuple[int, ...]
+    requests_per_concurrency: float
+    case: str
+    arrival_rate_per_s: float | None
+    sources: dict[str, str] = field(default_factory=dict)
+    validation: dict[str, Any] = field(default_factory=dict)
+    origin: str = ""
+
+    @property
+    def gpus_per_switch(self) -> int:
+        return -(-self.gpus // self.pcie_switches)
+
+    def to_data(self) -> dict[str, Any]:
+        from sactool.records import to_data
+
+        return {f.name: to_data(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+
+# --------------------------------------------------------------------------------------------
+# field readers: every error names the dotted field
+# --------------------------------------------------------------------------------------------
+
+def _err(name: str, msg: str) -> RecordError:
+    return RecordError(f"platform field {name}: {msg}",
+                       "fix the platform file (see profiles/platforms/sac-paper.yaml for every field)")
+
+
+def _get(d: Mapping[str, Any], path: str, *, optional: bool = False, default: Any = None,
+         label: str | None = None) -> Any:
+    cur: Any = d
+    for part in path.split("."):
+        if not isinstance(cur, Mapping) or part not in cur or cur[part] is None:
+            if optional:
+                return default
+            raise _err(label or path, "is missing")
+        cur = cur[part]
+    return cur
+
+
+def _num(d, path, *, positive=True, optional=False, default=None, allow_zero=False,
+         label: str | None = None) -> float | None:
+    v = _get(d, path, optional=optional, default=default, label=label)
+    path = label or path
+    if v is None:
+        return None
+    if isinstance(v, str):  # YAML 1.1 reads 55.4e9 as a string; sizes like 2TB are accepted too
+        try:
+            v = float(v)
+        except ValueError:
+            from sactool.units import parse_size
+
+            try:
+                v = parse_size(v, what=path)
+            except Exception:
+                raise _err(path, f"must be a number, got {v!r}") from None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise _err(path, f"must be a number, got {v!r}")
+    if positive and (v < 0 or (v == 0 and not allow_zero)):
+        raise _err(path, f"must be {'>= 0' if allow_zero else '> 0'}, got {v!r}")
+    return float(v)
+
+
+def _int(d, path, *, lo=1, optional=False, default=None, label: str | None = None) -> int | None:
+    v = _get(d, path, optional=optional, default=default, label=label)
+    path = label or path
+    if v is None:
+        return None
+    if isinstance(v, str):
+        from sactool.units import parse_tokens
+
+        try:
+            v = parse_tokens(v, what=path)
+        except Exception:
+            raise _err(path, f"must be an integer, got {v!r}") from None
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise _err(path, f"must be an integer, got {v!r}")
+    if v < lo:
+        raise _err(path, f"must be >= {lo}, got {v}")
+    return v
+
+
+def _ints(d, path) -> tuple[int, ...]:
+    v = _get(d, path)
+    if isinstance(v, (int, str)) and not isinstance(v, bool):
+        v = [v]
+    if not isinstance(v, list) or not v:
+        raise _err(path, "must be a non-empty list")
+    return tuple(_int({"v": x}, "v", label=f"{path}[{i}]") for i, x in enumerate(v))
+
+
+def _bool(d, path, *, default: bool) -> bool:
+    v = _get(d, path, optional=True, default=default)
+    if not isinstance(v, bool):
+        raise _err(path, f"must be true or false, got {v!r}")
+    return v
+
+
+def _gather(d, path) -> GatherCurve:
+    rb = _int(d, f"{path}.record_bytes")
+    raw = _get(d, f"{path}.points")
+    if not isinstance(raw, list) or len(raw) < 2:
+        raise _err(f"{path}.points", "needs at least two {records, latency_s} measurements")
+    pts = []
+    for i, p in enumerate(raw):
+        if not isinstance(p, Mapping):
+            _bad(f"{path}.points[{i}]")
+        pts.append(GatherPoint(_int(p, "records", label=f"{path}.points[{i}].records"),
+                               _num(p, "latency_s", label=f"{path}.points[{i}].latency_s")))
+    if len({p.records for p in pts}) < 2:
+        raise _err(f"{path}.points", "needs two different record counts")
+    curve = GatherCurve(rb, tuple(sorted(pts, key=lambda p: p.records)), str(_get(d, f"{path}.source", optional=True, default="")),
+                        _num(d, f"{path}.aggregate_bytes_per_s", optional=True))
+    if curve.line()[1] <= 0:
+        raise _err(f"{path}.points", "latency must grow with the number of records")
+    return curve
+
+
+def _bad(path: str):
+    raise _err(path, "must be a mapping")
+
+
+def from_data(data: Mapping[str, Any], *, origin: str = "platform") -> Platform:
+    """Build and validate a :class:`Platform` from loaded YAML/JSON."""
+    data = upgrade(dict(data), kind=KIND, current=SCHEMA_VERSION, source=origin)
+    d = data
+    steps = []
+    for i, p in enumerate(_get(d, "gpu.decode_step.measured", optional=True, default=[]) or []):
+        if not isinstance(p, Mapping):
+            _bad(f"gpu.decode_step.measured[{i}]")
+        q = f"gpu.decode_step.measured[{i}]"
+        steps.append(StepPoint(_int(p, "requests_per_rank", label=f"{q}.requests_per_rank"),
+                               _int(p, "context_tokens", label=f"{q}.context_tokens"),
+                               _num(p, "step_time_s", label=f"{q}.step_time_s")))
+    gpu = GpuSection(
+        name=str(_get(d, "gpu.name")),
+        step_points=tuple(steps),
+        hisparse_overhead_s=_num(d, "gpu.hisparse_overhead_s", optional=True, default=0.0, allow_zero=True),
+        kv_budget_bytes=_num(d, "gpu.kv_budget_bytes", optional=True),
+        source=str(_get(d, "gpu.source", optional=True, default="")),
+    )
+    prefill = []
+    for i, p in enumerate(_get(d, "prefill.measured", optional=True, default=[]) or []):
+        if not isinstance(p, Mapping):
+            _bad(f"prefill.measured[{i}]")
+        prefill.append((_int(p, "context_tokens", label=f"prefill.measured[{i}].context_tokens"),
+                        _num(p, "time_s", label=f"prefill.measured[{i}].time_s")))
+    rate = _num(d, "workload.arrival_rate_per_s", optional=True)
+    case = _get(d, "workload.case", optional=True, default="cache_hit")
+    if case not in CASES:
+        raise _err("workload.case", f"must be one of {', '.join(CASES)}, got {case!r}")
+    conv = _get(d, "rdma.layout_conversion_bytes_per_s", optional=True)
+    p = Platform(
+        name=str(_get(d, "name")),
+        model=str(_get(d, "model.name")),
+        kv_dtype=str(_get(d, "model.kv_dtype")),
+        gpus=_int(d, "serving.gpus"),
+        attn_dp_size=_int(d, "serving.attn_dp_size"),
+        top_k=_int(d, "serving.top_k"),
+        device_buffer_size=_int(d, "serving.device_buffer_size"),
+        prefetch=_bool(d, "serving.prefetch", default=False),
+        rdma_device_buffer_size=_int(d, "serving.rdma_device_buffer_size", optional=True),
+        gpu=gpu,
+        prefill_points=tuple(sorted(prefill)),
+        gpu_link_bytes_per_s=_num(d, "pcie.gpu_link_bytes_per_s"),
+        pcie_switches=_int(d, "pcie.switches"),
+        switch_uplink_bytes_per_s=_num(d, "pcie.switch_uplink_bytes_per_s"),
+        cxl_devices=_int(d, "cxl.devices"),
+        cxl_device_read_bytes_per_s=_num(d, "cxl.device_read_bytes_per_s"),
+        cxl_gpu_path_bytes_per_s=_num(d, "cxl.gpu_path_read_bytes_per_s"),
+        cxl_write_bytes_per_s=_num(d, "cxl.write_bytes_per_s"),
+        cxl_capacity_bytes=_num(d, "cxl.capacity_bytes"),
+        dram_capacity_bytes=_num(d, "dram.capacity_bytes"),
+        dram_write_bytes_per_s=_num(d, "dram.write_bytes_per_s"),
+        nics=_int(d, "nic.count"),
+        nic_bytes_per_s=_num(d, "nic.bandwidth_bytes_per_s"),
+        nic_chunk_bytes=_int(d, "nic.chunk_bytes"),
+        nic_per_message_s=_num(d, "nic.per_message_s", allow_zero=True),
+        rdma_fetch_blocks_decode=_bool(d, "rdma.fetch_blocks_decode", default=False),
+        rdma_conversion_bytes_per_s=None if conv is None else _num(d, "rdma.layout_conversion_bytes_per_s"),
+        gather_cxl=_gather(d, "gather.cxl"),
+        gather_dram=_gather(d, "gather.dram"),
+        contexts=_ints(d, "workload.contexts"),
+        output_tokens=_int(d, "workload.output_tokens"),
+        concurrency=_ints(d, "workload.concurrency"),
+        requests_per_concurrency=_num(d, "workload.requests_per_concurrency", optional=True, default=2.0),
+        case=case,
+        arrival_rate_per_s=rate,
+        sources={str(k): str(v) for k, v in (d.get("sources") or {}).items()},
+        validation=dict(d.get("validation") or {}),
+        origin=origin,
+    )
+    return check(p)
+
+
+def check(p: Platform) -> Platform:
+    """Cross-field rules (contradictions name the field)."""
+    from sactool.models import get_model, normalize_kv_dtype
+
+    try:
+        normalize_kv_dtype(p.kv_dtype)
+    except Exception:
+        raise _err("model.kv_dtype", f"must be fp8_e4m3 or bfloat16, got {p.kv_dtype!r}") from None
+    try:
+        spec = get_model(p.model)
+    except Exception as e:
+        raise _err("model.name", getattr(e, "message", str(e))) from None
+    if p.attn_dp_size > p.gpus or p.gpus % p.attn_dp_size:
+        raise _err("serving.attn_dp_size", f"{p.attn_dp_size} must divide serving.gpus {p.gpus}")
+    if p.top_k != spec.index_topk:
+        raise _err("serving.top_k", f"{p.top_k} contradicts {spec.name}'s index_topk {spec.index_topk}")
+    for name, buf in (("serving.device_buffer_size", p.device_buffer_size),
+                      ("serving.rdma_device_buffer_size", p.rdma_device_buffer_size)):
+        if buf is not None and buf < p.top_k:
+            raise _err(name, f"{buf} is smaller than top_k {p.top_k}")
+    if p.pcie_switches > p.gpus:
+        raise _err("pcie.switches", f"{p.pcie_switches} switches for {p.gpus} GPUs")
+    if p.nics > p.pcie_switches:
+        raise _err("nic.count", f"{p.nics} NICs on {p.pcie_switches} PCIe switches (one NIC per switch is modelled)")
+    if p.cxl_devices > p.attn_dp_size:
+        raise _err("cxl.devices", f"{p.cxl_devices} devices for {p.attn_dp_size} ranks (rank % devices leaves some idle)")
+    if not p.gpu.step_points and p.gpu.name.lower() not in _roofline_gpus():
+        raise _err("gpu.decode_step.measured", f"is empty and GPU {p.gpu.name!r} has no roofline entry "
+                   f"({', '.join(sorted(_roofline_gpus()))})")
+    for c in p.contexts:
+        if c > spec.max_position_embeddings:
+            raise _err("workload.contexts", f"{c} tokens exceed {spec.name}'s max_position_embeddings "
+                       f"{spec.max_position_embeddings}")
+    if p.case == "cache_populate" and not p.prefill_points:
+        raise _err("prefill.measured", "is needed for workload.case cache_populate")
+    return p
+
+
+def _roofline_gpus() -> set[str]:
+    from sactool.simulate.gpu import ROOFLINE
+
+    return set(ROOFLINE)
+
+
+def load_platform(path) -> Platform:
+    """Load and validate a platform file (YAML or JSON)."""
+    return from_data(load_structured(path, what="platform file"), origin=str(path))
