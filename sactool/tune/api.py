@@ -1,0 +1,145 @@
+"""``tune()``: model + workload + measured pool → a versioned serving profile, and why.
+
+Order of work: validate every input (cheap) → GPU budget → probe the pool → capacity of the
+design point → gather figures (``--bench`` or interleaved quick measurements) → hot-buffer
+simulation of the workload over candidate buffer sizes → search → profile. Finished evaluation
+points (one simulation of one context and seed, one gather measurement) are appended to a JSONL
+file as they complete, so Ctrl-C loses nothing and ``--resume`` continues.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from sactool.errors import CapacityError, ExistsError, Interrupted, SactoolError, UsageError
+
+Progress = Callable[[str, int, int], None]
+
+SAC_CONCURRENCY = 64
+"""Concurrency of SAC's main experiments (paper-sac.md §1, §3: "concurrency 64"); the default
+design concurrency, lowered to what the pool holds when it holds less."""
+DEFAULT_CONTEXTS = (16384, 32768, 65536, 131072)   # the paper's 16K–128K sweep (paper-sac.md §3)
+DEFAULT_STEPS = 128
+DEFAULT_REPLICATES = 3
+DEFAULT_GATHER_SECONDS = 0.6
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    """What the user asks for. ``given`` names the options the user set (provenance "user")."""
+
+    model: str = "deepseek-v3.2"
+    contexts: tuple[int, ...] = DEFAULT_CONTEXTS        # tokens
+    concurrency: int | None = None                      # total requests; None = auto
+    tp: int = 8                                         # GPU ranks (canonical DeepSeek-V3.2 command: tp 8)
+    attn_dp: int | None = None                          # attention-DP groups; None = tp (DP attention)
+    gpu: str | None = None                              # catalog name; None = gpus.DEFAULT_GPU
+    gpu_kv_budget_bytes: int | None = None              # per GPU
+    weights_bytes: int | None = None                    # whole checkpoint
+    kv_dtype: str = "fp8"
+    bench: Path | None = None
+    trace: Path | None = None
+    strict: bool = False
+    out: Path | None = None
+    force: bool = False
+    resume: bool = False
+    steps: int = DEFAULT_STEPS                          # decode steps simulated per context
+    replicates: int = DEFAULT_REPLICATES                # workload seeds / measurement rounds
+    seed: int = 0
+    gather_seconds: float = DEFAULT_GATHER_SECONDS
+    sysfs_root: Path | None = None
+    exhaustive: bool = False                            # evaluate every page-aligned buffer size
+    write: bool = True
+    given: frozenset[str] = field(default_factory=frozenset)
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    profile: Any                       # sactool.profile.Profile
+    path: Path | None
+    summary: dict[str, Any]            # what the table shows (also in JSON)
+    alternatives: tuple[dict[str, Any], ...]
+    evaluated: int
+    space: int
+    warnings: tuple[dict[str, str], ...]
+    elapsed_s: float
+    chosen_objective_s: float
+    best_objective_s: float
+
+    def to_data(self) -> dict[str, Any]:
+        from sactool.records import to_data
+
+        return {"kind": "tune_result", "path": str(self.path) if self.path else None,
+                "summary": to_data(self.summary), "alternatives": to_data(self.alternatives),
+                "candidates_evaluated": self.evaluated, "candidate_space": self.space,
+                "warnings": to_data(self.warnings), "elapsed_s": round(self.elapsed_s, 3),
+                "profile": self.profile.to_data()}
+
+
+def _check_options(o: TuneOptions, spec) -> tuple[str, int, int]:
+    from sactool.models import normalize_kv_dtype
+
+    kv = normalize_kv_dtype(o.kv_dtype)
+    if o.tp < 1:
+        raise UsageError(f"--tp {o.tp} must be >= 1")
+    dp = o.attn_dp if o.attn_dp is not None else o.tp
+    if dp < 1 or o.tp % dp:
+        raise UsageError(f"--attn-dp {dp} must divide --tp {o.tp}", "e.g. --tp 8 --attn-dp 8 (DP attention) or 1")
+    if o.concurrency is not None and o.concurrency < 1:
+        raise UsageError(f"--concurrency {o.concurrency} must be >= 1")
+    if not o.contexts:
+        raise UsageError("no --context given", "e.g. --context 16k,32k,64k,128k")
+    for c in o.contexts:
+        if c > spec.max_position_embeddings:
+            raise UsageError(f"context {c} tokens is longer than {spec.name}'s max_position_embeddings "
+                             f"({spec.max_position_embeddings})", f"use --context up to {spec.max_position_embeddings}")
+        if c < spec.index_topk:
+            raise UsageError(f"context {c} tokens is shorter than top_k {spec.index_topk}: every token is selected",
+                             f"use contexts of at least {spec.index_topk} tokens")
+    if o.steps < 2 or o.replicates < 1:
+        raise UsageError("--steps must be >= 2 and --replicates >= 1")
+    return kv, dp, spec.record_bytes(kv)
+
+
+def _check_output(path: Path, o: TuneOptions) -> Path:
+    points = path.with_name(path.name + ".points.jsonl")
+    if path.exists() and not o.force:
+        raise ExistsError(f"{path} already exists", "pass --force to overwrite it, or choose another --out")
+    parent = path.parent
+    probe_dir = parent
+    while not probe_dir.exists():
+        probe_dir = probe_dir.parent
+    if not os.access(probe_dir, os.W_OK):
+        raise SactoolError(f"cannot write {path}: {probe_dir} is not writable", "choose a writable --out")
+    if points.exists() and not o.resume and not o.force:
+        raise ExistsError(f"{points} holds points of an earlier, unfinished tune",
+                          "pass --resume to continue it, or --force to start over")
+    return points
+
+
+def tune(options: TuneOptions, progress: Progress | None = None) -> TuneResult:
+    """Run the whole tuning; see the module docstring. Raises SactoolError subclasses."""
+    from sactool.models import get_model
+    from sactool.profile import default_profile_path
+
+    t0 = time.perf_counter()
+    o = options
+    spec = get_model(o.model)
+    kv, attn_dp, rec_bytes = _check_options(o, spec)
+    path = Path(o.out) if o.out else default_profile_path(spec.name)
+    points_path = _check_output(path, o) if o.write else None
+    from sactool.tune import run  # heavy part (numpy, simulation) lives there
+
+    try:
+        return run.execute(o, spec, kv, attn_dp, rec_bytes, path, points_path, progress, t0)
+    except KeyboardInterrupt:
+        raise Interrupted("tune interrupted; finished evaluation points are kept"
+                          + (f" in {points_path}" if points_path else ""),
+                          "run the same command with --resume to continue") from None
+
+
+__all__ = ["TuneOptions", "TuneResult", "tune", "CapacityError"]

@@ -1,0 +1,190 @@
+"""Turn the chosen evaluation into the profile (every settings value with its provenance), the
+summary the CLI prints, and the alternatives with the reason each lost."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sactool.profile import (DSA_PAGE_SIZE_CUDA, HiSparseSettings, PoolSettings, Provenance, SglangSettings,
+                             new_profile, settings_fields)
+from sactool.tune import search
+from sactool.tune.capacity import max_requests_per_rank, pages, rank_plan
+from sactool.tune.cost import rdma_full_prefix_bytes
+from sactool.tune.placement import pool_bytes_per_rank
+
+ENGINE_CONSTRAINTS = (
+    {"setting": "sglang.page_size", "value": DSA_PAGE_SIZE_CUDA,
+     "why": "DSA forces a 64-token KV page on CUDA (SGLang 0.5.23 deepseek_v2.py:160-172, sglang-integration.md §1.5)"},
+    {"setting": "host layout", "value": "layer_first",
+     "why": "HiSparse builds its host pool layer-first [layer][token][record]; not configurable (§2.2)"},
+    {"setting": "hisparse.top_k", "value": None,
+     "why": "SGLang overrides top_k with the model's index_topk (model_runner.py:1039-1041)"},
+    {"setting": "--disable-radix-cache", "value": True, "why": "HiSparse requires it (hisparse_hook.py:87-165)"},
+)
+
+
+def _p(source: str, detail: str) -> Provenance:
+    return Provenance(source, detail)
+
+
+def build_profile(*, o, spec, kv, attn_dp, rec_bytes, budget, pool, machine, dep, contexts, design,
+                  concurrency, chosen, ranked, evals, gather, cap_kw, warnings, replicates):
+    c = chosen.candidate
+    layers, top_k = spec.num_layers, spec.index_topk
+    req = dep.requests_per_rank(concurrency)
+    plan = rank_plan(req, c.device_buffer_size, c.host_to_device_ratio, layers=layers, record_bytes=rec_bytes,
+                     indexer_bytes=spec.indexer_bytes)
+    user = o.given
+    measured = "measured" if gather.info.get("source") else "derived"
+    bench_ref = gather.info.get("digest") or f"quick gather on {gather.info.get('memory_node')}"
+    stand = " (node standing in for CXL: DRAM figures)" if pool.stand_in else ""
+
+    pool_s = PoolSettings(
+        placement="plugin", mode=pool.mode,
+        nodes=tuple(t.node for t in pool.targets) if pool.mode == "numa" else (),
+        dax_devices=tuple(t.name for t in pool.targets) if pool.mode == "devdax" else (),
+        rank_assignment=c.placement.strategy, rank_targets=c.placement.rank_targets,
+        hugepages="thp", prefault_threads=max(1, pool.cpus_near), stand_in=pool.stand_in)
+    hs = HiSparseSettings(top_k=top_k, device_buffer_size=c.device_buffer_size,
+                          host_to_device_ratio=c.host_to_device_ratio, swap_in_block_size=c.swap_in_block_size,
+                          prefetch=c.prefetch)
+    sg = SglangSettings(tp_size=o.tp, attn_dp_size=attn_dp, kv_cache_dtype=kv, page_size=DSA_PAGE_SIZE_CUDA,
+                        mem_fraction_static=budget.mem_fraction_static, max_running_requests=concurrency,
+                        context_length=max(design), max_total_tokens=plan.device_slots)
+
+    def who(opt: str, default_detail: str) -> Provenance:
+        return _p("user", f"--{opt}") if opt in user else _p("default", default_detail)
+
+    prov = {
+        "pool.placement": _p("default", "sactool_cxl plug-in: SGLang re-execs ranks under numactl, so only an "
+                             "in-process placement reaches the host pool (DESIGN.md)"),
+        "pool.mode": _p("measured", f"probe: {pool.reason}"),
+        "pool.nodes": _p("measured", f"probe verdict: {pool.reason}"),
+        "pool.dax_devices": _p("measured", "probe: devdax devices" if pool.mode == "devdax" else "not devdax"),
+        "pool.rank_assignment": _p("derived", "search: " + ("one pool target, so every assignment is the same"
+                                                            if len(pool.targets) == 1 else
+                                                            "least predicted fetch time over placements")),
+        "pool.rank_targets": _p("derived", f"{c.placement.strategy} over {', '.join(t.name for t in pool.targets)}"),
+        "pool.policy": _p("default", "MPOL_BIND: the pool stays on its target (SAC maps it fully)"),
+        "pool.interleave_weights": _p("default", "empty: policy is bind"),
+        "pool.hugepages": _p("default", "MADV_HUGEPAGE (THP): no hugetlbfs pool is reserved by default"),
+        "pool.prefault_threads": _p("derived", f"CPUs of node{pool.cpu_node}, nearest the pool"),
+        "pool.prefault_cpus": _p("default", "auto: the CPUs nearest the pool node"),
+        "pool.register_chunk_gb": _p("default", "SGLang default (256 GB chunks)"),
+        "pool.strict": _p("default", "fall back to SGLang's allocator (and log it) when placement fails"),
+        "pool.stand_in": _p("measured", pool.reason),
+        "pool.gpu_local_nodes": _p("default", "empty: SGLang finds each GPU's node with NVML"),
+        "hisparse.top_k": _p("engine", f"{spec.name} index_topk (SGLang overrides top_k with it)"),
+        "hisparse.device_buffer_size": _p(measured, f"least predicted fetch time per token under the GPU and pool "
+                                          f"limits; misses from LRU simulation, bandwidth {bench_ref}{stand}"),
+        "hisparse.host_to_device_ratio": _p("derived", f"smallest ratio whose host pool holds {req} request(s) of "
+                                            f"{max(design)} tokens per rank"),
+        "hisparse.swap_in_block_size": _p("default", "SGLang 0.5.23 default; CTA widths tie in the prediction"),
+        "hisparse.prefetch": _p("default",
+                                "SGLang default on; it only acts on IndexShare layers"),
+        "sglang.tested": _p("default", "SGLang range the profile was written for"),
+        "sglang.entrypoint": _p("default", "python -m sglang.launch_server"),
+        "sglang.role": _p("default", "colocated prefill and decode"),
+        "sglang.tp_size": who("tp", "canonical DeepSeek-V3.2 command: --tp-size 8"),
+        "sglang.attn_dp_size": who("attn-dp", "DP attention (= tp): no MLA replication across ranks"),
+        "sglang.kv_cache_dtype": who("kv-dtype", "fp8_e4m3: 656 B records"),
+        "sglang.page_size": _p("engine", "DSA forces page size 64 on CUDA"),
+        "sglang.mem_fraction_static": _p("default", "0.85, as in the SAC runs"),
+        "sglang.max_running_requests": (_p("user", "--concurrency") if "concurrency" in user else
+                                        _p("derived", "design concurrency: SAC's 64, or what the pool holds")),
+        "sglang.context_length": _p("derived", "longest requested context the deployment holds"),
+        "sglang.dsa_decode_backend": _p("default", "auto: HiSparse picks flashmla_kv (fp8) / flashmla_sparse (bf16)"),
+        "sglang.max_total_tokens": _p("derived", f"device slots per rank: {req} request(s) x "
+                                      f"(device_buffer_size + one {DSA_PAGE_SIZE_CUDA}-token page)"),
+    }
+    missing = set(settings_fields()) - set(prov)
+    assert not missing, missing  # every settings field has a provenance (a programming error otherwise)
+
+    part = pool_bytes_per_rank(c.placement, pool.targets)
+    per_ctx = []
+    for ctx in contexts:
+        row: dict[str, Any] = {"context_tokens": ctx, "fits": ctx in design,
+                               "rdma_full_prefix_bytes_per_request": rdma_full_prefix_bytes(ctx, rec_bytes, layers),
+                               "rdma_full_prefix_bytes": rdma_full_prefix_bytes(ctx, rec_bytes, layers)
+                               * concurrency * dep.replication}
+        kw = dict(cap_kw, pool_bytes_per_rank=part)
+        row["max_concurrency"] = attn_dp * max_requests_per_rank(c.device_buffer_size, ctx, **kw)
+        row["profile_holds"] = attn_dp * min(plan.device_slots // (c.device_buffer_size + DSA_PAGE_SIZE_CUDA),
+                                             plan.host_tokens // pages(ctx))
+        if ctx in chosen.per_context:
+            row.update({k: v for k, v in chosen.per_context[ctx].items()})
+            row["fetch_bytes_per_step"] = row["fetch_bytes_per_token"] * concurrency * dep.replication
+        per_ctx.append(row)
+
+    best = ranked[0]
+    cmp = search.compare(chosen, best) if best is not chosen else None
+    predictions = {
+        "objective": "fetch time per generated token, mean over the design contexts, at the design concurrency",
+        "fetch_time_per_token_s": chosen.mean_s,
+        "fetch_time_per_token_samples_s": list(chosen.samples_s),
+        "design_concurrency": concurrency,
+        "design_contexts": list(design),
+        "requests_per_rank": req,
+        "gpu_bytes_per_rank": plan.gpu_bytes,
+        "hot_buffer_bytes_per_rank": plan.hot_buffer_bytes,
+        "index_key_bytes_per_rank": plan.index_key_bytes,
+        "gpu_kv_budget_bytes": budget.bytes_per_gpu,
+        "host_pool_bytes_per_rank": plan.host_pool_bytes,
+        "host_pool_bytes": plan.host_pool_bytes * o.tp,
+        "pool_partition_bytes_per_rank": part,
+        "per_context": per_ctx,
+        "best_candidate_fetch_time_per_token_s": best.mean_s,
+        "chosen_vs_best": None if cmp is None else {"delta_s": cmp.delta_s, "ci95_s": cmp.ci_s,
+                                                    "significant": cmp.significant},
+        "engine_constraints": [dict(e, value=top_k if e["setting"] == "hisparse.top_k" else e["value"])
+                               for e in ENGINE_CONSTRAINTS],
+        "replicates": replicates,
+        "warnings": list(warnings),
+    }
+    request = {"model": o.model, "contexts": list(contexts), "concurrency": o.concurrency, "tp": o.tp,
+               "attn_dp": o.attn_dp, "gpu": budget.gpu, "gpu_kv_budget_bytes": o.gpu_kv_budget_bytes,
+               "gpu_kv_budget": {"bytes_per_gpu": budget.bytes_per_gpu, "source": budget.source,
+                                 "detail": budget.detail},
+               "kv_dtype": kv, "steps": o.steps, "replicates": replicates, "seed": o.seed,
+               "trace": str(o.trace) if o.trace else None, "bench": str(o.bench) if o.bench else None,
+               "pool_targets": [{"name": t.name, "capacity_bytes": t.capacity_bytes, "source": t.capacity_source}
+                                for t in pool.targets]}
+    profile = new_profile(model=spec.to_model_ref(), pool=pool_s, hisparse=hs, sglang=sg, machine=machine,
+                          request=request, predictions=predictions, bench=dict(gather.info), provenance=prov)
+    alternatives = _alternatives(chosen, evals)
+    summary = {"model": spec.name, "kv_cache_dtype": kv, "record_bytes": rec_bytes, "layers": layers,
+               "pool": [{"name": t.name, "capacity_bytes": t.capacity_bytes} for t in pool.targets],
+               "stand_in": pool.stand_in, "pool_reason": pool.reason,
+               "gather_bandwidth_bytes_per_s": gather.info.get("bandwidth_bytes_per_s"),
+               "gather_detail": gather.info.get("detail"),
+               "hisparse_config": hs.config_json(), "prefetch": hs.prefetch,
+               "placement": c.placement.label, "rank_targets": list(c.placement.rank_targets),
+               "tp": o.tp, "attn_dp": attn_dp, **{k: predictions[k] for k in (
+                   "fetch_time_per_token_s", "design_concurrency", "gpu_bytes_per_rank", "hot_buffer_bytes_per_rank",
+                   "index_key_bytes_per_rank", "gpu_kv_budget_bytes", "host_pool_bytes_per_rank", "host_pool_bytes",
+                   "per_context", "engine_constraints")}}
+    return profile, summary, alternatives
+
+
+def _alternatives(chosen, evals, n_feasible: int = 4, n_infeasible: int = 2) -> list[dict[str, Any]]:
+    seen = {chosen.candidate}
+    feas = sorted((e for e in evals if e.feasible and e.candidate not in seen), key=lambda e: e.mean_s)
+    infeas = sorted((e for e in evals if not e.feasible and e.mean_s < chosen.mean_s), key=lambda e: e.mean_s)
+    picked, labels = [], set()
+    for e in feas:
+        k = (e.candidate.device_buffer_size, e.candidate.host_to_device_ratio, e.candidate.placement)
+        if k in labels:
+            continue
+        labels.add(k)
+        picked.append(e)
+        if len(picked) >= n_feasible:
+            break
+    knob = next((e for e in feas if e.candidate.device_buffer_size == chosen.candidate.device_buffer_size
+                 and e.candidate.host_to_device_ratio == chosen.candidate.host_to_device_ratio
+                 and e.candidate.placement == chosen.candidate.placement), None)
+    if knob is not None and knob not in picked:
+        picked.append(knob)
+    picked += infeas[:n_infeasible]
+    return [{"candidate": e.candidate.label, "fetch_time_per_token_s": e.mean_s,
+             "gpu_bytes_per_rank": e.gpu_bytes_per_rank, "feasible": e.feasible,
+             "reason": search.reason_lost(e, chosen)} for e in picked]

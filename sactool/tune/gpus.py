@@ -1,0 +1,103 @@
+"""A small GPU catalog and the per-GPU memory budget HiSparse may use.
+
+Capacities are the vendors' marketed HBM sizes, taken as decimal gigabytes (10^9 B). The
+``nvidia-smi`` totals of these parts are a little larger (they are GiB-sized parts), so the figure
+here errs on the side of fitting less, never more.
+
+The budget follows SGLang's memory rule: ``--mem-fraction-static`` is the fraction of GPU memory
+for *static* allocations, model weights plus the KV pool; what is left of it after the weights is
+the KV pool (SGLang ``ModelRunner``; `docs/advanced_features/server_arguments`:
+"fraction of the memory used for static allocation (model weights and KV cache memory pool)").
+Under HiSparse that pool holds the hot buffers and the indexer keys of every logical token
+(shared/reference/sglang-integration.md §2.5).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sactool.errors import CapacityError, UsageError
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """``hbm_bytes``: memory of one GPU, bytes (decimal GB as marketed); ``source``: where from."""
+
+    name: str
+    hbm_bytes: int
+    source: str
+
+
+GPUS: dict[str, GpuSpec] = {
+    # NVIDIA H20: 96 GB HBM3, 4.0 TB/s (NVIDIA H20 product brief; the SAC testbed GPU,
+    # shared/reference/paper-sac.md §3 "8x NVIDIA H20, 96 GB HBM each")
+    "h20": GpuSpec("h20", 96 * 10**9, "NVIDIA H20 product brief: 96 GB HBM3; SAC testbed (paper-sac.md §3)"),
+    # NVIDIA H100 SXM5: 80 GB HBM3, 3.35 TB/s (NVIDIA H100 Tensor Core GPU datasheet)
+    "h100": GpuSpec("h100", 80 * 10**9, "NVIDIA H100 Tensor Core GPU datasheet: 80 GB HBM3 (SXM5)"),
+    # NVIDIA H200 SXM: 141 GB HBM3e, 4.8 TB/s (NVIDIA H200 Tensor Core GPU datasheet, SC23);
+    # the GPU of the SGLang HiSparse blog benchmark (8x H200, sglang-integration.md §7)
+    "h200": GpuSpec("h200", 141 * 10**9, "NVIDIA H200 Tensor Core GPU datasheet: 141 GB HBM3e"),
+}
+
+DEFAULT_GPU = "h200"
+"""The HiSparse reference deployment (LMSYS HiSparse blog, 8x H200) — a default, recorded as such."""
+
+DEFAULT_MEM_FRACTION_STATIC = 0.85
+"""``--mem-fraction-static`` of the SAC runs (paper-sac.md §3/§5: "mem_fraction_static 0.85")."""
+
+WEIGHT_BYTES: dict[str, tuple[int, str]] = {
+    # DeepSeek-V3.2: 685B parameters (671B + 14B MTP, DeepSeek-V3 technical report), shipped in
+    # FP8 with 128x128 block scales: "approximately 642 GB (FP8)" in the DeepSeek-V3.2-NVFP4 model
+    # card, i.e. 642 GiB = 689e9 B, about one byte per parameter.
+    "deepseek-v3.2": (642 * 2**30, "FP8 checkpoint, ~642 GiB (685B parameters at ~1 B each)"),
+}
+
+
+def get_gpu(name: str) -> GpuSpec:
+    key = str(name).strip().lower()
+    if key not in GPUS:
+        raise UsageError(f"unknown GPU {name!r}; known GPUs: {', '.join(sorted(GPUS))}",
+                         "pick one of the catalog, or give --gpu-kv-budget SIZE per GPU")
+    return GPUS[key]
+
+
+@dataclass(frozen=True)
+class GpuBudget:
+    """Per-GPU bytes HiSparse may use for hot buffers + indexer keys, and how it was derived."""
+
+    bytes_per_gpu: int
+    source: str          # "user" | "derived"
+    detail: str
+    gpu: str | None
+    mem_fraction_static: float
+
+
+def kv_budget(*, model_name: str, tp: int, gpu: str | None, budget_bytes: int | None,
+              weights_bytes: int | None = None,
+              mem_fraction_static: float = DEFAULT_MEM_FRACTION_STATIC) -> GpuBudget:
+    """The per-GPU KV budget: given (``--gpu-kv-budget``), or ``fraction × HBM − weights / tp``.
+
+    Weights are split over the ``tp`` GPUs of one model instance (tensor/expert parallel).
+    Raises CapacityError when the weights leave nothing, UsageError when the weights are unknown.
+    """
+    if budget_bytes is not None:
+        return GpuBudget(budget_bytes, "user", "--gpu-kv-budget", gpu, mem_fraction_static)
+    spec = get_gpu(gpu or DEFAULT_GPU)
+    if weights_bytes is None:
+        if model_name not in WEIGHT_BYTES:
+            raise UsageError(f"the checkpoint size of {model_name} is not known to sactool",
+                             "give --gpu-kv-budget SIZE (per GPU) or --weights-bytes SIZE")
+        weights_bytes, wsrc = WEIGHT_BYTES[model_name]
+    else:
+        wsrc = "--weights-bytes"
+    static = int(spec.hbm_bytes * mem_fraction_static)
+    per_gpu_weights = -(-weights_bytes // tp)
+    left = static - per_gpu_weights
+    if left <= 0:
+        raise CapacityError(
+            f"the weights need {per_gpu_weights / 1e9:.1f} GB per GPU at tp {tp}, more than "
+            f"{mem_fraction_static:g} x {spec.hbm_bytes / 1e9:.0f} GB of a {spec.name}",
+            "use more GPUs (--tp), a larger GPU (--gpu), or give --gpu-kv-budget")
+    detail = (f"{mem_fraction_static:g} x {spec.hbm_bytes / 1e9:.0f} GB ({spec.name}) - "
+              f"{per_gpu_weights / 1e9:.1f} GB weights/GPU ({wsrc}, / tp {tp})")
+    return GpuBudget(left, "derived", detail, spec.name, mem_fraction_static)

@@ -1,0 +1,60 @@
+"""Rank → pool target placement (CXL NUMA node or DAX device).
+
+* ``round_robin``: rank ``r`` uses target ``r % n`` — what SAC does ("rank-based
+  ``tp_rank % num_devices``", shared/reference/paper-sac.md §5; 2 devices gave +9.2% over 1);
+* ``packed``: consecutive ranks fill the first ``k < n`` targets in blocks (rank ``r`` uses target
+  ``r·k // ranks``), leaving the other targets free for other tenants.
+
+Ranks sharing a target split its capacity in equal partitions (one per rank, as SAC partitions a
+device per rank) and share its gather bandwidth.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Sequence
+
+from sactool.tune.capacity import PoolTarget
+
+
+@dataclass(frozen=True)
+class Placement:
+    """``strategy``: round_robin | packed; ``rank_targets``: target name per rank."""
+
+    strategy: str
+    rank_targets: tuple[str, ...]
+
+    @property
+    def label(self) -> str:
+        used = len(set(self.rank_targets))
+        return f"{self.strategy}/{used}" if self.strategy == "packed" else self.strategy
+
+    def ranks_per_target(self) -> dict[str, int]:
+        return dict(Counter(self.rank_targets))
+
+
+def round_robin(ranks: int, targets: Sequence[str]) -> Placement:
+    if not targets:
+        raise ValueError("no pool targets")
+    return Placement("round_robin", tuple(targets[r % len(targets)] for r in range(ranks)))
+
+
+def packed(ranks: int, targets: Sequence[str], k: int) -> Placement:
+    if not 1 <= k <= len(targets):
+        raise ValueError(f"k={k} outside 1..{len(targets)}")
+    return Placement("packed", tuple(targets[r * k // ranks] for r in range(ranks)))
+
+
+def candidates(ranks: int, targets: Sequence[str]) -> list[Placement]:
+    """Round-robin over all targets, and packed on each smaller number of targets."""
+    out = [round_robin(ranks, targets)]
+    for k in range(1, min(len(targets), ranks)):
+        out.append(packed(ranks, targets, k))
+    return out
+
+
+def pool_bytes_per_rank(placement: Placement, targets: Sequence[PoolTarget]) -> int:
+    """The smallest per-rank partition: each used target's capacity split over its ranks."""
+    cap = {t.name: t.capacity_bytes for t in targets}
+    return min(cap[name] // n for name, n in placement.ranks_per_target().items())

@@ -1,0 +1,261 @@
+"""Candidate space, evaluation and choice.
+
+A candidate is one HiSparse/pool configuration: ``device_buffer_size``, ``host_to_device_ratio``,
+``swap_in_block_size``, ``prefetch`` and a rank placement. Its *objective* is the predicted fetch
+time per generated token (:func:`sactool.tune.cost.fetch_time_per_token`, slowest pool target),
+averaged over the requested context lengths, at the design concurrency.
+
+Noise. The inputs that vary between repetitions are the simulated workload (seed) and the
+measured gather bandwidth (round). Replicate ``i`` pairs workload seed ``i`` with measurement
+round ``i`` — rounds are taken interleaved over the pool targets (A B A B …) — and every
+candidate is evaluated on every replicate, so two candidates are compared on *paired* samples.
+A candidate whose paired difference to the best is within the 95% confidence interval
+(Student t) is "not significant": among those the choice goes to the one using the least GPU
+memory, then the least pool memory, then the engine's defaults — never to the noisier mean.
+
+Search (what ``tune`` runs): buffers on a coarse grid (top_k/2 steps from top_k to 4·top_k),
+then every page-aligned size between the best feasible coarse size and the next one; for each,
+the smallest ratio that holds the design point and one above it; every placement; and the
+swap-in CTA widths and prefetch switch (which do not enter the cost model: they tie, and the
+engine default is kept). ``scripts/tune-exhaustive`` evaluates every page-aligned size.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
+
+from sactool.tune.capacity import PAGE, Deployment, PoolTarget, fits, min_ratio, rank_plan
+from sactool.tune.cost import fetch_bytes_per_token, step_time_over_targets
+from sactool.tune.placement import Placement, pool_bytes_per_rank
+
+SWAP_IN_BLOCK_SIZES = (256, 512, 960, 1024)
+"""CTA widths tried: 960 SGLang 0.5.23 default (factory.py), 512 the HiSparse guide's value,
+1024 SAC's hard-coded width, 256 a narrower one (sglang-integration.md §2.2, paper-sac.md §5)."""
+DEFAULT_SWAP_IN_BLOCK = 960
+DEFAULT_PREFETCH = True
+
+# two-sided 95% Student t quantiles, dof 1..30 (standard table); larger dof -> 1.96
+_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+        2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+        2.045, 2.042)
+
+
+def t95(dof: int) -> float:
+    return _T95[dof - 1] if 1 <= dof <= len(_T95) else 1.96
+
+
+@dataclass(frozen=True)
+class Candidate:
+    device_buffer_size: int
+    host_to_device_ratio: int
+    swap_in_block_size: int
+    prefetch: bool
+    placement: Placement
+
+    @property
+    def label(self) -> str:
+        return (f"buf={self.device_buffer_size} R={self.host_to_device_ratio} "
+                f"swap={self.swap_in_block_size} prefetch={'on' if self.prefetch else 'off'} "
+                f"{self.placement.label}")
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Everything the evaluation needs besides the candidate.
+
+    ``misses[ctx][rep][buffer]``: mean missed records per step per layer (one request);
+    ``hit_rate[ctx][rep][buffer]``; ``bandwidth[rep][target]``: measured gather bytes/s.
+    """
+
+    contexts: tuple[int, ...]
+    concurrency: int
+    deployment: Deployment
+    targets: tuple[PoolTarget, ...]
+    layers: int
+    record_bytes: int
+    indexer_bytes: int
+    top_k: int
+    gpu_budget_bytes: int
+    misses: Mapping[int, Sequence[Mapping[int, float]]]
+    hit_rate: Mapping[int, Sequence[Mapping[int, float]]]
+    bandwidth: Sequence[Mapping[str, float]]
+
+    @property
+    def replicates(self) -> int:
+        return min(len(v) for v in self.misses.values())
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    candidate: Candidate
+    feasible: bool
+    why_infeasible: tuple[str, ...]
+    samples_s: tuple[float, ...]            # objective per replicate (s per token)
+    gpu_bytes_per_rank: int
+    pool_bytes_per_rank: int
+    per_context: dict[int, dict[str, float]] = field(default_factory=dict)
+
+    @property
+    def mean_s(self) -> float:
+        return statistics.fmean(self.samples_s) if self.samples_s else math.inf
+
+
+def evaluate(c: Candidate, x: Inputs) -> Evaluation:
+    """Predicted fetch time per token (per replicate) and resource use of one candidate."""
+    dep = x.deployment
+    req = dep.requests_per_rank(x.concurrency)
+    plan = rank_plan(req, c.device_buffer_size, c.host_to_device_ratio, layers=x.layers,
+                     record_bytes=x.record_bytes, indexer_bytes=x.indexer_bytes)
+    why: list[str] = []
+    need_r = min_ratio(req, c.device_buffer_size, max(x.contexts))
+    if c.host_to_device_ratio < need_r:
+        why.append(f"ratio {c.host_to_device_ratio} < {need_r}: the host pool cannot hold {req} request(s) "
+                   f"of {max(x.contexts)} tokens per rank")
+    partition = pool_bytes_per_rank(c.placement, x.targets)
+    why += fits(plan, gpu_budget_bytes=x.gpu_budget_bytes, pool_bytes_per_rank=partition)
+    per_target = c.placement.ranks_per_target()
+    samples = []
+    per_ctx: dict[int, dict[str, float]] = {}
+    for rep in range(x.replicates):
+        bw = x.bandwidth[rep % len(x.bandwidth)]
+        total = 0.0
+        for ctx in x.contexts:
+            m = x.misses[ctx][rep][c.device_buffer_size]
+            per_req = fetch_bytes_per_token(m, x.record_bytes, x.layers)
+            t = step_time_over_targets({t: n * req * per_req for t, n in per_target.items()},
+                                       {t: bw[t] for t in per_target})
+            total += t
+            acc = per_ctx.setdefault(ctx, {"fetch_time_per_token_s": 0.0, "fetch_bytes_per_token": 0.0,
+                                           "misses_per_step_per_layer": 0.0, "hit_rate": 0.0})
+            acc["fetch_time_per_token_s"] += t / x.replicates
+            acc["fetch_bytes_per_token"] += per_req / x.replicates
+            acc["misses_per_step_per_layer"] += m / x.replicates
+            acc["hit_rate"] += x.hit_rate[ctx][rep][c.device_buffer_size] / x.replicates
+        samples.append(total / len(x.contexts))
+    return Evaluation(c, not why, tuple(why), tuple(samples), plan.gpu_bytes, plan.host_pool_bytes, per_ctx)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """``delta_s``: mean paired difference to the chosen one; ``ci_s``: its 95% half-width."""
+
+    delta_s: float
+    ci_s: float
+    significant: bool
+    identical: bool
+
+
+def compare(a: Evaluation, best: Evaluation) -> Comparison:
+    d = [x - y for x, y in zip(a.samples_s, best.samples_s)]
+    mean = statistics.fmean(d) if d else 0.0
+    if all(v == 0 for v in d):
+        return Comparison(0.0, 0.0, False, True)
+    if len(d) < 2:
+        return Comparison(mean, math.inf, False, False)
+    ci = t95(len(d) - 1) * statistics.stdev(d) / math.sqrt(len(d))
+    return Comparison(mean, ci, abs(mean) > ci, False)
+
+
+def _preference(e: Evaluation) -> tuple:
+    c = e.candidate
+    return (e.gpu_bytes_per_rank, e.pool_bytes_per_rank, c.host_to_device_ratio,
+            c.swap_in_block_size != DEFAULT_SWAP_IN_BLOCK, c.prefetch != DEFAULT_PREFETCH,
+            c.placement.strategy != "round_robin", c.device_buffer_size)
+
+
+def choose(evals: Iterable[Evaluation]) -> tuple[Evaluation | None, list[Evaluation]]:
+    """The chosen evaluation and all feasible ones ranked by mean objective."""
+    feasible = sorted((e for e in evals if e.feasible), key=lambda e: (e.mean_s, _preference(e)))
+    if not feasible:
+        return None, []
+    best = feasible[0]
+    tied = [e for e in feasible if not compare(e, best).significant]
+    return min(tied, key=_preference), feasible
+
+
+def reason_lost(e: Evaluation, chosen: Evaluation) -> str:
+    """One line: why ``e`` was not chosen."""
+    if not e.feasible:
+        return "does not fit: " + "; ".join(e.why_infeasible)
+    c, w = e.candidate, chosen.candidate
+    cmp = compare(e, chosen)
+    if cmp.identical:
+        diffs = []
+        if c.swap_in_block_size != w.swap_in_block_size:
+            diffs.append("swap_in_block_size does not enter the prediction (the gather figure is the "
+                         "pool's throughput limit, not a per-CTA one)")
+        if c.prefetch != w.prefetch:
+            diffs.append("prefetch only overlaps IndexShare layers' copies; the prediction is the same")
+        if c.placement != w.placement:
+            diffs.append("placement gives the same per-target load")
+        diffs.append(_resource_note(e, chosen) or "engine default preferred")
+        return "identical prediction: " + "; ".join(diffs)
+    rel = cmp.delta_s / chosen.mean_s * 100 if chosen.mean_s else 0.0
+    if not cmp.significant:
+        note = _resource_note(e, chosen) or "engine default preferred"
+        return f"not significant ({rel:+.1f}% ± {cmp.ci_s / chosen.mean_s * 100:.1f}%); {note}"
+    return f"{rel:+.1f}% fetch time per token (significant, ± {cmp.ci_s / chosen.mean_s * 100:.1f}%)"
+
+
+def _resource_note(e: Evaluation, chosen: Evaluation) -> str:
+    if e.gpu_bytes_per_rank > chosen.gpu_bytes_per_rank:
+        return f"uses {(e.gpu_bytes_per_rank - chosen.gpu_bytes_per_rank) / 2**20:.0f} MiB more GPU memory per rank"
+    if e.pool_bytes_per_rank > chosen.pool_bytes_per_rank:
+        return f"uses {(e.pool_bytes_per_rank - chosen.pool_bytes_per_rank) / 2**20:.0f} MiB more pool per rank"
+    return ""
+
+
+# ---------------------------------------------------------------------------------------------
+# candidate spaces
+# ---------------------------------------------------------------------------------------------
+
+def coarse_step(top_k: int) -> int:
+    """Coarse grid step: top_k/2, page-aligned (7 sizes from top_k to 4·top_k)."""
+    return max(PAGE, (top_k // 2) // PAGE * PAGE)
+
+
+def coarse_buffers(top_k: int) -> list[int]:
+    return list(range(top_k, 4 * top_k + 1, coarse_step(top_k)))
+
+
+def refine_buffers(best: int, top_k: int) -> list[int]:
+    """Page-aligned sizes strictly between the best feasible coarse size and the next coarse size.
+
+    Only upward: misses do not grow with the buffer (LRU keeps a superset of what a smaller
+    buffer keeps), so a size below the best feasible one cannot predict less fetch time.
+    ``scripts/tune-exhaustive`` checks the result against every size.
+    """
+    hi = min(4 * top_k, best + coarse_step(top_k))
+    return list(range(best + PAGE, hi, PAGE))
+
+
+def all_buffers(top_k: int) -> list[int]:
+    """Every page-aligned size from top_k to 4·top_k (the exhaustive space)."""
+    first = -(-top_k // PAGE) * PAGE
+    return sorted({top_k, *range(first, 4 * top_k + 1, PAGE)})
+
+
+def candidates_for(buffers: Iterable[int], x: Inputs, placements: Sequence[Placement], *,
+                   ratios_extra: int = 1, knobs: bool = False) -> list[Candidate]:
+    """Candidates for ``buffers``: ratios from the smallest that holds the design point up to
+    ``ratios_extra`` above it; with ``knobs`` every swap-in width and prefetch setting too."""
+    req = x.deployment.requests_per_rank(x.concurrency)
+    swaps = SWAP_IN_BLOCK_SIZES if knobs else (DEFAULT_SWAP_IN_BLOCK,)
+    prefetches = (True, False) if knobs else (DEFAULT_PREFETCH,)
+    out = []
+    for b in buffers:
+        r0 = min_ratio(req, b, max(x.contexts))
+        for r in range(r0, r0 + ratios_extra + 1):
+            for s in swaps:
+                for p in prefetches:
+                    for pl in placements:
+                        out.append(Candidate(b, r, s, p, pl))
+    return out
+
+
+def best_feasible_buffer(evals: Iterable[Evaluation]) -> int | None:
+    chosen, _ = choose(evals)
+    return chosen.candidate.device_buffer_size if chosen else None
