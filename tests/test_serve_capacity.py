@@ -1,0 +1,94 @@
+"""Pool checks of ``sactool serve`` on recorded machines (QEMU CXL captures): node present, free
+memory against the bytes of the ranks mapped to it, DAX device present / in devdax mode / large
+enough, one rank per DAX device."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from fixtures.trees import unpack
+from sactool.errors import CapacityError, ExitCode, RecordError, TopologyError
+from sactool.host.sysfs import SysfsReader
+from sactool.profile import load_profile, validate
+from sactool.serve.capacity import check_pool
+from sactool.serve.pool import host_sizing
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def small(tp=1, **pool):
+    """DeepSeek-V3.2 FP8, S = 1 request x 2048 slots, ratio 1: (2048 + 64) x 61 x 656 B per rank."""
+    p = load_profile(REPO / "profiles/examples/cxl-one-node.yaml")
+    p = replace(p, sglang=replace(p.sglang, tp_size=tp, attn_dp_size=1, max_running_requests=1),
+                hisparse=replace(p.hisparse, device_buffer_size=2048, host_to_device_ratio=1),
+                pool=replace(p.pool, gpu_local_nodes=(), **pool))
+    return validate(p)
+
+
+@pytest.fixture(scope="module")
+def trees(tmp_path_factory):
+    base = tmp_path_factory.mktemp("trees")
+    return {n: SysfsReader(unpack(n, base / n)) for n in ("ram__30-system-ram", "ram__20-devdax")}
+
+
+PER_RANK = (2048 + 64) * 61 * 656
+
+
+def test_fits_on_two_nodes_round_robin(trees):
+    p = small(tp=4, nodes=(0, 1))
+    assert host_sizing(p).bytes_per_rank == PER_RANK
+    r = check_pool(p, trees["ram__30-system-ram"])
+    got = {t.target: (t.ranks, t.need_bytes) for t in r.targets}
+    assert got == {"node0": ((0, 2), 2 * PER_RANK), "node1": ((1, 3), 2 * PER_RANK)}
+    assert all(t.ok and t.available_bytes > t.need_bytes for t in r.targets)
+
+
+def test_short_node_says_how_much_is_needed(trees):
+    with pytest.raises(CapacityError) as ei:
+        check_pool(small(tp=2, nodes=(1, 2)), trees["ram__30-system-ram"])
+    e = ei.value
+    assert e.exit_code == ExitCode.CAPACITY
+    assert "node2 is short of memory" in e.message and "ranks 1 need" in e.message
+    assert "host_to_device_ratio" in e.hint
+
+
+def test_weighted_interleave_splits_each_rank_by_weight(trees):
+    p = small(tp=1, nodes=(1,), policy="weighted_interleave", interleave_weights={0: 3, 1: 1})
+    r = check_pool(p, trees["ram__30-system-ram"])
+    need = {t.target: t.need_bytes for t in r.targets}
+    assert need == {"node0": PER_RANK * 3 // 4, "node1": PER_RANK // 4}
+
+
+def test_absent_node(trees):
+    with pytest.raises(TopologyError) as ei:
+        check_pool(small(nodes=(5,)), trees["ram__30-system-ram"])
+    assert ei.value.exit_code == ExitCode.UNAVAILABLE and "5" in ei.value.message
+
+
+def test_devdax(trees):
+    r = check_pool(small(mode="devdax", dax_devices=("dax0.0",), nodes=()), trees["ram__20-devdax"])
+    assert [(t.target, t.need_bytes, t.available_bytes) for t in r.targets] == [("dax0.0", PER_RANK, 268435456)]
+    big = small(mode="devdax", dax_devices=("dax0.0",), nodes=())
+    big = replace(big, hisparse=replace(big.hisparse, host_to_device_ratio=8))
+    with pytest.raises(CapacityError) as ei:
+        check_pool(big, trees["ram__20-devdax"])
+    assert "dax0.0 holds 256" in ei.value.message
+    with pytest.raises(TopologyError) as ei:
+        check_pool(small(mode="devdax", dax_devices=("dax0.0",), nodes=()), trees["ram__30-system-ram"])
+    assert "system-ram mode" in ei.value.message and "pool.nodes [2]" in ei.value.hint
+    with pytest.raises(TopologyError) as ei:
+        check_pool(small(mode="devdax", dax_devices=("dax3.0",), nodes=()), trees["ram__20-devdax"])
+    assert "dax3.0 does not exist" in ei.value.message and "dax0.0" in ei.value.message
+    with pytest.raises(RecordError) as ei:
+        check_pool(small(tp=2, mode="devdax", dax_devices=("dax0.0",), nodes=()), trees["ram__20-devdax"])
+    assert "ranks 0, 1" in ei.value.message
+
+
+def test_unknown_sizing_is_reported_not_refused(trees):
+    p = small(nodes=(1,))
+    p = replace(p, sglang=replace(p.sglang, max_running_requests=None), request={})
+    r = check_pool(p, trees["ram__30-system-ram"])
+    assert "capacity not checked" in r.note and r.targets[0].need_bytes is None

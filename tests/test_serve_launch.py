@@ -1,0 +1,160 @@
+"""``sactool serve`` end to end with a stand-in SGLang (tests/standins/site: a distribution named
+sglang 0.5.23 whose ``sglang.launch_server`` records its argv/env and waits for a signal):
+exec (same pid), signal delivery, exit-code propagation, dry-run output, and one exit code per
+kind of bad input with nothing launched."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from sactool.cli import main
+from sactool.errors import ExitCode
+from sactool.profile import load_profile, save_profile, validate
+from sactool.serve.errors import ServeExit
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+SITE = HERE / "standins" / "site"
+
+
+def small_profile(tmp_path: Path, name="p.yaml", **pool) -> Path:
+    """A profile whose pool fits node 0 of this machine (node 0 stands in for CXL)."""
+    p = load_profile(REPO / "profiles/examples/cxl-one-node.yaml")
+    p = replace(p, sglang=replace(p.sglang, tp_size=1, attn_dp_size=1, max_running_requests=1),
+                hisparse=replace(p.hisparse, device_buffer_size=2048, host_to_device_ratio=1),
+                pool=replace(p.pool, nodes=(0,), gpu_local_nodes=(), stand_in=True, **pool))
+    path = tmp_path / name
+    save_profile(validate(p), path, force=True)
+    return path
+
+
+@pytest.fixture
+def standin_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(SITE))
+    rec = tmp_path / "record.json"
+    monkeypatch.setenv("STANDIN_RECORD", str(rec))
+    monkeypatch.delenv("SGLANG_PLUGINS", raising=False)
+    return rec
+
+
+def _serve(args, env_extra=None):
+    env = dict(os.environ, **(env_extra or {}))
+    return subprocess.Popen([sys.executable, "-m", "sactool.cli", "serve", *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for(path: Path, proc, timeout=60.0):
+    t0 = time.monotonic()
+    while not path.exists():
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            pytest.fail(f"serve exited {proc.returncode} before the stand-in started:\n{err}")
+        if time.monotonic() - t0 > timeout:
+            proc.kill()
+            pytest.fail("stand-in server did not start")
+        time.sleep(0.05)
+    return json.loads(path.read_text())
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 17)])
+def test_exec_signal_and_exit_code(tmp_path, standin_env, sig, code):
+    prof = small_profile(tmp_path)
+    proc = _serve(["--profile", str(prof), "--python", sys.executable, "--",
+                   "--model-path", "deepseek-ai/DeepSeek-V3.2", "--port", "30123"],
+                  {"STANDIN_SIGNAL_EXIT": str(code)})
+    rec = _wait_for(standin_env, proc)
+    assert rec["pid"] == proc.pid                       # execvpe: SGLang *is* the serve process
+    assert rec["argv"][-4:] == ["--model-path", "deepseek-ai/DeepSeek-V3.2", "--port", "30123"]
+    assert "--enable-hisparse" in rec["argv"]
+    assert rec["env"]["SGLANG_PLUGINS"] == "sactool_cxl" and rec["env"]["SACTOOL_PROFILE"] == str(prof)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == code, err
+    assert f"got signal {int(sig)}" in err
+    assert "sactool serve: exec" in err and out == ""
+
+
+def test_immediate_exit_code_propagates(tmp_path, standin_env):
+    proc = _serve(["--profile", str(small_profile(tmp_path)), "--python", sys.executable], {"STANDIN_EXIT": "3"})
+    proc.communicate(timeout=60)
+    assert proc.returncode == 3 and standin_env.exists()
+
+
+def test_dry_run_json(tmp_path, standin_env, capsys):
+    prof = small_profile(tmp_path)
+    rc = main(["serve", "--profile", str(prof), "--dry-run", "--python", sys.executable, "--format", "json",
+               "--", "--model-path", "deepseek-ai/DeepSeek-V3.2"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["problems"] == [] and not standin_env.exists()
+    assert out["argv"][:3] == [sys.executable, "-m", "sglang.launch_server"]
+    assert out["env_delta"]["SACTOOL_PROFILE"] == str(prof)
+    assert {f["source"] for f in out["flags"]} >= {"sglang.tp_size", "hisparse.top_k, hisparse.device_buffer_size, "
+                                                   "hisparse.host_to_device_ratio, hisparse.swap_in_block_size"}
+    assert out["pool"]["bytes_per_rank"] == (2048 + 64) * 61 * 656
+    assert out["pool"]["targets"][0]["target"] == "node0" and out["pool"]["targets"][0]["ok"]
+    assert any("SGLang 0.5.23" in c for c in out["checks"])
+
+
+def test_dry_run_reports_host_problems_without_failing(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("PYTHONPATH", raising=False)       # no SGLang in this Python
+    rc = main(["serve", "--profile", str(REPO / "profiles/examples/cxl-one-node.yaml"), "--dry-run",
+               "--python", sys.executable, "-f", "json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and ServeExit.ENGINE_MISSING in [p["exit_code"] for p in out["problems"]]
+
+
+def _site_with_version(tmp_path, version):
+    site = tmp_path / "site"
+    shutil.copytree(SITE, site)
+    info = site / "sglang-0.5.23.dist-info"
+    meta = info / "METADATA"
+    meta.write_text(meta.read_text().replace("Version: 0.5.23", f"Version: {version}"))
+    info.rename(site / f"sglang-{version}.dist-info")
+    return site
+
+
+def test_bad_inputs_have_distinct_exit_codes_and_launch_nothing(tmp_path, standin_env, monkeypatch, capsys):
+    good = small_profile(tmp_path)
+    corrupt = tmp_path / "corrupt.yaml"
+    corrupt.write_text("kind: profile\nschema_version: [\n")
+    newer = tmp_path / "newer.yaml"
+    newer.write_text(good.read_text().replace("schema_version: 1", "schema_version: 99"))
+    absent = small_profile(tmp_path, "absent.yaml")
+    absent.write_text(absent.read_text().replace("nodes:\n  - 0", "nodes:\n  - 7"))
+    huge = tmp_path / "huge.yaml"
+    huge.write_text(good.read_text().replace("host_to_device_ratio: 1", "host_to_device_ratio: 100000"))
+    cases = [
+        ([f"--profile={tmp_path / 'missing.yaml'}"], ExitCode.RECORD, "does not exist"),
+        ([f"--profile={corrupt}"], ExitCode.RECORD, "corrupt"),
+        ([f"--profile={newer}"], ExitCode.RECORD, "upgrade sactool"),
+        ([f"--profile={good}", "--", "--model-path", "zai-org/GLM-5"], ServeExit.MODEL_MISMATCH, "GLM-5"),
+        ([f"--profile={good}", "--", "--enable-mixed-chunk"], ServeExit.CONFLICT, "mixed-chunk"),
+        ([f"--profile={absent}"], ExitCode.UNAVAILABLE, "7"),
+        ([f"--profile={huge}"], ExitCode.CAPACITY, "short of memory"),
+        ([f"--profile={good}", "--entrypoint", "nope"], ExitCode.USAGE, "entrypoint"),
+    ]
+    for args, code, says in cases:
+        rc = main(["serve", *args[:1], "--python", sys.executable, *args[1:]])
+        err = capsys.readouterr().err
+        assert rc == code, (args, err)
+        assert err.startswith("error:") and says in err and "Traceback" not in err, err
+    monkeypatch.setenv("PYTHONPATH", str(_site_with_version(tmp_path, "0.5.22")))
+    rc = main(["serve", f"--profile={good}", "--python", sys.executable])
+    err = capsys.readouterr().err
+    assert rc == ServeExit.ENGINE_VERSION and ">=0.5.23,<0.6" in err and "--allow-untested-sglang" in err
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "nowhere"))
+    rc = main(["serve", f"--profile={good}", "--python", sys.executable])
+    assert rc == ServeExit.ENGINE_MISSING and "not installed" in capsys.readouterr().err
+    rc = main(["serve", f"--profile={good}", "--python", str(tmp_path / "no-python")])
+    assert rc == ServeExit.ENGINE_MISSING
+    assert not standin_env.exists()                       # nothing was launched
