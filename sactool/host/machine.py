@@ -8,8 +8,6 @@ Read through :class:`SysfsReader`, so a recorded tree yields the recorded machin
 from __future__ import annotations
 
 import os
-import platform
-import socket
 from typing import Any
 
 from sactool.host.sysfs import SysfsReader, parse_cpulist
@@ -59,8 +57,8 @@ def machine_block(r: SysfsReader | None = None) -> dict[str, Any]:
     """hostname, kernel, CPU model, CPU count, THP mode, governor, NUMA nodes (tier, CPU-less)."""
     r = r or SysfsReader()
     live = r.live
-    kernel = r.str("proc/sys/kernel/osrelease") or _kernel_from_version(r) or (platform.release() if live else None)
-    hostname = r.str("proc/sys/kernel/hostname") or (socket.gethostname() if live else None)
+    kernel = r.str("proc/sys/kernel/osrelease") or _kernel_from_version(r) or (os.uname().release if live else None)
+    hostname = r.str("proc/sys/kernel/hostname") or (os.uname().nodename if live else None)
     thp = r.str("sys/kernel/mm/transparent_hugepage/enabled")
     thp_mode = None
     if thp and "[" in thp:

@@ -28,7 +28,7 @@ def probe(reader=None) -> Topology:
     """
     from sactool.host.machine import machine_block
     from sactool.host.sysfs import SysfsReader
-    from sactool.records import utc_now
+    import datetime as dt
     from sactool.topology.classify import classify, verdict
     from sactool.topology.cxl import read_cxl
     from sactool.topology.dax import read_dax
@@ -42,7 +42,7 @@ def probe(reader=None) -> Topology:
     nodes, class_warnings = classify(nodes, decoders, regions, dax, cxl_present)
     machine = machine_block(r)
     draft = Topology(
-        live=r.live, sysfs_root=str(r.root), created_at=utc_now(), machine=machine, nodes=tuple(nodes),
+        live=r.live, sysfs_root=str(r.root), created_at=dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z"), machine=machine, nodes=tuple(nodes),
         memdevs=tuple(memdevs), decoders=tuple(decoders), regions=tuple(regions), dax_devices=tuple(dax),
         demotion_enabled=demotion, verdict=Verdict((), False, ""),
     )
