@@ -185,10 +185,9 @@ def reason_lost(e: Evaluation, chosen: Evaluation) -> str:
     if cmp.identical:
         diffs = []
         if c.swap_in_block_size != w.swap_in_block_size:
-            diffs.append("swap_in_block_size does not enter the prediction (the gather figure is the "
-                         "pool's throughput limit, not a per-CTA one)")
+            diffs.append("CTA width is not in the model (pool throughput bounds the fetch)")
         if c.prefetch != w.prefetch:
-            diffs.append("prefetch only overlaps IndexShare layers' copies; the prediction is the same")
+            diffs.append("prefetch only acts on IndexShare layers")
         if c.placement != w.placement:
             diffs.append("placement gives the same per-target load")
         diffs.append(_resource_note(e, chosen) or "engine default preferred")

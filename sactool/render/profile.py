@@ -1,0 +1,41 @@
+"""Rendering of ``sactool profile show|validate``."""
+
+from __future__ import annotations
+
+from sactool.render import stdout_console
+from sactool.units import format_bytes
+
+
+def render_profile(p, path) -> None:
+    """The settings with their provenance, then the main predictions."""
+    from rich.table import Table
+
+    con = stdout_console()
+    con.print(f"[bold]{path}[/bold]  {p.kind} v{p.schema_version}, sactool {p.sactool_version}, "
+              f"{p.created_at}, host {p.machine.get('hostname', '?')}")
+    con.print(f"model {p.model.name} ({p.model.hf_id}, {p.model.num_layers} layers, top_k {p.model.index_topk})",
+              markup=False)
+    t = Table(show_edge=False)
+    for col in ("setting", "value", "source", "detail"):
+        t.add_column(col)
+    for sect in ("pool", "hisparse", "sglang"):
+        obj = getattr(p, sect)
+        for name in obj.__dataclass_fields__:
+            key = f"{sect}.{name}"
+            prov = p.provenance.get(key)
+            v = getattr(obj, name)
+            t.add_row(key, str(list(v) if isinstance(v, tuple) else v), prov.source if prov else "-",
+                      prov.detail if prov else "")
+    con.print(t)
+    pr = p.predictions or {}
+    if pr.get("fetch_time_per_token_s") is not None:
+        con.print(f"predicted fetch time per token {pr['fetch_time_per_token_s'] * 1e3:.3f} ms at concurrency "
+                  f"{pr.get('design_concurrency')}; GPU {format_bytes(pr.get('gpu_bytes_per_rank'))} per rank; "
+                  f"pool {format_bytes(pr.get('host_pool_bytes'))} in all", markup=False)
+    if p.pool.stand_in:
+        con.print("pool: a DRAM node stood in for CXL when this profile was tuned", markup=False)
+
+
+def render_valid(p, path) -> None:
+    stdout_console().print(f"{path}: valid {p.kind} (schema {p.schema_version}), model {p.model.name}, "
+                           f"{len(p.provenance)} provenance entries", markup=False, highlight=False)

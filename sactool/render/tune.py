@@ -1,0 +1,89 @@
+"""Rendering of ``sactool tune``: the summary table (stdout), progress and warnings (stderr)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from sactool.render import stderr_console, stdout_console
+from sactool.units import format_bytes, format_tokens
+
+
+def _t(s: float | None) -> str:
+    if s is None:
+        return "-"
+    return f"{s * 1e6:.0f} µs" if s < 1e-3 else f"{s * 1e3:.2f} ms"
+
+
+def progress_reporter() -> tuple[Callable[[str, int, int], None], Callable[[], None]]:
+    """A rich progress display on stderr; returns (callback, close)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    prog = Progress(TextColumn("{task.description:<10}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=stderr_console(), transient=True)
+    tasks: dict[str, Any] = {}
+    names = {"gather": "measure", "simulate": "simulate", "refine": "refine"}
+
+    def cb(label: str, done: int, total: int) -> None:
+        if not tasks:
+            prog.start()
+        if label not in tasks:
+            tasks[label] = prog.add_task(names.get(label, label), total=total)
+        prog.update(tasks[label], completed=done, total=total)
+
+    return cb, prog.stop
+
+
+def render_warnings(warnings) -> None:
+    con = stderr_console()
+    for w in warnings:
+        con.print(f"warning: {w['message']}" + (f" ({w['hint']})" if w.get("hint") else ""), markup=False)
+
+
+def render_tune(result) -> None:
+    """The short summary: what was chosen, what it predicts, why the others lost, the path."""
+    from rich.table import Table
+
+    s = result.summary
+    con = stdout_console()
+    pool = ", ".join(f"{p['name']} ({format_bytes(p['capacity_bytes'])} free)" for p in s["pool"])
+    con.print(f"[bold]{s['model']}[/bold]  kv {s['kv_cache_dtype']} ({s['record_bytes']} B records x "
+              f"{s['layers']} layers)  tp {s['tp']} attn-dp {s['attn_dp']}  design concurrency "
+              f"{s['design_concurrency']}")
+    con.print(f"pool: {pool}" + ("  [yellow](stand-in for CXL: DRAM figures)[/yellow]" if s["stand_in"] else ""))
+    bw = s.get("gather_bandwidth_bytes_per_s")
+    con.print(f"gather: {bw / 1e9:.2f} GB/s  ({s.get('gather_detail')})" if bw else "gather: -", markup=False)
+    cfg = s["hisparse_config"]
+    con.print(f"chosen: device_buffer_size {cfg['device_buffer_size']}, host_to_device_ratio "
+              f"{cfg['host_to_device_ratio']}, swap_in_block_size {cfg['swap_in_block_size']}, prefetch "
+              f"{'on' if s['prefetch'] else 'off'}, placement {s['placement']}")
+    con.print(f"predicted fetch time per token {_t(s['fetch_time_per_token_s'])} (mean over design contexts); "
+              f"GPU {format_bytes(s['gpu_bytes_per_rank'])} per rank (hot buffers "
+              f"{format_bytes(s['hot_buffer_bytes_per_rank'])} + indexer keys "
+              f"{format_bytes(s['index_key_bytes_per_rank'])}) of {format_bytes(s['gpu_kv_budget_bytes'])}; "
+              f"pool {format_bytes(s['host_pool_bytes_per_rank'])} per rank")
+    t = Table(title=None, show_edge=False)
+    for col in ("context", "hit rate", "fetch/token", "fetch time/token", "max concurrency", "profile holds",
+                "RDMA prefix/request"):
+        t.add_column(col, justify="right")
+    for row in s["per_context"]:
+        if row.get("hit_rate") is None:
+            t.add_row(format_tokens(row["context_tokens"]), "does not fit", "-", "-", str(row["max_concurrency"]),
+                      str(row["profile_holds"]), format_bytes(row["rdma_full_prefix_bytes_per_request"]))
+            continue
+        t.add_row(format_tokens(row["context_tokens"]), f"{row['hit_rate'] * 100:.2f}%",
+                  format_bytes(row["fetch_bytes_per_token"]), _t(row["fetch_time_per_token_s"]),
+                  str(row["max_concurrency"]), str(row["profile_holds"]),
+                  format_bytes(row["rdma_full_prefix_bytes_per_request"]))
+    con.print(t)
+    a = Table(title=None, show_edge=False)
+    for col in ("alternative", "fetch time/token", "GPU/rank", "why it lost"):
+        a.add_column(col)
+    for alt in result.alternatives:
+        a.add_row(alt["candidate"], _t(alt["fetch_time_per_token_s"]), format_bytes(alt["gpu_bytes_per_rank"]),
+                  alt["reason"])
+    con.print(a)
+    con.print("engine constraints (not tuned): " + "; ".join(
+        f"{e['setting']}={e['value']}" for e in s["engine_constraints"]), markup=False)
+    con.print(f"{result.evaluated} candidates evaluated of {result.space}; {result.elapsed_s:.1f} s")
+    if result.path:
+        con.print(f"profile: {result.path}", markup=False)
