@@ -1,0 +1,17 @@
+"""Stand-in for ``sglang.srt.managers.hisparse_coordinator`` (tests only, not SGLang): like
+0.5.23, the constructor builds the MLA host pool, which allocates one layer-first buffer
+``[layers, host tokens, 1, row bytes]`` of uint8 through HostTensorAllocator and pins it."""
+
+import numpy as np
+
+from sglang.srt.mem_cache.pool_host.common import HostTensorAllocator, alloc_with_host_register
+
+
+class HiSparseCoordinator:
+    def __init__(self, req_to_token_pool, token_to_kv_pool_allocator, top_k, device_buffer_size, device, tp_group,
+                 host_to_device_ratio=2, swap_in_block_size=960, shared_index_layers=None, num_draft_tokens=0,
+                 *, layers=4, row_bytes=656, page_size=64):
+        self.allocator = HostTensorAllocator()
+        tokens = device_buffer_size * host_to_device_ratio + page_size
+        self.host_buffer = alloc_with_host_register((layers, tokens, 1, row_bytes), dtype=np.uint8, device="cpu",
+                                                    pin_memory=True, allocator=self.allocator)

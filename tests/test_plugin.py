@@ -1,0 +1,205 @@
+"""The ``sactool_cxl`` plug-in: placement for real on node 0 (mbind, pre-fault, move_pages), the
+fallback and strict paths, and the hook wrappers applied by SGLang's own HookRegistry (the real
+0.5.23 ``hook_registry.py``, stdlib-only, loaded from the cached release; the minimal stand-in in
+tests/standins only when that cannot be had) around stand-ins of the two SGLang functions."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sactool import sglang_plugin as sp
+from sactool.profile import load_profile, save_profile, validate
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+SITE = HERE / "standins" / "site"
+sys.path.insert(0, str(HERE / "standins"))
+import sglang_wheel  # noqa: E402
+
+
+def node0_profile(**pool):
+    p = load_profile(REPO / "profiles/examples/cxl-one-node.yaml")
+    pool = {"nodes": (0,), "gpu_local_nodes": (), "stand_in": True, "prefault_threads": 2, **pool}
+    return validate(replace(p, sglang=replace(p.sglang, tp_size=2, attn_dp_size=1),
+                            pool=replace(p.pool, **pool)))
+
+
+@pytest.fixture(autouse=True)
+def clean_state():
+    sp._STATE.update(profile=None, strict=False)
+    yield
+    for b in sp._KEEP:
+        b.close()
+    sp._KEEP.clear()
+    sp._DAX_IN_USE.clear()
+    sp._STATE.update(profile=None, strict=False)
+
+
+# ---- placement, for real --------------------------------------------------------------------
+
+def test_place_pool_on_node0_verified(caplog):
+    caplog.set_level(logging.INFO, logger="sactool.sglang_plugin")
+    buf = sp.place_pool(node0_profile(), 1, 32 << 20, rank_source="test")
+    r = buf.report
+    assert r.expected_nodes == (0,) and r.verified_fraction == 1.0
+    assert r.pages_checked == r.pages_total == (32 << 20) // 4096 and r.node_pages == {0: r.pages_total}
+    assert buf in sp._KEEP and buf.size_bytes >= 32 << 20
+    line = caplog.records[-1].getMessage()
+    assert line.startswith("sactool_cxl: rank 1 (test)") and "on node0" in line and "stood in for CXL" in line
+    assert "verified 100.0%" in line and "policy bind" in line
+
+
+def test_policies_and_hugepages_reach_the_allocation():
+    pref = sp.place_pool(node0_profile(policy="preferred", hugepages="none"), 0, 8 << 20)
+    assert pref.policy == "preferred" and pref.hugepages == "none" and pref.report.verified_fraction == 1.0
+    wi = sp.place_pool(node0_profile(policy="weighted_interleave", interleave_weights={0: 1}), 0, 8 << 20)
+    assert wi.policy == "weighted_interleave" and wi.nodes == (0,)
+    cpus = sp.place_pool(node0_profile(prefault_cpus="0", prefault_threads=1), 0, 4 << 20)
+    assert cpus.report.verified_fraction == 1.0
+
+
+def test_fallback_on_missing_node_and_strict_stop(caplog):
+    caplog.set_level(logging.WARNING, logger="sactool.sglang_plugin")
+    prof = node0_profile(nodes=(7,))
+    assert sp.place_pool(prof, 0, 4 << 20) is None
+    assert "SGLang's own allocator is used" in caplog.text and "node7" in caplog.text
+    with pytest.raises(sp.PlacementStop, match="node7"):
+        sp.place_pool(prof, 0, 4 << 20, strict=True)
+    assert sp.place_pool(node0_profile(), None, 4 << 20) is None and "cannot tell" in caplog.text
+    assert sp.place_pool(node0_profile(), 5, 4 << 20) is None and "outside the profile's 2 ranks" in caplog.text
+
+
+def test_devdax_missing_device_falls_back(caplog):
+    caplog.set_level(logging.WARNING, logger="sactool.sglang_plugin")
+    prof = node0_profile(mode="devdax", nodes=(), dax_devices=("dax0.0", "dax1.0"))
+    assert sp.place_pool(prof, 0, 4 << 20) is None and "dax0.0" in caplog.text
+    shared = node0_profile(mode="devdax", nodes=(), dax_devices=("dax0.0",))
+    assert sp.place_pool(shared, 0, 4 << 20) is None and "its own DAX device" in caplog.text
+
+
+# ---- registration -----------------------------------------------------------------------------
+
+@pytest.fixture
+def sglang(monkeypatch, tmp_path):
+    """Stand-in SGLang modules on sys.path, with the real 0.5.23 HookRegistry when obtainable."""
+    monkeypatch.syspath_prepend(str(SITE))
+    for m in [m for m in sys.modules if m == "sglang" or m.startswith("sglang.")]:
+        monkeypatch.delitem(sys.modules, m)
+    root, why = sglang_wheel.source_root()
+    if root is not None:
+        spec = importlib.util.spec_from_file_location("sglang.srt.plugins.hook_registry",
+                                                      root / "sglang/srt/plugins/hook_registry.py")
+        mod = importlib.util.module_from_spec(spec)
+        monkeypatch.setitem(sys.modules, "sglang.srt.plugins.hook_registry", mod)
+        spec.loader.exec_module(mod)
+        which = "real SGLang 0.5.23 HookRegistry"
+    else:
+        mod = importlib.import_module("sglang.srt.plugins.hook_registry")
+        which = f"stand-in HookRegistry ({why})"
+    print(f"\nhooks applied by the {which}")
+    mod.HookRegistry.reset()
+    yield mod
+    mod.HookRegistry.reset()
+    for m in [m for m in sys.modules if m == "sglang" or m.startswith("sglang.")]:
+        sys.modules.pop(m, None)
+
+
+def _write(tmp_path, prof):
+    path = tmp_path / "profile.yaml"
+    save_profile(prof, path, force=True)
+    return path
+
+
+def test_register_is_a_noop_without_a_profile(monkeypatch, sglang):
+    monkeypatch.delenv("SACTOOL_PROFILE", raising=False)
+    assert sp.register() is False and not sglang.HookRegistry._hooks
+
+
+def test_unreadable_profile_falls_back_or_stops(monkeypatch, tmp_path, sglang, caplog):
+    monkeypatch.setenv("SACTOOL_PROFILE", str(tmp_path / "nope.yaml"))
+    monkeypatch.delenv("SACTOOL_STRICT", raising=False)
+    assert sp.register() is False and "unreadable" in caplog.text
+    monkeypatch.setenv("SACTOOL_STRICT", "1")
+    with pytest.raises(SystemExit, match="unreadable"):
+        sp.register()
+
+
+def _coordinator(**kw):
+    from sglang.srt.managers.hisparse_coordinator import HiSparseCoordinator
+
+    return HiSparseCoordinator(None, None, top_k=2048, device_buffer_size=2048, device="cuda", tp_group=None,
+                               host_to_device_ratio=2, **kw)
+
+
+def test_hooks_place_the_hisparse_pool_and_nothing_else(monkeypatch, tmp_path, sglang, caplog):
+    caplog.set_level(logging.INFO, logger="sactool.sglang_plugin")
+    monkeypatch.setenv("SACTOOL_PROFILE", str(_write(tmp_path, node0_profile())))
+    monkeypatch.setenv("SACTOOL_RANK", "1")
+    assert sp.register() is True
+    sglang.HookRegistry.apply_hooks()
+    from sglang.srt.mem_cache.pool_host import common
+
+    # outside the coordinator: SGLang's own allocator (HiCache pools etc. are not ours)
+    other = common.HostTensorAllocator().allocate((4, 8), dtype=np.uint8, device="cpu")
+    assert common.STOCK_ALLOCATIONS == [(4, 8)] and other.shape == (4, 8)
+    # inside: placed, verified, returned as the same kind of view, then "pinned" as usual
+    coord = _coordinator()
+    buf = sp._KEEP[-1]
+    host = coord.host_buffer
+    assert common.STOCK_ALLOCATIONS == [(4, 8)]
+    assert host.shape == (4, 2048 * 2 + 64, 1, 656) and host.dtype == np.uint8
+    assert host.ctypes.data == buf.address and common.REGISTERED[-1] is host
+    assert coord.allocator.dims == host.shape and coord.allocator.dtype == np.uint8
+    assert buf.report.verified_fraction == 1.0 and buf.report.expected_nodes == (0,)
+    host[3, -1, 0, -1] = 7                                   # the view is the placed mapping
+    assert buf.mmap[host.nbytes - 1] == 7
+    assert "rank 1 ($SACTOOL_RANK)" in caplog.text and "on node0" in caplog.text
+
+
+def test_hooks_fall_back_or_stop_when_placement_fails(monkeypatch, tmp_path, sglang, caplog):
+    monkeypatch.setenv("SACTOOL_RANK", "0")
+    monkeypatch.setenv("SACTOOL_PROFILE", str(_write(tmp_path, node0_profile(nodes=(7,)))))
+    assert sp.register() is True
+    sglang.HookRegistry.apply_hooks()
+    from sglang.srt.mem_cache.pool_host import common
+
+    coord = _coordinator()
+    assert common.STOCK_ALLOCATIONS == [coord.host_buffer.shape] and not sp._KEEP
+    assert "SGLang's own allocator is used" in caplog.text
+    sp._STATE["strict"] = True                                # pool.strict, as register() sets it
+    with pytest.raises(sp.PlacementStop):
+        _coordinator()
+
+
+def test_missing_hook_target_falls_back(monkeypatch, tmp_path, sglang, caplog):
+    monkeypatch.setenv("SACTOOL_PROFILE", str(_write(tmp_path, node0_profile())))
+    monkeypatch.setattr(sp, "COORDINATOR_TARGET", "sglang.srt.managers.gone_in_this_version.Coordinator.__init__")
+    assert sp.register() is False and "does not exist in this SGLang" in caplog.text
+    assert not sglang.HookRegistry._hooks
+    strict = _write(tmp_path, node0_profile(strict=True))
+    monkeypatch.setenv("SACTOOL_PROFILE", str(strict))
+    with pytest.raises(SystemExit, match="gone_in_this_version"):
+        sp.register()
+
+
+def test_non_plugin_profiles_register_nothing(monkeypatch, tmp_path, sglang):
+    for name in ("dram-baseline.yaml", "cxl-numactl.yaml", "prefill.yaml"):
+        monkeypatch.setenv("SACTOOL_PROFILE", str(REPO / "profiles/examples" / name))
+        assert sp.register() is False
+    assert not sglang.HookRegistry._hooks
+
+
+def test_torch_view_matches_sglang_return_type():
+    torch = pytest.importorskip("torch", reason="torch is optional: SGLang's environment has it")
+    buf = sp.place_pool(node0_profile(), 0, 1 << 20)
+    t = sp.view(buf, (4, 100, 1, 656), torch.uint8)
+    assert isinstance(t, torch.Tensor) and t.shape == (4, 100, 1, 656) and t.data_ptr() == buf.address
+    assert sp.element_size(torch.bfloat16) == 2
