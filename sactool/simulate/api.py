@@ -32,6 +32,7 @@ class SimulationOptions:
     hotbuffer_steps: int = DEFAULT_STEPS
     seed: int = 0
     miss_fn: Callable[[int, int], MissProfile] | None = None   # (context, buffer) -> profile
+    notes: tuple[str, ...] = ()     # carried into the result (e.g. where a --profile's figures came from)
 
 
 @dataclass(frozen=True)
@@ -153,7 +154,7 @@ def simulate(opts: SimulationOptions) -> SimulationResult:
     miss_fn = opts.miss_fn or (lambda ctx, buf: lru_profile(ctx, buf, p.top_k, L, steps=opts.hotbuffer_steps,
                                                              seed=opts.seed, mode=mode))
     ranks = p.attn_dp_size
-    notes: list[str] = []
+    notes: list[str] = list(opts.notes)
     points: list[PlacementPoint] = []
     miss_used: dict[str, dict[str, float]] = {}
     for ctx in contexts:

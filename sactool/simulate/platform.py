@@ -355,6 +355,38 @@ def _roofline_gpus() -> set[str]:
     return set(ROOFLINE)
 
 
-def load_platform(path) -> Platform:
-    """Load and validate a platform file (YAML or JSON)."""
-    return from_data(load_structured(path, what="platform file"), origin=str(path))
+def apply_overrides(data: dict[str, Any], overrides: list[str] | None) -> dict[str, Any]:
+    """``["rdma.layout_conversion_bytes_per_s=2e9", ...]`` set dotted fields (values read as YAML)."""
+    import copy
+
+    import yaml
+
+    from sactool.errors import UsageError
+
+    data = copy.deepcopy(data)
+    for item in overrides or []:
+        key, sep, raw = str(item).partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--set {item!r} is not KEY=VALUE", "e.g. --set nic.count=4")
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            raise UsageError(f"--set {item!r}: value is not valid YAML", "e.g. --set nic.count=4") from None
+        cur = data
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            if not isinstance(cur.get(part), dict):
+                raise UsageError(f"--set {key}: {part!r} is not a section of the platform file",
+                                 "see profiles/platforms/sac-paper.yaml for the fields")
+            cur = cur[part]
+        if parts[-1] not in cur:
+            raise UsageError(f"--set {key}: no such platform field", "see profiles/platforms/sac-paper.yaml")
+        cur[parts[-1]] = value
+    return data
+
+
+def load_platform(path, overrides: list[str] | None = None) -> Platform:
+    """Load and validate a platform file (YAML or JSON); ``overrides`` as for :func:`apply_overrides`."""
+    data = apply_overrides(load_structured(path, what="platform file"), overrides)
+    origin = str(path) + (f" with {', '.join(overrides)}" if overrides else "")
+    return from_data(data, origin=origin)

@@ -1,0 +1,167 @@
+"""Tables, the ``--explain`` view and the ``--plot`` figure of ``sactool simulate``.
+
+The explain view attributes each ratio to its drivers: per generated token, the time of compute,
+the HiSparse path's fixed cost, the swap-in (bytes moved from the pool/DRAM) and the stalls of
+synchronous RDMA fetches; per request, TTFT's admission wait (capacity cap), NIC queueing, transfer
+(bytes moved), prefill and first decode step (cold hot-buffer fill + compute).
+"""
+
+from __future__ import annotations
+
+from sactool.units import format_bytes, format_tokens
+
+NAMES = {"sac": "SAC/CXL", "rdma": "RDMA pool", "dram": "local DRAM"}
+
+
+def _ms(x):
+    return "-" if x is None else (f"{x * 1e3:.1f} ms" if x < 10 else f"{x:.1f} s")
+
+
+def _x(v):
+    return "-" if v is None else f"{v:.2f}x"
+
+
+def render_simulation(res, *, explain: bool = False) -> None:
+    from rich.table import Table
+
+    from sactool.render import stdout_console
+
+    con = stdout_console()
+    con.print(f"[bold]{res.platform}[/bold]: {res.model}, {res.kv_dtype} KV ({res.record_bytes} B records), "
+              f"{res.case.replace('_', ' ')}, {res.output_tokens} output tokens")
+    concs = sorted({p.concurrency for p in res.points})
+    ctxs = sorted({p.context_tokens for p in res.points})
+    t = Table(title="per placement", show_lines=False)
+    for col in ("context", "conc", "placement", "TTFT mean", "TTFT p99", "TBT mean", "tok/s", "hit rate",
+                "local KV memory", "max conc"):
+        t.add_column(col, justify="left" if col in ("placement",) else "right")
+    for ctx in ctxs:
+        for c in concs:
+            for p in res.points:
+                if (p.context_tokens, p.concurrency) != (ctx, c):
+                    continue
+                if not p.fits:
+                    t.add_row(format_tokens(ctx), str(c), NAMES[p.placement], "does not fit", "", "", "", "",
+                              format_bytes(p.local_memory_bytes), str(p.max_concurrency))
+                    continue
+                t.add_row(format_tokens(ctx), str(c), NAMES[p.placement], _ms(p.ttft_mean_s), _ms(p.ttft_p99_s),
+                          _ms(p.tbt_mean_s), f"{p.throughput_tokens_per_s:.0f}",
+                          f"{p.hit_rate:.3f}" if p.hit_rate is not None else "-",
+                          format_bytes(p.local_memory_bytes),
+                          f"{p.max_concurrency}" + (" (capped)" if p.capped else ""))
+    con.print(t)
+    r = Table(title="ratios (SAC vs RDMA pool, SAC vs local DRAM)")
+    for col in ("context", "conc", "throughput SAC/RDMA", "TTFT RDMA/SAC", "TBT RDMA/SAC", "throughput SAC/DRAM"):
+        r.add_column(col, justify="right")
+    for x in res.ratios:
+        r.add_row("mean" if x.context_tokens is None else format_tokens(x.context_tokens), str(x.concurrency),
+                  _x(x.sac_vs_rdma_throughput), _x(x.rdma_vs_sac_ttft), _x(x.rdma_vs_sac_tbt),
+                  "-" if x.sac_vs_dram_throughput is None else f"{x.sac_vs_dram_throughput:.0%}")
+    v = res.validation
+    if v:
+        r.add_row("paper", "", _x(v.get("sac_vs_rdma_throughput")), _x(v.get("rdma_vs_sac_ttft")),
+                  _x(v.get("rdma_vs_sac_tbt")),
+                  "-" if v.get("sac_vs_dram_throughput") is None else f"{v['sac_vs_dram_throughput']:.0%}")
+    con.print(r)
+    if explain:
+        render_explain(res, con)
+    for n in res.notes:
+        con.print(f"[dim]note: {n}[/dim]")
+
+
+def drivers(res, context: int, concurrency: int) -> list[tuple[str, dict[str, float | None]]]:
+    """Rows (driver, {placement: value}) for one point; values in seconds or bytes."""
+    pts = {p.placement: p for p in res.points
+           if p.context_tokens == context and p.concurrency == concurrency and p.fits}
+    rows = []
+
+    def row(name, key, scale=1.0):
+        rows.append((name, {k: p.breakdown.get(key, 0.0) * scale for k, p in pts.items()}))
+
+    row("TBT: GPU compute", "compute_s")
+    row("TBT: HiSparse fixed cost", "overhead_s")
+    row("TBT: swap-in (bytes moved)", "swapin_s")
+    row("TBT: fetch stalls (sync RDMA)", "stall_s")
+    row("TTFT: admission wait (cap/step)", "ttft_admission_wait_s")
+    row("TTFT: NIC queue (queueing)", "ttft_fetch_queue_s")
+    row("TTFT: fetch transfer (bytes)", "ttft_fetch_s")
+    row("TTFT: prefill + pool write", "ttft_prefill_s")
+    row("TTFT: first step (cold buffer)", "ttft_first_step_s")
+    row("bytes from pool per token", "pool_bytes_per_token")
+    row("bytes over NIC per request", "nic_bytes_per_request")
+    return rows
+
+
+def render_explain(res, con) -> None:
+    from rich.table import Table
+
+    for ctx in sorted({p.context_tokens for p in res.points}):
+        for c in sorted({p.concurrency for p in res.points}):
+            rows = drivers(res, ctx, c)
+            if not rows or not rows[0][1]:
+                continue
+            t = Table(title=f"drivers at {format_tokens(ctx)} context, concurrency {c}")
+            t.add_column("driver")
+            places = [k for k in ("sac", "rdma", "dram") if k in rows[0][1]]
+            for k in places:
+                t.add_column(NAMES[k], justify="right")
+            if "sac" in places and "rdma" in places:
+                t.add_column("share of RDMA-SAC gap", justify="right")
+            tbt_gap = sum(v.get("rdma", 0) - v.get("sac", 0) for n, v in rows if n.startswith("TBT"))
+            ttft_gap = sum(v.get("rdma", 0) - v.get("sac", 0) for n, v in rows if n.startswith("TTFT"))
+            for name, vals in rows:
+                is_bytes = name.startswith("bytes")
+                cells = [format_bytes(vals[k]) if is_bytes else _ms(vals[k]) for k in places]
+                if "sac" in places and "rdma" in places:
+                    gap = tbt_gap if name.startswith("TBT") else ttft_gap if name.startswith("TTFT") else None
+                    d = vals["rdma"] - vals["sac"]
+                    cells.append("" if not gap else f"{d / gap:.0%}")
+                t.add_row(name, *cells)
+            caps = [f"{NAMES[p.placement]} capped at {p.max_concurrency}" for p in res.points
+                    if p.context_tokens == ctx and p.concurrency == c and p.capped]
+            con.print(t)
+            if caps:
+                con.print("capacity cap: " + "; ".join(caps))
+
+
+def plot_simulation(res, path, *, force: bool = False) -> None:
+    """Throughput and mean TTFT vs concurrency, one line per placement and context."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        from sactool.errors import UsageError
+
+        raise UsageError("--plot needs matplotlib", "pip install 'sactool[plot]'") from None
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    styles = {"sac": "-o", "rdma": "--s", "dram": ":^"}
+    for pl in ("sac", "rdma", "dram"):
+        for ctx in sorted({p.context_tokens for p in res.points}):
+            pts = sorted((p for p in res.points if p.placement == pl and p.context_tokens == ctx and p.fits),
+                         key=lambda p: p.concurrency)
+            if not pts:
+                continue
+            xs = [p.concurrency for p in pts]
+            label = f"{NAMES[pl]} {format_tokens(ctx)}"
+            a1.plot(xs, [p.throughput_tokens_per_s for p in pts], styles[pl], label=label)
+            a2.plot(xs, [p.ttft_mean_s for p in pts], styles[pl], label=label)
+    a1.set_xlabel("concurrency")
+    a1.set_ylabel("output tokens/s")
+    a1.set_title("throughput")
+    a2.set_xlabel("concurrency")
+    a2.set_ylabel("mean TTFT (s)")
+    a2.set_yscale("log")
+    a2.set_title("TTFT")
+    a1.legend(fontsize=7)
+    fig.suptitle(f"sactool simulate: {res.platform} ({res.model}, {res.case})", fontsize=9)
+    fig.tight_layout()
+    import io
+
+    from sactool.records import atomic_write
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    atomic_write(path, buf.getvalue(), force=force)

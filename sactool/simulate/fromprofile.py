@@ -1,0 +1,94 @@
+"""``--profile P``: a platform built from a sactool profile, its bench record, and a base platform.
+
+From the profile: model, KV dtype, GPUs (``sglang.tp_size``), attention-DP ranks, top-k, hot-buffer
+size (used for the RDMA placement too: like for like), pool targets (``pool.nodes`` or
+``pool.dax_devices``: one CXL device each, ranks mapped ``rank % targets``).
+From its bench block / record (``sactool bench gather`` → ``sactool tune --bench``): the pool's
+gather figures — one request's time per record (the 1-thread figure when the record is at hand,
+else the record's figure) and the all-threads gather bandwidth as the pool device's deliverable
+bandwidth. A DRAM bench record (``dram_bench``) gives the DRAM placement its own figures;
+without one the pool's figures stand in for DRAM too (said in the notes).
+Everything else (links, NICs, GPU compute, capacities) comes from the base platform file, whose
+values carry their own sources.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from sactool.errors import RecordError
+from sactool.simulate.platform import GatherCurve, GatherPoint, Platform, check
+
+BENCH_HINT = ("run 'sactool bench gather --node <pool node> --record-bytes <656|1152> --out bench.json', "
+              "then 'sactool tune --bench bench.json' (or plain 'sactool tune', which measures a quick gather)")
+
+
+def _curve_from_figures(record_bytes: int, s_per_record: float, aggregate: float | None, source: str) -> GatherCurve:
+    # a line through the origin: CPU gathers have no GPU kernel launch to add
+    pts = (GatherPoint(1024, 1024 * s_per_record), GatherPoint(2048, 2048 * s_per_record))
+    return GatherCurve(record_bytes, pts, source, aggregate)
+
+
+def _bench_curve(path: str | None, block: dict | None, record_bytes: int, what: str) -> tuple[GatherCurve, str]:
+    """Gather curve from a bench record file (preferred) or a profile's bench block."""
+    if path and Path(path).exists():
+        from sactool.bench import gather_figure, load_bench
+
+        rec = load_bench(path)
+        one = gather_figure(rec, record_bytes, threads=1)
+        agg = gather_figure(rec, record_bytes)
+        node = f"node{rec.memory_node}" if rec.memory_node is not None else "?"
+        src = (f"{what}: bench record {path} ({node}), 1 thread {one.ns_per_record:.1f} ns/record, "
+               f"{agg.threads} threads {agg.bandwidth_bytes_per_s / 1e9:.2f} GB/s ({agg.source})")
+        return _curve_from_figures(record_bytes, one.ns_per_record * 1e-9, agg.bandwidth_bytes_per_s, src), node
+    if not block or not block.get("bandwidth_bytes_per_s"):
+        raise RecordError(f"{what} has no bench figures", BENCH_HINT)
+    bw = float(block["bandwidth_bytes_per_s"])
+    if bw <= 0:
+        raise RecordError(f"{what}: bench bandwidth_bytes_per_s must be > 0, got {bw}", BENCH_HINT)
+    rb = int(block.get("record_bytes") or record_bytes)
+    s_rec = record_bytes / bw  # per-request rate unknown without the record: one request gets it all
+    src = (f"{what}: profile bench block ({block.get('memory_node')}, {rb} B records, "
+           f"{block.get('threads')} threads, {bw / 1e9:.2f} GB/s; per-request rate taken as the same)")
+    return _curve_from_figures(record_bytes, s_rec, bw, src), str(block.get("memory_node"))
+
+
+def platform_from_profile(profile_path, base: Platform, *, dram_bench: str | None = None) -> tuple[Platform, list[str]]:
+    """The base platform with the profile's model/engine settings and its measured gather figures."""
+    from sactool.models import get_model
+    from sactool.profile import load_profile
+
+    prof = load_profile(profile_path)
+    if prof.bench is None:
+        raise RecordError(f"profile {profile_path} has no bench figures (its bench block is null)", BENCH_HINT)
+    spec = get_model(prof.model.name)
+    kv = prof.sglang.kv_cache_dtype
+    rb = spec.record_bytes(kv)
+    notes = []
+    cxl, node = _bench_curve(prof.bench.get("path"), prof.bench, rb, f"profile {profile_path}")
+    if dram_bench:
+        dram, _ = _bench_curve(dram_bench, None, rb, f"DRAM bench {dram_bench}")
+    else:
+        dram = cxl
+        notes.append(f"no DRAM bench record: the pool's figures ({node}) stand in for local DRAM, so SAC/DRAM "
+                     "differs only through links and capacity (give --dram-bench FILE)")
+    if prof.bench.get("stand_in") or prof.pool.stand_in:
+        notes.append(f"the profile's pool node ({node}) is a DRAM node standing in for CXL")
+    targets = len(prof.pool.dax_devices if prof.pool.mode == "devdax" else prof.pool.nodes) or 1
+    gpus = prof.sglang.tp_size
+    ranks = prof.sglang.attn_dp_size
+    p = dataclasses.replace(
+        base, name=f"{base.name}+profile:{Path(profile_path).name}", model=spec.name, kv_dtype=kv,
+        gpus=gpus, attn_dp_size=ranks, top_k=prof.hisparse.top_k,
+        device_buffer_size=prof.hisparse.device_buffer_size, rdma_device_buffer_size=None,
+        # DeepSeek-V3.2 has an indexer per layer: HiSparse's prefetch (IndexShare) never applies
+        prefetch=False,
+        pcie_switches=min(base.pcie_switches, gpus), nics=min(base.nics, min(base.pcie_switches, gpus)),
+        cxl_devices=min(targets, ranks),
+        cxl_device_read_bytes_per_s=cxl.aggregate_bytes_per_s or base.cxl_device_read_bytes_per_s,
+        gather_cxl=cxl, gather_dram=dram,
+        contexts=tuple(c for c in base.contexts if c <= spec.max_position_embeddings) or base.contexts,
+        validation={}, origin=f"{profile_path} (+ {base.origin})")
+    notes.append(f"links, NICs, GPU compute and capacities from the base platform {base.origin}")
+    return check(p), notes
