@@ -197,6 +197,8 @@ def serve(
     entrypoint: Optional[str] = typer.Option(None, "--entrypoint", help="launch_server or serve (default: the profile's)."),
     allow_untested: bool = typer.Option(False, "--allow-untested-sglang",
                                         help="Start an SGLang outside the profile's sglang.tested range (warns)."),
+    placement: Optional[str] = typer.Option(None, "--placement",
+                                            help="Override pool.placement: plugin, numactl, or none (DRAM A/B baseline)."),
     sysfs_root: Optional[Path] = SysfsRootOpt,
     fmt: str = FormatOpt,
 ) -> None:
@@ -207,7 +209,8 @@ def serve(
     if entrypoint is not None and entrypoint not in ("launch_server", "serve"):
         raise UsageError(f"unknown --entrypoint {entrypoint!r}", "use launch_server or serve")
     launch = build_launch(str(profile), list(ctx.args), python=python, entrypoint=entrypoint, dry_run=dry_run,
-                          allow_untested=allow_untested, sysfs_root=str(sysfs_root) if sysfs_root else None)
+                          allow_untested=allow_untested, sysfs_root=str(sysfs_root) if sysfs_root else None,
+                          placement=placement)
     if dry_run:
         from sactool.render.serve import render_launch
 

@@ -158,3 +158,17 @@ def test_bad_inputs_have_distinct_exit_codes_and_launch_nothing(tmp_path, standi
     rc = main(["serve", f"--profile={good}", "--python", str(tmp_path / "no-python")])
     assert rc == ServeExit.ENGINE_MISSING
     assert not standin_env.exists()                       # nothing was launched
+
+
+def test_placement_override_for_ab_runs(tmp_path, standin_env, capsys):
+    prof = small_profile(tmp_path)
+    runs = {}
+    for placement in ("plugin", "none"):
+        rc = main(["serve", "--profile", str(prof), "--dry-run", "--python", sys.executable, "-f", "json",
+                   "--placement", placement])
+        assert rc == 0
+        runs[placement] = json.loads(capsys.readouterr().out)
+    a, b = runs["plugin"], runs["none"]
+    assert a["argv"] == b["argv"]                              # same SGLang settings
+    assert "SACTOOL_PROFILE" in a["env_delta"] and "SACTOOL_PROFILE" not in b["env_delta"]
+    assert b["placement"] == "none" and any("--placement none" in c for c in b["checks"])

@@ -20,7 +20,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from sactool.errors import SactoolError
+from sactool.errors import SactoolError, UsageError
 from sactool.host.sysfs import SysfsReader
 from sactool.profile import Profile, load_profile
 from sactool.serve import capacity, checks
@@ -74,13 +74,28 @@ class Launch:
 
 def build_launch(profile_path: str, extra_args: Sequence[str] = (), *, python: str | None = None,
                  entrypoint: str | None = None, dry_run: bool = False, allow_untested: bool = False,
-                 sysfs_root: str | None = None, environ: Mapping[str, str] | None = None) -> Launch:
-    """Validate profile, model, extras, SGLang and pool; build argv and env delta."""
+                 sysfs_root: str | None = None, environ: Mapping[str, str] | None = None,
+                 placement: str | None = None) -> Launch:
+    """Validate profile, model, extras, SGLang and pool; build argv and env delta.
+
+    ``placement`` overrides ``pool.placement`` (e.g. ``none`` for the DRAM half of an A/B run with
+    otherwise identical settings)."""
     profile = load_profile(profile_path)
+    overridden = placement is not None and placement != profile.pool.placement
+    if placement is not None:
+        from dataclasses import replace
+
+        from sactool.profile import PLACEMENTS, validate
+
+        if placement not in PLACEMENTS:
+            raise UsageError(f"unknown --placement {placement!r}", f"use one of: {', '.join(PLACEMENTS)}")
+        profile = validate(replace(profile, pool=replace(profile.pool, placement=placement)))
     extra = list(extra_args)
     python = python or sys.executable
     ep = entrypoint or profile.sglang.entrypoint
     lines = [f"profile {os.path.abspath(profile_path)}: {profile.model.name}, schema {profile.schema_version}"]
+    if overridden:
+        lines.append(f"--placement {placement} overrides the profile's pool.placement")
     lines.append(checks.check_model(profile, extra))
     checks.check_conflicts(profile, extra)
     cmd = build_command(profile, profile_path=profile_path, extra_args=extra, python=python,
