@@ -40,11 +40,17 @@ def render_probe(topo: Topology, console=None) -> None:
                 f"kernel {m.get('kernel') or '?'}")
 
     t = Table(title="NUMA nodes", title_justify="left")
-    for col in ("node", "kind", "CPUs", "memory", "free", "tier", "HMAT read latency / bandwidth MiB/s"):
+    huge = any(h.total for n in topo.nodes for h in n.hugepages)
+    cols = ["node", "kind", "CPUs", "memory", "free", "tier", "HMAT read latency / bandwidth MiB/s"]
+    for col in cols + (["hugepages free/total"] if huge else []):
         t.add_column(col, overflow="fold")
     for n in topo.nodes:
-        t.add_row(n.name, f"[bold]{n.kind}[/]", format_cpulist(n.cpus) or "none", _b(n.mem_total_bytes),
-                  _b(n.mem_free_bytes), "-" if n.tier is None else str(n.tier), _hmat_cell(n))
+        row = [n.name, f"[bold]{n.kind}[/]", format_cpulist(n.cpus) or "none", _b(n.mem_total_bytes),
+               _b(n.mem_free_bytes), "-" if n.tier is None else str(n.tier), _hmat_cell(n)]
+        if huge:
+            row.append(", ".join(f"{_b(h.page_size_bytes)}: {h.free}/{h.total}" for h in n.hugepages if h.total)
+                       or "-")
+        t.add_row(*row)
     c.print(t)
     c.print("[bold]Why each node is what it is[/]")
     for n in topo.nodes:
