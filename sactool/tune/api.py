@@ -113,6 +113,8 @@ def _check_output(path: Path, o: TuneOptions) -> Path:
     probe_dir = parent
     while not probe_dir.exists():
         probe_dir = probe_dir.parent
+    if not probe_dir.is_dir():
+        raise SactoolError(f"cannot write {path}: {probe_dir} is not a directory", "choose a writable --out")
     if not os.access(probe_dir, os.W_OK):
         raise SactoolError(f"cannot write {path}: {probe_dir} is not writable", "choose a writable --out")
     if points.exists() and not o.resume and not o.force:

@@ -1,0 +1,90 @@
+"""Search: constraints decide, paired significance, ties go to the engine default / less memory."""
+
+from __future__ import annotations
+
+from sactool.tune import search
+from sactool.tune.capacity import Deployment, PoolTarget, min_ratio, rank_plan
+from sactool.tune.placement import candidates, round_robin
+
+
+def _inputs(budget, misses_by_buf, *, reps=3, noise=0.0, targets=None, bw=None):
+    """Synthetic misses table: ``misses_by_buf[b]`` per step per layer, per-replicate jitter ``noise``."""
+    ctx = 16384
+    targets = targets or (PoolTarget("node2", 2, 1 << 40, "t"),)
+    # jitter of opposite sign for neighbouring buffer sizes: replicates disagree on their order
+    table = [{b: m * (1 + noise * (((r + i) % 2) * 2 - 1)) for i, (b, m) in enumerate(sorted(misses_by_buf.items()))}
+             for r in range(reps)]
+    return search.Inputs(contexts=(ctx,), concurrency=8, deployment=Deployment(8, 8), targets=targets,
+                         layers=61, record_bytes=656, indexer_bytes=132, top_k=2048, gpu_budget_bytes=budget,
+                         misses={ctx: table}, hit_rate={ctx: [{b: 0.9 for b in misses_by_buf}] * reps},
+                         bandwidth=bw or [{t.name: 1e10 for t in targets}] * reps)
+
+
+MISSES = {b: 400.0 * 2048 / b for b in search.coarse_buffers(2048)}   # fewer misses with more slots
+
+
+def _run(x, buffers=None, knobs=False):
+    pl = candidates(8, [t.name for t in x.targets])
+    evals = [search.evaluate(c, x) for c in search.candidates_for(buffers or list(MISSES), x, pl, knobs=knobs)]
+    return search.choose(evals), evals
+
+
+def test_unconstrained_choice_is_the_largest_buffer_with_engine_defaults():
+    (chosen, ranked), evals = _run(_inputs(10**12, MISSES), knobs=True)
+    c = chosen.candidate
+    assert c.device_buffer_size == 8192 and c.swap_in_block_size == 960 and c.prefetch is True
+    tie = next(e for e in evals if e.candidate.swap_in_block_size == 512 and e.candidate.device_buffer_size == 8192
+               and e.candidate.host_to_device_ratio == c.host_to_device_ratio)
+    assert search.compare(tie, chosen).identical
+    assert search.reason_lost(tie, chosen).startswith("identical prediction")
+
+
+def test_gpu_budget_bounds_the_buffer():
+    # budget that holds 8 requests' hot buffers of 6144 slots but not 7168
+    p6 = rank_plan(1, 6144, min_ratio(1, 6144, 16384), layers=61, record_bytes=656, indexer_bytes=132)
+    p7 = rank_plan(1, 7168, min_ratio(1, 7168, 16384), layers=61, record_bytes=656, indexer_bytes=132)
+    budget = (p6.gpu_bytes + p7.gpu_bytes) // 2
+    (chosen, _), evals = _run(_inputs(budget, MISSES))
+    assert chosen.candidate.device_buffer_size == 6144
+    bigger = [e for e in evals if e.candidate.device_buffer_size == 8192]
+    assert bigger and not any(e.feasible for e in bigger)
+    assert search.reason_lost(bigger[0], chosen).startswith("does not fit: GPU")
+
+
+def test_not_significant_goes_to_less_gpu_memory():
+    # 4032 and 8128 differ by 0.5% but the replicates disagree by +-20%: noise must not pick.
+    # (4032 + 64 and 8128 + 64 divide 16384, so both host pools hold exactly the context)
+    m = {4032: 100.5, 8128: 100.0}
+    (chosen, _), evals = _run(_inputs(10**12, m, noise=0.2, reps=4), buffers=list(m))
+    assert chosen.candidate.device_buffer_size == 4032
+    other = next(e for e in evals if e.candidate.device_buffer_size == 8128 and e.candidate.host_to_device_ratio == 2)
+    cmp = search.compare(other, chosen)
+    assert not cmp.significant and not cmp.identical
+    assert "not significant" in search.reason_lost(other, chosen)
+
+
+def test_significant_difference_is_ranked():
+    m = {4096: 200.0, 8192: 100.0}
+    (chosen, _), evals = _run(_inputs(10**12, m, noise=0.01, reps=4), buffers=list(m))
+    loser = next(e for e in evals if e.candidate.device_buffer_size == 4096)
+    assert chosen.candidate.device_buffer_size == 8192
+    assert search.compare(loser, chosen).significant
+    assert "+100.0% fetch time" in search.reason_lost(loser, chosen)
+
+
+def test_round_robin_beats_packed_on_two_targets():
+    t = (PoolTarget("node2", 2, 1 << 40, "t"), PoolTarget("node3", 3, 1 << 40, "t"))
+    x = _inputs(10**12, {8192: 100.0}, targets=t)
+    (chosen, _), evals = _run(x, buffers=[8192])
+    assert chosen.candidate.placement == round_robin(8, ["node2", "node3"])
+    packed = next(e for e in evals if e.candidate.placement.strategy == "packed")
+    assert packed.mean_s == 2 * chosen.mean_s          # all ranks on one target: twice the bytes there
+
+
+def test_buffer_grids():
+    assert search.coarse_buffers(2048) == [2048, 3072, 4096, 5120, 6144, 7168, 8192]
+    assert search.refine_buffers(6144, 2048) == list(range(6208, 7168, 64))
+    assert search.refine_buffers(8192, 2048) == []
+    allb = search.all_buffers(2048)
+    assert allb[0] == 2048 and allb[-1] == 8192 and len(allb) == 97
+    assert search.t95(1) == 12.706 and search.t95(100) == 1.96
