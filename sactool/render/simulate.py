@@ -27,6 +27,8 @@ def render_simulation(res, *, explain: bool = False) -> None:
     from sactool.render import stdout_console
 
     con = stdout_console()
+    if not con.is_terminal:
+        con.width = 150   # piped: keep rows on one line instead of rich's 80-column default
     con.print(f"[bold]{res.platform}[/bold]: {res.model}, {res.kv_dtype} KV ({res.record_bytes} B records), "
               f"{res.case.replace('_', ' ')}, {res.output_tokens} output tokens")
     concs = sorted({p.concurrency for p in res.points})

@@ -1,0 +1,84 @@
+"""``sactool simulate`` in-process: both input forms, formats, plot, explain, and bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from sactool.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+PLATFORM = str(ROOT / "profiles" / "platforms" / "sac-paper.yaml")
+PROFILE = ROOT / "profiles" / "examples" / "cxl-one-node.yaml"
+QUICK = ["--context", "16k", "--concurrency", "8", "--output-tokens", "64", "--hotbuffer-steps", "32"]
+
+
+def test_platform_json(capsys):
+    assert main(["simulate", "--platform", PLATFORM, *QUICK, "--format", "json"]) == 0
+    out, err = capsys.readouterr()
+    data = json.loads(out)
+    assert data["kind"] == "simulation" and data["platform"] == "sac-paper"
+    places = {p["placement"] for p in data["points"]}
+    assert places == {"sac", "rdma", "dram"}
+    for p in data["points"]:
+        for k in ("ttft_mean_s", "ttft_p99_s", "tbt_mean_s", "throughput_tokens_per_s", "local_memory_bytes",
+                  "max_concurrency"):
+            assert p[k] is not None
+    assert data["ratios"][0]["sac_vs_rdma_throughput"] > 0
+
+
+def test_table_explain_and_plot(tmp_path, capsys):
+    png = tmp_path / "sim.png"
+    assert main(["simulate", "--platform", PLATFORM, "--context", "16k", "--concurrency", "4,8",
+                 "--output-tokens", "64", "--hotbuffer-steps", "32", "--explain", "--plot", str(png)]) == 0
+    out, err = capsys.readouterr()
+    assert "ratios" in out and "drivers at 16K" in out and "fetch transfer" in out and "paper" in out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "plot:" in err
+    # an existing plot is not overwritten without --force, and nothing runs
+    assert main(["simulate", "--platform", PLATFORM, *QUICK, "--plot", str(png)]) == 5
+    out, err = capsys.readouterr()
+    assert out == "" and "--force" in err
+
+
+def test_profile_form(tmp_path, capsys):
+    d = yaml.safe_load(PROFILE.read_text())
+    d["bench"] = {"source": "file", "path": None, "memory_node": "node2", "record_bytes": 656, "threads": 8,
+                  "bandwidth_bytes_per_s": 20e9, "ns_per_record": 32.8, "stand_in": False}
+    prof = tmp_path / "p.yaml"
+    prof.write_text(yaml.safe_dump(d))
+    assert main(["simulate", "--profile", str(prof), "--context", "32k", "--concurrency", "8,16",
+                 "--output-tokens", "64", "--hotbuffer-steps", "32", "--format", "json"]) == 0
+    out, _ = capsys.readouterr()
+    data = json.loads(out)
+    assert data["kv_dtype"] == d["sglang"]["kv_cache_dtype"] and data["record_bytes"] == 656
+    assert {p["concurrency"] for p in data["points"]} == {8, 16}
+    assert any("stand in for local DRAM" in n for n in data["notes"])
+    assert data["inputs"]["paths"]["sac"]["device_bytes_per_s"] == 20e9
+
+
+def test_profile_without_bench_says_which_command(capsys):
+    assert main(["simulate", "--profile", str(PROFILE), *QUICK]) == 4
+    out, err = capsys.readouterr()
+    assert out == "" and "no bench figures" in err and "sactool bench gather" in err
+
+
+def test_bad_input_exit_codes(tmp_path, capsys):
+    assert main(["simulate"]) == 2                                           # neither form
+    assert main(["simulate", "--platform", PLATFORM, "--context", "200k"]) == 2   # beyond max positions
+    assert main(["simulate", "--platform", PLATFORM, "--concurrency", "x"]) == 2
+    assert main(["simulate", "--platform", PLATFORM, "--placements", "ssd"]) == 2
+    assert main(["simulate", "--platform", PLATFORM, *QUICK, "--set", "nic.bandwidth_bytes_per_s=0"]) == 4
+    assert main(["simulate", "--platform", str(tmp_path / "none.yaml")]) == 4
+    bad = tmp_path / "bad.yaml"
+    d = yaml.safe_load(Path(PLATFORM).read_text())
+    del d["cxl"]["device_read_bytes_per_s"]
+    bad.write_text(yaml.safe_dump(d))
+    assert main(["simulate", "--platform", str(bad), *QUICK]) == 4
+    out, err = capsys.readouterr()
+    assert out == "" and "cxl.device_read_bytes_per_s" in err and "Traceback" not in err
+    assert main(["simulate", "--platform", PLATFORM, *QUICK, "--set", "dram.capacity_bytes=1e9",
+                 "--set", "cxl.capacity_bytes=1e9"]) == 6
+    out, err = capsys.readouterr()
+    assert "fits in no placement" in err and "hint:" in err

@@ -1,0 +1,105 @@
+"""The shipped SAC-paper platform: it loads, every section is sourced, and the model's outputs on it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sactool.errors import RecordError, UsageError
+from sactool.simulate.api import SimulationOptions, simulate
+from sactool.simulate.platform import from_data, load_platform
+
+PLATFORM = Path(__file__).resolve().parent.parent / "profiles" / "platforms" / "sac-paper.yaml"
+
+
+def _data():
+    return yaml.safe_load(PLATFORM.read_text())
+
+
+def test_shipped_platform_loads_with_cited_figures():
+    p = load_platform(PLATFORM)
+    assert (p.model, p.kv_dtype, p.gpus, p.attn_dp_size, p.top_k) == ("deepseek-v3.2", "bfloat16", 8, 8, 2048)
+    assert (p.device_buffer_size, p.rdma_device_buffer_size, p.output_tokens) == (6144, 4096, 1024)
+    assert p.contexts == (16384, 32768, 65536, 131072) and p.concurrency == (64,)
+    assert p.nic_bytes_per_s == 12.5e9 and p.nics == 2
+    # the issue's micro-benchmark anchors
+    pts = {q.records: q.latency_s for q in p.gather_cxl.points}
+    assert pts[64] == pytest.approx(11.9e-6) and pts[2048] == pytest.approx(85.6e-6)
+    pts = {q.records: q.latency_s for q in p.gather_dram.points}
+    assert pts[64] == pytest.approx(11.1e-6) and pts[2048] == pytest.approx(49.7e-6)
+    # every numeric line of the file carries a source tag or sits in a block that names one
+    text = PLATFORM.read_text()
+    for tag in ("[PAPER]", "[REPO]", "[BELUGA]"):
+        assert tag in text
+    assert set(p.sources) >= {"PAPER", "REPO", "BELUGA"}
+    assert p.validation["sac_vs_rdma_throughput"] == 2.1
+
+
+@pytest.mark.parametrize("path, value, field", [
+    ("nic.bandwidth_bytes_per_s", 0, "nic.bandwidth_bytes_per_s"),
+    ("cxl.device_read_bytes_per_s", -5, "cxl.device_read_bytes_per_s"),
+    ("pcie.gpu_link_bytes_per_s", None, "pcie.gpu_link_bytes_per_s"),
+    ("serving.attn_dp_size", 3, "serving.attn_dp_size"),
+    ("serving.top_k", 1024, "serving.top_k"),
+    ("serving.device_buffer_size", 1000, "serving.device_buffer_size"),
+    ("workload.contexts", ["200k"], "workload.contexts"),
+    ("model.kv_dtype", "int4", "model.kv_dtype"),
+    ("workload.case", "warm", "workload.case"),
+])
+def test_bad_fields_are_named(path, value, field):
+    d = _data()
+    sect, key = path.split(".")
+    if value is None:
+        del d[sect][key]
+    else:
+        d[sect][key] = value
+    with pytest.raises(RecordError) as e:
+        from_data(d)
+    assert field in e.value.message and e.value.hint
+
+
+def test_missing_gather_point_field_names_it():
+    d = _data()
+    del d["gather"]["cxl"]["points"][1]["latency_s"]
+    with pytest.raises(RecordError, match=r"gather.cxl.points\[1\].latency_s"):
+        from_data(d)
+
+
+def test_overrides_and_bad_overrides():
+    p = load_platform(PLATFORM, ["nic.count=1", "rdma.layout_conversion_bytes_per_s=2e9"])
+    assert p.nics == 1 and p.rdma_conversion_bytes_per_s == 2e9
+    with pytest.raises(UsageError, match="no such platform field"):
+        load_platform(PLATFORM, ["nic.speed=1"])
+    with pytest.raises(UsageError):
+        load_platform(PLATFORM, ["nic.count"])
+
+
+def test_context_beyond_model_max_is_refused():
+    p = load_platform(PLATFORM)
+    with pytest.raises(UsageError, match="max_position_embeddings"):
+        simulate(SimulationOptions(p, contexts=(163840,)))
+
+
+def test_outputs_on_the_shipped_platform():
+    """Run the real pipeline (workload model + LRU) on the paper platform and check its shape."""
+    res = simulate(SimulationOptions(load_platform(PLATFORM), hotbuffer_steps=64))
+    mean = [r for r in res.ratios if r.context_tokens is None][0]
+    per = {r.context_tokens: r for r in res.ratios if r.context_tokens}
+    # SAC beats the RDMA pool on all three metrics, more so at longer contexts (more prefix to move)
+    assert mean.sac_vs_rdma_throughput > 1 and mean.rdma_vs_sac_ttft > 1 and mean.rdma_vs_sac_tbt > 1
+    assert per[131072].rdma_vs_sac_ttft > per[16384].rdma_vs_sac_ttft
+    assert per[131072].sac_vs_rdma_throughput > per[16384].sac_vs_rdma_throughput
+    # ... and stays below local DRAM (the upper bound), within the paper's neighbourhood
+    assert 0.8 < mean.sac_vs_dram_throughput < 1.0
+    for ctx in (16384, 131072):
+        s, r, d = (res.point(x, ctx, 64) for x in ("sac", "rdma", "dram"))
+        assert s.local_memory_bytes == 0 and r.local_memory_bytes == d.local_memory_bytes == 64 * ctx * 61 * 1152
+        assert s.fits and r.fits and d.fits and not (s.capped or r.capped or d.capped)
+        assert r.breakdown["nic_bytes_per_request"] == pytest.approx(ctx * 61 * 1152)
+        assert s.ttft_p99_s >= s.ttft_mean_s and 0.9 < s.hit_rate < 1.0
+    # the 2 TB pool holds 217 requests of 128K BF16 KV (9.21 GB each)
+    assert res.point("sac", 131072, 64).max_concurrency == int(2.0e12 // (131072 * 61 * 1152)) == 217
+    data = res.to_data()
+    assert data["kind"] == "simulation" and data["validation"]["rdma_vs_sac_ttft"] == 9.7
