@@ -112,3 +112,12 @@ def test_this_machine_recording(tmp_path):
     assert not t.live and kinds(t) == {"node0": "dram"}
     assert t.verdict.stand_in and t.verdict.pool_nodes == (0,)
     assert "stands in" in t.verdict.reason and "node0" in t.verdict.reason
+
+
+def test_memdev_before_region(tmp_path):
+    t = _probe("ram__00-boot", tmp_path)
+    assert t.regions == () and 2 not in t.node_ids
+    (w,) = [w for w in t.warnings if w.code == "memdev-unmapped"]
+    assert w.hint == "create one: cxl create-region -t ram -m mem0 (then it appears as a NUMA node)"
+    assert t.windows[0].can_create_ram_region is True
+    assert t.verdict.stand_in
