@@ -205,3 +205,50 @@ def _prepare_gather(opts: BenchOptions, size: int, llc: int) -> list:
         steps = indices.steps_needed(rb, opts.topk, llc, recs)
         out.append((rb, indices.make(opts.pattern, recs, opts.topk, steps, seed=opts.seed + rb, trace=opts.trace)))
     return out
+
+
+def run_matrix(opts: BenchOptions, *, reader: SysfsReader | None = None, progress: Progress | None = None,
+               clock=None) -> R.BenchRecord:
+    """CPU-node × memory-node matrix (MLC's ``--latency_matrix``/``--bandwidth_matrix``): every node
+    with memory, measured from the CPUs of every node with CPUs. One record; each result names
+    its pair; the top level names the pool node."""
+    from sactool.memory.nodes import topology
+
+    reader = reader or SysfsReader()
+    topo = topology(reader)
+    if not topo.live:
+        raise TopologyError(f"the topology comes from a recording ({topo.sysfs_root}), not this system",
+                            "sactool bench measures the running machine: drop --sysfs-root")
+    mems = [n.id for n in topo.nodes if n.has_memory is not False and n.mem_total_bytes]
+    cpu_nodes = [n.id for n in topo.nodes if n.has_cpu and n.cpus]
+    allowed = os.sched_getaffinity(0)
+    parts: list[R.BenchRecord] = []
+    for mem in mems:
+        for cn in cpu_nodes:
+            cpus = tuple(c for c in topo.node(cn).cpus if c in allowed)
+            if not cpus:
+                continue
+            rec = run_bench(replace(opts, node=mem, cpus=cpus), reader=reader, progress=progress, clock=clock)
+            parts.append(rec)
+            if not rec.complete:
+                break
+        if parts and not parts[-1].complete:
+            break
+    if not parts:
+        raise TopologyError("no (CPU node, memory node) pair can be measured", "check 'sactool probe'")
+    pool = topo.verdict.pool_nodes[0]
+    first = next((p for p in parts if p.memory_node == pool), parts[0])
+    data = dict(first.data)
+    seen: set = set()
+    warnings = []
+    for p in parts:
+        for w in p.warnings:
+            if (w["code"], w["message"]) not in seen:
+                seen.add((w["code"], w["message"]))
+                warnings.append(w)
+    data.update({"command": opts.command, "matrix": True,
+                 "pairs": [{"memory_node": p.data["memory_node"], "cpu_node": p.data["cpu_node"],
+                            "cpus": list(p.cpus), "buffer": p.buffer, "complete": p.complete} for p in parts],
+                 "results": [r for p in parts for r in p.results], "warnings": warnings,
+                 "complete": all(p.complete for p in parts)})
+    return R.from_data(data)

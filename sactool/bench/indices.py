@@ -26,11 +26,20 @@ def steps_needed(record_bytes: int, topk: int, llc_bytes: int, records: int) -> 
 
 
 def uniform(records: int, topk: int, steps: int, seed: int) -> np.ndarray:
-    """Each step: ``topk`` distinct records drawn uniformly (without replacement)."""
+    """Each step: ``topk`` distinct records drawn uniformly, in draw order (not sorted: top-k
+    output order carries no address order)."""
     rng = np.random.default_rng(seed)
     out = np.empty(steps * topk, dtype=np.uint64)
     for s in range(steps):
-        out[s * topk:(s + 1) * topk] = rng.choice(records, topk, replace=False)
+        if topk * 4 > records:  # dense: a permutation prefix is cheap and exact
+            out[s * topk:(s + 1) * topk] = rng.permutation(records)[:topk]
+            continue
+        got = np.empty(0, dtype=np.uint64)
+        while got.size < topk:  # draw with replacement, keep first occurrences, top up
+            draw = np.concatenate([got, rng.integers(0, records, size=topk + topk // 8 + 8, dtype=np.uint64)])
+            _, first = np.unique(draw, return_index=True)
+            got = draw[np.sort(first)]
+        out[s * topk:(s + 1) * topk] = got[:topk]
     return out
 
 

@@ -1,0 +1,67 @@
+"""Memory benchmarks: numba kernels with specs, an explicit protocol, and the ``bench`` record.
+
+Light to import (no numpy/numba until something is measured). Entry points used across sactool:
+
+* :func:`run_bench` / :class:`BenchOptions` — what ``sactool bench`` runs;
+* :func:`load_bench` — read a bench record (older upgraded, newer refused);
+* :func:`gather_figure` — gather throughput for any record size from a record;
+* :func:`run_quick_gather` — a few seconds of real gather measurement (``sactool tune`` without --bench).
+"""
+
+from __future__ import annotations
+
+from sactool.bench.record import BenchRecord, GatherFigure, gather_figure, lines_touched, load_bench
+
+
+def run_bench(opts, **kw):
+    """See :func:`sactool.bench.api.run_bench`."""
+    from sactool.bench.api import run_bench as _run
+
+    return _run(opts, **kw)
+
+
+def __getattr__(name):
+    if name in ("BenchOptions", "TESTS"):
+        from sactool.bench import api
+
+        return getattr(api, name)
+    raise AttributeError(name)
+
+
+def run_quick_gather(node: int | None, record_bytes: int, topk: int, threads: int | None = None, *,
+                     size_bytes: int | None = None, seconds: float = 2.0, reader=None) -> BenchRecord:
+    """A short real gather measurement on memory ``node`` (None: the pool node).
+
+    One configuration: ``record_bytes`` records, ``topk`` uniform indices per step, ``threads``
+    threads (None: all CPUs of the nearest CPU node), the default prefetch distance; buffer
+    ``size_bytes`` (default 256 MiB, ≥ 8× a 32 MiB L3). ``seconds`` bounds the measuring time
+    (imports, placement and kernel load come on top: ~2–3 s here). Returns a full bench record.
+    """
+    from sactool.bench.api import BenchOptions, run_bench as _run
+    from sactool.bench.protocol import Protocol
+
+    if seconds <= 0:
+        from sactool.errors import UsageError
+
+        raise UsageError(f"seconds {seconds} must be positive", "e.g. 3")
+    rounds = 5
+    # warm-up + calibration take about 3 sample lengths on top of the rounds
+    proto = Protocol("quick", max(0.005, seconds / (rounds + 4)), rounds, warmup=1)
+    opts = BenchOptions(tests=("gather",), node=node, size_bytes=size_bytes or (256 << 20),
+                        threads=(threads,) if threads else None, record_bytes=(record_bytes,), topk=topk,
+                        preset="fast", command="quick-gather", protocol=proto)
+    if threads is None:
+        from dataclasses import replace
+
+        from sactool.bench.api import resolve_cpus
+        from sactool.memory.nodes import topology
+
+        topo = topology(reader)
+        mem = node if node is not None else topo.verdict.pool_nodes[0]
+        _, cpus = resolve_cpus(topo, mem, None)
+        opts = replace(opts, threads=(len(cpus),))
+    return _run(opts, reader=reader)
+
+
+__all__ = ["BenchRecord", "GatherFigure", "gather_figure", "lines_touched", "load_bench", "run_bench",
+           "run_quick_gather", "BenchOptions"]
