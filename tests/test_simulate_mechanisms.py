@@ -144,3 +144,31 @@ def test_concurrency_that_fits_nowhere():
                                     "workload.contexts=[16k]", "workload.concurrency=[4]"])
     with pytest.raises(CapacityError, match="fits in no placement"):
         simulate(_opts(plat))
+
+
+def test_cache_populate_pays_prefill_and_pool_write():
+    plat = load_platform(PLATFORM, ["workload.contexts=[16k]", "workload.concurrency=[8]",
+                                    "workload.output_tokens=32"])
+    hit = simulate(_opts(plat))
+    pop = simulate(_opts(plat, case="cache_populate"))
+    for pl in ("sac", "rdma", "dram"):
+        h, p = hit.point(pl, 16384, 8), pop.point(pl, 16384, 8)
+        # the measured 16K prefill (25.9 s per request per rank) dominates TTFT
+        assert p.breakdown["ttft_prefill_s"] >= 25.9 and p.ttft_mean_s > 25.9 > h.ttft_mean_s
+    # populate: the RDMA pool does not fetch (the KV was just computed locally), it pushes it
+    assert pop.point("rdma", 16384, 8).breakdown["ttft_fetch_s"] == 0
+
+
+def test_roofline_when_no_step_time_was_measured():
+    plat = load_platform(PLATFORM, ["gpu.decode_step.measured=[]", "gpu.hisparse_overhead_s=0",
+                                    "workload.contexts=[16k]", "workload.concurrency=[8]",
+                                    "workload.output_tokens=32"])
+    res = simulate(_opts(plat))
+    assert res.inputs["compute"].startswith("roofline")
+    # H20 roofline: the FP8 checkpoint's weights / 8 GPUs read once per step at 4.0 TB/s
+    from sactool.tune.gpus import WEIGHT_BYTES
+
+    floor = WEIGHT_BYTES["deepseek-v3.2"][0] / 8 / 4.0e12
+    assert res.point("dram", 16384, 8).breakdown["compute_s"] >= floor
+    with pytest.raises(Exception, match="roofline"):
+        load_platform(PLATFORM, ["gpu.decode_step.measured=[]", "gpu.name=mi300x"])
