@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import os
 import sys
 from pathlib import Path
 
@@ -139,8 +140,11 @@ def sglang_parser(args: dict[str, SgArg]) -> argparse.ArgumentParser:
 
 
 def profiles() -> list[Path]:
-    """Every shipped example profile, plus any profile tune wrote under profiles/ (not model specs)."""
+    """Every shipped example profile, any profile tune wrote under profiles/ (not model specs), and
+    the profiles named in ``$SACTOOL_COMPAT_PROFILES`` (os.pathsep-separated), e.g. one tune wrote
+    elsewhere."""
     found = sorted(REPO.glob("profiles/**/*.yaml")) + sorted(REPO.glob("profiles/**/*.yml"))
+    found += [Path(p) for p in os.environ.get("SACTOOL_COMPAT_PROFILES", "").split(os.pathsep) if p]
     out = []
     for p in found:
         try:
@@ -157,7 +161,7 @@ def commands():
         prof = load_profile(path)
         for ep in ("launch_server", "serve"):
             for extra in ([], ["--model-path", "deepseek-ai/DeepSeek-V3.2"]):
-                yield (f"{path.relative_to(REPO)}:{ep}:{len(extra)}", prof,
+                yield (f"{path}:{ep}:{len(extra)}", prof,
                        build_command(prof, profile_path=str(path), extra_args=extra, python="python3", entrypoint=ep))
 
 
@@ -186,7 +190,7 @@ def test_every_emitted_flag_parses_with_sglang_definitions(src):
           f"{len(seen)} distinct flags: {' '.join(sorted(seen))}")
     # every flag sactool knows how to emit showed up in some profile (the examples cover the builder)
     for flag in ("--numa-node", "--dsa-decode-backend", "--disaggregation-mode", "--context-length",
-                 "--max-running-requests", "--mem-fraction-static", "--hisparse-config"):
+                 "--max-running-requests", "--mem-fraction-static", "--hisparse-config", "--max-total-tokens"):
         assert flag in seen, f"no example profile exercises {flag}"
 
 

@@ -32,7 +32,9 @@ def render_launch(launch, fmt: str) -> None:
         for v in c.env:
             e.add_row(v.name, v.value, v.source, v.why)
         con.print(e)
-    for line in (*launch.checks, *c.notes):
-        con.print(f"check: {line}" if line in launch.checks else f"note: {line}", markup=False)
+    for line in launch.checks:
+        con.print(f"check: {line}", markup=False, highlight=False, soft_wrap=True)
+    for line in c.notes:
+        con.print(f"note: {line}", markup=False, highlight=False, soft_wrap=True)
     for p in launch.problems:
         sys.stderr.write(f"would refuse (exit {p.exit_code}): {p.message}\n" + (f"  hint: {p.hint}\n" if p.hint else ""))

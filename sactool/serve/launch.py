@@ -137,6 +137,10 @@ def build_launch(profile_path: str, extra_args: Sequence[str] = (), *, python: s
                          f"{t.available_bytes} available")
         if pool.note:
             lines.append(pool.note)
+    if cmd.placement == "plugin":
+        from sactool.serve.pool import plan_for_rank
+
+        lines.extend("plug-in: " + plan_for_rank(profile, r).describe() for r in range(profile.world_size))
     if profile.pool.stand_in and cmd.placement != "none":
         lines.append("pool.stand_in: the profile's pool node is a DRAM node standing in for CXL")
     return Launch(os.path.abspath(profile_path), profile, cmd, tuple(lines), pool, tuple(problems), dry_run)

@@ -150,8 +150,9 @@ class PoolPlan:
         if self.mode == "devdax":
             return f"rank {self.rank}: map {what}{extra}"
         pol = self.policy + (f" {self.interleave_weights}" if self.policy == "weighted_interleave" else "")
+        cpus = "the CPUs nearest it" if self.prefault_cpus == "auto" else f"CPUs {self.prefault_cpus}"
         return (f"rank {self.rank}: {what}, policy {pol}, hugepages {self.hugepages}, prefault "
-                f"{self.prefault_threads} threads on CPUs {self.prefault_cpus}{extra}")
+                f"{self.prefault_threads} threads on {cpus}{extra}")
 
 
 def plan_for_rank(profile: Profile, rank: int) -> PoolPlan:
