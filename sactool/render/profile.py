@@ -37,5 +37,7 @@ def render_profile(p, path) -> None:
 
 
 def render_valid(p, path) -> None:
-    stdout_console().print(f"{path}: valid {p.kind} (schema {p.schema_version}), model {p.model.name}, "
-                           f"{len(p.provenance)} provenance entries", markup=False, highlight=False)
+    import sys
+
+    sys.stdout.write(f"{path}: valid {p.kind} (schema {p.schema_version}), model {p.model.name}, "
+                     f"{len(p.provenance)} provenance entries\n")

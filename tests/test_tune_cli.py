@@ -1,0 +1,132 @@
+"""sactool tune / profile in-process: exit codes, stdout purity, bad input, resume after Ctrl-C.
+
+Small runs (one 16K context, few decode steps) keep this file fast; the gather figure comes from one
+real quick measurement on node 0 (the stand-in here), saved as a bench record once per module.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sactool.cli import main
+from sactool.errors import ExistsError, Interrupted
+from sactool.profile import load_profile, settings_fields
+from sactool.records import dumps, read_jsonl
+
+FAST = ["--context", "16k", "--steps", "6", "--replicates", "2"]
+
+
+@pytest.fixture(scope="module")
+def bench_file(tmp_path_factory) -> Path:
+    from sactool.bench import run_quick_gather
+
+    rec = run_quick_gather(0, 656, 2048, seconds=0.2)
+    p = tmp_path_factory.mktemp("bench") / "bench.json"
+    p.write_text(dumps(rec.data, "json"))
+    return p
+
+
+def test_tune_writes_a_valid_profile_json_on_stdout(tmp_path, bench_file, capsys):
+    out = tmp_path / "p.yaml"
+    rc = main(["tune", *FAST, "--bench", str(bench_file), "--out", str(out), "--format", "json"])
+    o, e = capsys.readouterr()
+    assert rc == 0, e
+    data = json.loads(o)                       # stdout is only the JSON document
+    assert data["path"] == str(out)
+    assert data["summary"]["stand_in"] is True and "stood in" not in o.split('"pool_reason"')[0]
+    p = load_profile(out)
+    assert set(p.provenance) == set(settings_fields())      # every settings value has a provenance
+    assert p.hisparse.device_buffer_size >= 2048 and p.sglang.max_total_tokens >= p.hisparse.device_buffer_size
+    assert p.bench["digest"].startswith("sha256:") and p.pool.stand_in
+    row = p.predictions["per_context"][0]
+    assert row["context_tokens"] == 16384 and 0 < row["hit_rate"] <= 1
+    assert row["rdma_full_prefix_bytes_per_request"] == 16384 * 656 * 61
+    assert not out.with_name(out.name + ".points.jsonl").exists()   # removed once the profile is written
+    # validate and show
+    assert main(["profile", "validate", str(out)]) == 0
+    o, e = capsys.readouterr()
+    assert "valid profile" in o and e == ""
+    assert main(["profile", "show", str(out), "--format", "yaml"]) == 0
+    o, _ = capsys.readouterr()
+    assert yaml.safe_load(o)["hisparse"]["device_buffer_size"] == p.hisparse.device_buffer_size
+    # an existing profile is not overwritten without --force
+    assert main(["tune", *FAST, "--bench", str(bench_file), "--out", str(out)]) == 5
+    o, e = capsys.readouterr()
+    assert o == "" and "already exists" in e and "--force" in e
+
+
+@pytest.mark.parametrize("args, code, text", [
+    (["--model", "nope"], 2, "known models: deepseek-v3.2"),
+    (["--context", "200k"], 2, "max_position_embeddings"),
+    (["--context", "1k"], 2, "shorter than top_k"),
+    (["--tp", "8", "--attn-dp", "3"], 2, "must divide"),
+    (["--concurrency", "lots"], 2, "not a number"),
+    (["--kv-dtype", "int4"], 2, "unknown KV dtype"),
+    (["--gpu", "a100"], 2, "unknown GPU"),
+    (["--gpu-kv-budget", "100MiB"], 6, "too small for one request with top_k=2048"),
+    (["--concurrency", "100000"], 6, "of pool memory"),
+    (["--trace", "missing.npz"], 4, "does not exist"),
+])
+def test_bad_input(tmp_path, bench_file, capsys, args, code, text):
+    rc = main(["tune", *FAST, "--bench", str(bench_file), "--out", str(tmp_path / "p.yaml"), *args])
+    o, e = capsys.readouterr()
+    assert rc == code, e
+    assert o == "" and text in e and "hint:" in e and "Traceback" not in e
+
+
+def test_corrupt_and_foreign_bench(tmp_path, bench_file, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert main(["tune", *FAST, "--bench", str(bad), "--out", str(tmp_path / "a.yaml")]) == 4
+    assert "corrupt" in capsys.readouterr().err
+    data = json.loads(bench_file.read_text())
+    data["machine"]["hostname"] = "elsewhere"
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(data))
+    assert main(["tune", *FAST, "--bench", str(other), "--strict", "--out", str(tmp_path / "b.yaml")]) == 4
+    assert "elsewhere" in capsys.readouterr().err
+    assert main(["tune", *FAST, "--bench", str(other), "--out", str(tmp_path / "c.yaml")]) == 0
+    o, e = capsys.readouterr()
+    assert "warning: bench record" in e and "elsewhere" in e and "elsewhere" not in o
+
+
+def test_unwritable_output(tmp_path, bench_file, capsys):
+    f = tmp_path / "file"
+    f.write_text("x")
+    assert main(["tune", *FAST, "--bench", str(bench_file), "--out", str(f / "p.yaml")]) == 1
+    assert "not a directory" in capsys.readouterr().err
+
+
+def test_interrupt_then_resume(tmp_path):
+    from sactool.tune.api import TuneOptions, tune
+
+    out = tmp_path / "p.yaml"
+    points = out.with_name(out.name + ".points.jsonl")
+    opts = TuneOptions(contexts=(16384, 32768), steps=6, replicates=2, out=out, gather_seconds=0.1)
+    seen: list[tuple[str, int]] = []
+
+    def ctrl_c(label, done, total):
+        seen.append((label, done))
+        if label == "simulate" and done == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(Interrupted) as e:
+        tune(opts, progress=ctrl_c)
+    assert "--resume" in e.value.hint
+    kept = read_jsonl(points)
+    assert [p["kind"] for p in kept].count("gather") == 2 and [p["kind"] for p in kept].count("sim") == 2
+    with pytest.raises(ExistsError):          # neither --resume nor --force: the points are not thrown away
+        tune(opts)
+    again: list[tuple[str, int, int]] = []
+    from dataclasses import replace
+
+    r = tune(replace(opts, resume=True), progress=lambda lab, d, t: again.append((lab, d, t)))
+    assert r.path == out and out.exists() and not points.exists()
+    # the gather rounds and the two finished simulations were not redone
+    gathers = [a for a in again if a[0] == "gather"]
+    sims = [a for a in again if a[0] == "simulate"]
+    assert all(t == 2 for _, _, t in gathers) and sims and sims[-1][2] == 2
