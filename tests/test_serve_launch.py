@@ -172,3 +172,9 @@ def test_placement_override_for_ab_runs(tmp_path, standin_env, capsys):
     assert a["argv"] == b["argv"]                              # same SGLang settings
     assert "SACTOOL_PROFILE" in a["env_delta"] and "SACTOOL_PROFILE" not in b["env_delta"]
     assert b["placement"] == "none" and any("--placement none" in c for c in b["checks"])
+
+
+def test_serve_entrypoint_needs_the_console_script(tmp_path, standin_env, capsys):
+    rc = main(["serve", "--profile", str(small_profile(tmp_path)), "--python", sys.executable, "--entrypoint", "serve"])
+    err = capsys.readouterr().err
+    assert rc == ServeExit.ENGINE_MISSING and "console script" in err and not standin_env.exists()

@@ -54,10 +54,14 @@ def _num(v: float) -> str:
     return repr(float(v)) if not float(v).is_integer() else str(v)
 
 
-def program(profile: Profile, python: str, entrypoint: str | None = None) -> tuple[str, ...]:
-    """``python -m sglang.launch_server`` or the ``sglang serve`` console script next to ``python``."""
+def program(profile: Profile, python: str, entrypoint: str | None = None,
+            sglang_script: str | None = None) -> tuple[str, ...]:
+    """``python -m sglang.launch_server``, or ``sglang serve`` with the console script the target
+    Python reported (``sglang_script``), else the one next to ``python``."""
     ep = entrypoint or profile.sglang.entrypoint
     if ep == "serve":
+        if sglang_script:
+            return (sglang_script, "serve")
         d = os.path.dirname(python)
         return (os.path.join(d, "sglang") if d else "sglang", "serve")
     return (python, "-m", "sglang.launch_server")
@@ -135,7 +139,8 @@ def _has(extra: Sequence[str], *names: str) -> bool:
 
 
 def build_command(profile: Profile, *, profile_path: str, extra_args: Sequence[str] = (), python: str,
-                  entrypoint: str | None = None, environ: Mapping[str, str] | None = None) -> Command:
+                  entrypoint: str | None = None, environ: Mapping[str, str] | None = None,
+                  sglang_script: str | None = None) -> Command:
     """argv and environment delta for ``profile`` (checks are done by :mod:`sactool.serve.checks`)."""
     environ = os.environ if environ is None else environ
     q, s, h = profile.pool, profile.sglang, profile.hisparse
@@ -145,7 +150,7 @@ def build_command(profile: Profile, *, profile_path: str, extra_args: Sequence[s
     if model_path is None:
         model_path = next((a.split("=", 1)[1] for a in extra if a.startswith(("--model-path=", "--model="))), None)
     prefix: list[Flag] = numactl_prefix(profile) if q.placement == "numactl" and hisparse else []
-    prog = program(profile, python, entrypoint)
+    prog = program(profile, python, entrypoint, sglang_script)
     prefix.append(Flag(prog, "sglang.entrypoint" if entrypoint is None else "--entrypoint",
                        "SGLang's launcher in the target Python"))
     flags = sglang_flags(profile, model_path=model_path)

@@ -111,12 +111,20 @@ def build_launch(profile_path: str, extra_args: Sequence[str] = (), *, python: s
             problems.append(Problem(int(e.exit_code), e.message, e.hint))
             return None
 
+    found: dict[str, str] = {}
+
     def engine() -> list[str]:
         info = checks.probe_engine(python)
-        return checks.check_engine(profile, info, entrypoint=ep, plugin=cmd.placement == "plugin",
-                                   allow_untested=allow_untested)
+        out = checks.check_engine(profile, info, entrypoint=ep, plugin=cmd.placement == "plugin",
+                                  allow_untested=allow_untested)
+        if info.console_script and not info.console_script.startswith("declared"):
+            found["script"] = info.console_script
+        return out
 
     lines.extend(attempt(engine) or [])
+    if ep == "serve" and "script" in found:
+        cmd = build_command(profile, profile_path=profile_path, extra_args=extra, python=python,
+                            entrypoint=entrypoint, environ=environ, sglang_script=found["script"])
     if cmd.placement == "numactl":
         def numactl() -> list[str]:
             path = shutil.which("numactl")
