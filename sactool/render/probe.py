@@ -89,12 +89,17 @@ def render_probe(topo: Topology, console=None) -> None:
         c.print("[dim]link ceiling = GT/s × lanes × encoding efficiency / 8, per direction: a ceiling, "
                 "not a measurement[/]")
 
+    elif not topo.cxl_bus:
+        c.print("CXL: no /sys/bus/cxl (CXL core not loaded, or no CXL hardware)")
+    else:
+        c.print("CXL: bus present, no memory devices")
+
     if topo.dax_devices:
         d = Table(title="DAX devices", title_justify="left")
         for col in ("device", "mode", "size", "target node", "align", "from"):
             d.add_column(col)
         for x in topo.dax_devices:
-            d.add_row(x.name, x.mode or f"unbound ({x.driver})" if x.driver else (x.mode or "unbound"),
+            d.add_row(x.name, x.mode or (f"driver {x.driver}" if x.driver else "unbound"),
                       _b(x.size_bytes), "-" if x.target_node is None else f"node{x.target_node}",
                       _b(x.align_bytes), x.region or x.source or "?")
         c.print(d)

@@ -44,9 +44,9 @@ def probe(reader=None) -> Topology:
     draft = Topology(
         live=r.live, sysfs_root=str(r.root), created_at=dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z"), machine=machine, nodes=tuple(nodes),
         memdevs=tuple(memdevs), decoders=tuple(decoders), regions=tuple(regions), dax_devices=tuple(dax),
-        demotion_enabled=demotion, verdict=Verdict((), False, ""),
+        demotion_enabled=demotion, verdict=Verdict((), False, ""), cxl_bus=cxl_present,
     )
-    v = verdict(nodes, regions, dax, draft.nearest_cpu_node)
+    v = verdict(nodes, regions, dax, draft.nearest_cpu_node, memdevs, cxl_present)
     early = warnings + cxl_warnings + class_warnings
     all_warnings = early + late_warnings(r, draft, early)
     from dataclasses import replace

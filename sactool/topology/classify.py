@@ -120,7 +120,7 @@ def _cpus(cpus: tuple[int, ...]) -> str:
 
 
 def verdict(nodes: list[NumaNode], regions: list[CxlRegion], dax: list[DaxDevice],
-            nearest) -> Verdict:
+            nearest, memdevs=(), cxl_bus: bool = True) -> Verdict:
     """KV pool choice: every CXL node with memory; else the DRAM CPU node with most free memory."""
     cxl = [n for n in nodes if n.kind == "cxl" and (n.mem_total_bytes or 0) > 0]
     if cxl:
@@ -138,6 +138,10 @@ def verdict(nodes: list[NumaNode], regions: list[CxlRegion], dax: list[DaxDevice
     why = [f"no CXL memory is onlined as a NUMA node here, so {best.name} (DRAM, "
            f"{format_bytes(best.mem_free_bytes or 0)} free) stands in for the KV pool; "
            f"figures measured on it describe DRAM, not CXL"]
+    if not cxl_bus:
+        why.append("no /sys/bus/cxl: the CXL core is not loaded or there is no CXL hardware")
+    elif not memdevs:
+        why.append("the CXL bus has no memory devices")
     devdax = [d for d in dax if d.source == "cxl" or d.region]
     for d in devdax:
         if d.mode == "devdax":

@@ -248,6 +248,7 @@ class Topology:
     demotion_enabled: bool | None    # /sys/kernel/mm/numa/demotion_enabled
     verdict: Verdict
     warnings: tuple[ProbeWarning, ...] = ()
+    cxl_bus: bool = False            # /sys/bus/cxl/devices exists (CXL core loaded)
     schema_version: int = field(default=SCHEMA_VERSION)
 
     # ---- look-ups ----------------------------------------------------------------------
@@ -324,6 +325,7 @@ class Topology:
             "nodes": [n.to_data() for n in self.nodes],
             "demotion_enabled": self.demotion_enabled,
             "cxl": {
+                "bus_present": self.cxl_bus,
                 "memdevs": to_data(self.memdevs),
                 "windows": [_hex_start(to_data(d)) for d in self.windows],
                 "regions": [dict(to_data(r), resource=None if r.resource is None else f"{r.resource:#x}")
