@@ -134,3 +134,19 @@ def test_live_snapshot_round_trip(tmp_path, capsys):
             n.pop("mem_free_bytes")
         d["verdict"].pop("reason")
     assert live == rec
+
+
+def test_snapshot_keeps_relative_symlinks(tmp_path, capsys):
+    import tarfile
+
+    root = unpack("ram__30-system-ram", tmp_path / "r")
+    snap = tmp_path / "s.tar.gz"
+    assert main(["probe", "--sysfs-root", str(root), "-f", "json", "--snapshot", str(snap)]) == 0
+    capsys.readouterr()
+    with tarfile.open(snap) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+    mem0 = members["sys/bus/cxl/devices/mem0"]
+    assert mem0.issym() and mem0.linkname == "../../../devices/pci0000:0c/0000:0c:00.0/0000:0d:00.0/mem0"
+    assert members["sys/devices/pci0000:0c/0000:0c:00.0/0000:0d:00.0/mem0/serial"].isfile()
+    assert all(not m.linkname.startswith("/") for m in members.values() if m.issym())
+    assert "SNAPSHOT.json" in members and "proc/version" in members

@@ -53,3 +53,18 @@ def test_no_cxl_names_the_stand_in(tmp_path):
     assert v.stand_in and v.pool_nodes == (0,) and v.cpu_node == 0
     assert v.reason.startswith("no CXL memory is onlined as a NUMA node here, so node0 (DRAM")
     assert "stands in" in v.reason
+
+
+def test_region_description_names_ways_and_devices():
+    from sactool.topology import CxlRegion
+
+    r = CxlRegion("region0", "decoder0.0", "ram", 1 << 30, 0x190000000, True, 2, 256,
+                  ("decoder5.0", "decoder6.0"), ("mem1", "mem2"), True)
+    assert r.describe() == "region0 (ram, 2-way, mem1+mem2)"
+    assert replace_memdevs(r, ("mem1", None)).describe() == "region0 (ram, 2-way, mem1+?)"
+
+
+def replace_memdevs(r, mems):
+    from dataclasses import replace
+
+    return replace(r, memdevs=mems)

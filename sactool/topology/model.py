@@ -6,7 +6,9 @@ Identifiers are the kernel's own (``node2``, ``mem0``, ``region0``, ``decoder2.0
 
 Units, from the kernel documentation:
 - HMAT ``accessN/initiators/read_latency`` etc.: nanoseconds; ``read_bandwidth``: MiB/s
-  (Documentation/admin-guide/mm/numaperf.rst). Bandwidths are stored in bytes/s (× 2**20);
+  (Documentation/admin-guide/mm/numaperf.rst). Bandwidths are stored in bytes/s (× 2**20, per that
+  document; ACPI 6.4 Table 5.129 says the HMAT base unit is MB/s — a 2022 patch to change the kernel
+  document to MB/s was posted, the document still says MiB/s; the two differ by 4.9 %);
   latencies are stored exactly as the kernel printed them. On 6.12, CXL-derived nodes have been seen
   with values on another scale (see the qemu-cxl fixtures' README): the prober flags that with a
   ``hmat-scale-mismatch`` warning instead of converting.
