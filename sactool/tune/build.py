@@ -121,7 +121,8 @@ def build_profile(*, o, spec, kv, attn_dp, rec_bytes, budget, pool, machine, dep
     predictions = {
         "objective": "fetch time per generated token, mean over the design contexts, at the design concurrency",
         "fetch_time_per_token_s": chosen.mean_s,
-        "fetch_time_per_token_samples_s": list(chosen.samples_s),
+        "fetch_time_per_token_per_round_s": list(chosen.samples_s),
+        "device_token_slots": plan.device_slots,
         "design_concurrency": concurrency,
         "design_contexts": list(design),
         "requests_per_rank": req,

@@ -5,13 +5,15 @@ A candidate is one HiSparse/pool configuration: ``device_buffer_size``, ``host_t
 time per generated token (:func:`sactool.tune.cost.fetch_time_per_token`, slowest pool target),
 averaged over the requested context lengths, at the design concurrency.
 
-Noise. The inputs that vary between repetitions are the simulated workload (seed) and the
-measured gather bandwidth (round). Replicate ``i`` pairs workload seed ``i`` with measurement
-round ``i`` — rounds are taken interleaved over the pool targets (A B A B …) — and every
-candidate is evaluated on every replicate, so two candidates are compared on *paired* samples.
-A candidate whose paired difference to the best is within the 95% confidence interval
-(Student t) is "not significant": among those the choice goes to the one using the least GPU
-memory, then the least pool memory, then the engine's defaults — never to the noisier mean.
+Noise. The workload seeds are samples of the workload, not noise: misses are averaged over them.
+What is noisy is the measured gather bandwidth. It is measured in rounds, interleaved over the
+pool targets (A B A B …), and every candidate is evaluated with every round, so candidates are
+compared on *paired* samples. Two candidates that load the pool targets alike differ by the same
+factor in every round (the bandwidth cancels): their order is decided by the simulation alone.
+Candidates that load targets differently depend on the measurement: when their paired difference
+is within its 95% confidence interval (Student t), or only one round exists, they are "not
+significant" and the choice goes to the one using the least GPU memory, then the least pool
+memory, then the engine's defaults — never to the noisier mean.
 
 Search (what ``tune`` runs): buffers on a coarse grid (top_k/2 steps from top_k to 4·top_k),
 then every page-aligned size between the best feasible coarse size and the next one; for each,
@@ -66,8 +68,9 @@ class Candidate:
 class Inputs:
     """Everything the evaluation needs besides the candidate.
 
-    ``misses[ctx][rep][buffer]``: mean missed records per step per layer (one request);
-    ``hit_rate[ctx][rep][buffer]``; ``bandwidth[rep][target]``: measured gather bytes/s.
+    ``misses[ctx][seed][buffer]``: mean missed records per step per layer (one request), per
+    workload seed; ``hit_rate[ctx][seed][buffer]``; ``bandwidth[round][target]``: measured gather
+    bytes/s, one mapping per measurement round.
     """
 
     contexts: tuple[int, ...]
@@ -93,7 +96,7 @@ class Evaluation:
     candidate: Candidate
     feasible: bool
     why_infeasible: tuple[str, ...]
-    samples_s: tuple[float, ...]            # objective per replicate (s per token)
+    samples_s: tuple[float, ...]            # objective per measurement round (s per token)
     gpu_bytes_per_rank: int
     pool_bytes_per_rank: int
     per_context: dict[int, dict[str, float]] = field(default_factory=dict)
@@ -117,24 +120,26 @@ def evaluate(c: Candidate, x: Inputs) -> Evaluation:
     partition = pool_bytes_per_rank(c.placement, x.targets)
     why += fits(plan, gpu_budget_bytes=x.gpu_budget_bytes, pool_bytes_per_rank=partition)
     per_target = c.placement.ranks_per_target()
-    samples = []
+    reps = x.replicates
     per_ctx: dict[int, dict[str, float]] = {}
-    for rep in range(x.replicates):
-        bw = x.bandwidth[rep % len(x.bandwidth)]
+    for ctx in x.contexts:
+        m = statistics.fmean(x.misses[ctx][r][c.device_buffer_size] for r in range(reps))
+        per_ctx[ctx] = {"misses_per_step_per_layer": m,
+                        "hit_rate": statistics.fmean(x.hit_rate[ctx][r][c.device_buffer_size] for r in range(reps)),
+                        "fetch_bytes_per_token": fetch_bytes_per_token(m, x.record_bytes, x.layers)}
+    samples = []
+    for bw in x.bandwidth:
         total = 0.0
         for ctx in x.contexts:
-            m = x.misses[ctx][rep][c.device_buffer_size]
-            per_req = fetch_bytes_per_token(m, x.record_bytes, x.layers)
-            t = step_time_over_targets({t: n * req * per_req for t, n in per_target.items()},
-                                       {t: bw[t] for t in per_target})
-            total += t
-            acc = per_ctx.setdefault(ctx, {"fetch_time_per_token_s": 0.0, "fetch_bytes_per_token": 0.0,
-                                           "misses_per_step_per_layer": 0.0, "hit_rate": 0.0})
-            acc["fetch_time_per_token_s"] += t / x.replicates
-            acc["fetch_bytes_per_token"] += per_req / x.replicates
-            acc["misses_per_step_per_layer"] += m / x.replicates
-            acc["hit_rate"] += x.hit_rate[ctx][rep][c.device_buffer_size] / x.replicates
+            per_req = per_ctx[ctx]["fetch_bytes_per_token"]
+            total += step_time_over_targets({t: n * req * per_req for t, n in per_target.items()},
+                                            {t: bw[t] for t in per_target})
         samples.append(total / len(x.contexts))
+    for ctx in x.contexts:
+        per_req = per_ctx[ctx]["fetch_bytes_per_token"]
+        per_ctx[ctx]["fetch_time_per_token_s"] = statistics.fmean(
+            step_time_over_targets({t: n * req * per_req for t, n in per_target.items()}, {t: bw[t] for t in per_target})
+            for bw in x.bandwidth)
     return Evaluation(c, not why, tuple(why), tuple(samples), plan.gpu_bytes, plan.host_pool_bytes, per_ctx)
 
 
@@ -149,10 +154,13 @@ class Comparison:
 
 
 def compare(a: Evaluation, best: Evaluation) -> Comparison:
+    """Paired comparison over measurement rounds (see the module docstring)."""
     d = [x - y for x, y in zip(a.samples_s, best.samples_s)]
     mean = statistics.fmean(d) if d else 0.0
     if all(v == 0 for v in d):
         return Comparison(0.0, 0.0, False, True)
+    if a.candidate.placement.ranks_per_target() == best.candidate.placement.ranks_per_target():
+        return Comparison(mean, 0.0, True, False)   # same targets, same load: the bandwidth cancels
     if len(d) < 2:
         return Comparison(mean, math.inf, False, False)
     ci = t95(len(d) - 1) * statistics.stdev(d) / math.sqrt(len(d))
@@ -193,10 +201,13 @@ def reason_lost(e: Evaluation, chosen: Evaluation) -> str:
         diffs.append(_resource_note(e, chosen) or "engine default preferred")
         return "identical prediction: " + "; ".join(diffs)
     rel = cmp.delta_s / chosen.mean_s * 100 if chosen.mean_s else 0.0
+    ci = "one measurement round" if math.isinf(cmp.ci_s) else f"± {cmp.ci_s / chosen.mean_s * 100:.1f}%"
     if not cmp.significant:
         note = _resource_note(e, chosen) or "engine default preferred"
-        return f"not significant ({rel:+.1f}% ± {cmp.ci_s / chosen.mean_s * 100:.1f}%); {note}"
-    return f"{rel:+.1f}% fetch time per token (significant, ± {cmp.ci_s / chosen.mean_s * 100:.1f}%)"
+        return f"not significant ({rel:+.1f}%, {ci}); {note}"
+    if cmp.ci_s == 0:
+        return f"{rel:+.1f}% fetch time per token (more misses on the same pool targets)"
+    return f"{rel:+.1f}% fetch time per token (significant, {ci})"
 
 
 def _resource_note(e: Evaluation, chosen: Evaluation) -> str:
