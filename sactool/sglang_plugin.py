@@ -302,5 +302,8 @@ def describe(plan: Any, buf: Any, rank_source: str = "") -> PoolResult:
             f"{r.verified_fraction:.1%} of {checked} pages on {', '.join(f'node{n}' for n in r.expected_nodes)} "
             f"[{where}], huge-page bytes {r.hugepage_bytes}, prefault {buf.prefault_seconds:.2f} s "
             f"by {plan.prefault_threads} threads")
+    if plan.mode == "devdax":
+        line += ("; devdax: not pre-faulted by sactool, and move_pages may not report device-DAX pages "
+                 "(cudaHostRegister of such memory is unverified here, integration notes §6.5)")
     return PoolResult(plan.rank, plan.target, buf.size_bytes, r.verified_fraction, r.pages_checked,
                       dict(r.node_pages), r.hugepage_bytes, line)
