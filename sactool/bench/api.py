@@ -7,13 +7,12 @@ the record comes back with ``complete: false`` and the caller exits 130 after wr
 from __future__ import annotations
 
 import os
-import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from sactool import records
 from sactool.bench import record as R
-from sactool.bench.protocol import PRESETS, Protocol, run_protocol
+from sactool.bench.protocol import PRESETS, Protocol
 from sactool.errors import TopologyError, UsageError
 from sactool.host.sysfs import SysfsReader
 
@@ -150,29 +149,25 @@ def run_bench(opts: BenchOptions, *, reader: SysfsReader | None = None, progress
     gather_idx = _prepare_gather(opts, size, llc) if "gather" in opts.tests else []
     if progress:
         progress(f"placing {size} bytes on node{mem}", 0, 1)
-    buf = allocate(size, node=mem, hugepages=opts.hugepages, prefault_threads=len(cpus), prefault_cpus=cpus,
-                   topo=topo, reader=reader)
     results: list[dict] = []
+    bdesc: dict = {}
+    buf = None
     complete = True
     try:
-        bdesc = buf.describe()
-        if bdesc["verified_fraction"] is not None and bdesc["verified_fraction"] < 0.999:
-            warnings.append(_warn("placement_unverified",
-                                  f"only {bdesc['verified_fraction']:.1%} of the buffer's pages are on node{mem}",
-                                  "the node may be short of free memory; try a smaller --size"))
-        if opts.hugepages == "thp" and (bdesc["hugepage_fraction"] or 0) < 0.9:
-            warnings.append(_warn("thp_not_granted", f"only {bdesc['hugepage_fraction'] or 0:.0%} of the buffer "
-                                  "got transparent huge pages", "random access also misses the TLB: latency "
-                                  "and gathers read slower (check /sys/kernel/mm/transparent_hugepage/enabled)"))
-        if size // 2 < 4 * llc and any(t in opts.tests for t in ("latency", "mlp", "loaded")):
-            warnings.append(_warn("small_buffer", f"each chase chain covers {size // 2} bytes, less than 4× the "
-                                  f"{llc}-byte last-level cache", "use --size of at least 8× the LLC"))
-        from sactool.bench import runner
+        buf = allocate(size, node=mem, hugepages=opts.hugepages, prefault_threads=len(cpus), prefault_cpus=cpus,
+                       topo=topo, reader=reader)
+    except KeyboardInterrupt:
+        complete = False
+    if buf is not None:
+        try:
+            bdesc = buf.describe()
+            warnings.extend(_buffer_warnings(bdesc, opts, mem, size, llc))
+            from sactool.bench import runner
 
-        complete = runner.measure_all(buf, opts, proto, cpus, threads, llc, gather_idx, results, warnings,
-                                      progress=progress, clock=clock)
-    finally:
-        buf.close()
+            complete = runner.measure_all(buf, opts, proto, cpus, threads, llc, gather_idx, results, warnings,
+                                          progress=progress, clock=clock)
+        finally:
+            buf.close()
     for r in results:
         r["memory_node"], r["cpu_node"] = f"node{mem}", (f"node{cpu_node}" if cpu_node >= 0 else None)
         s = r.get("stats")
@@ -189,6 +184,22 @@ def run_bench(opts: BenchOptions, *, reader: SysfsReader | None = None, progress
         "llc_bytes": llc, "buffer": bdesc, "results": results, "warnings": warnings, "complete": complete,
     })
     return R.from_data(data)
+
+
+def _buffer_warnings(bdesc: dict, opts: BenchOptions, mem: int, size: int, llc: int) -> list[dict]:
+    out = []
+    if bdesc["verified_fraction"] is not None and bdesc["verified_fraction"] < 0.999:
+        out.append(_warn("placement_unverified",
+                         f"only {bdesc['verified_fraction']:.1%} of the buffer's pages are on node{mem}",
+                         "the node may be short of free memory; try a smaller --size"))
+    if opts.hugepages == "thp" and (bdesc["hugepage_fraction"] or 0) < 0.9:
+        out.append(_warn("thp_not_granted", f"only {bdesc['hugepage_fraction'] or 0:.0%} of the buffer got "
+                         "transparent huge pages", "random access also misses the TLB: latency and gathers read "
+                         "slower (check /sys/kernel/mm/transparent_hugepage/enabled)"))
+    if size // 2 < 4 * llc and any(t in opts.tests for t in ("latency", "mlp", "loaded")):
+        out.append(_warn("small_buffer", f"each chase chain covers {size // 2} bytes, less than 4× the "
+                         f"{llc}-byte last-level cache", "use --size of at least 8× the LLC"))
+    return out
 
 
 def _prepare_gather(opts: BenchOptions, size: int, llc: int) -> list:

@@ -90,7 +90,7 @@ class GatherFigure:
 def lines_touched(record_bytes: int, line: int = 64) -> float:
     """Mean cache lines one record touches when records are packed back to back from a
     line-aligned base: offsets ``i*R mod 64`` cycle with period ``64/gcd(R,64)``.
-    656 B → 11.0; 1152 B → 18.0; 100 B → 2.5625."""
+    656 B → 11.0; 1152 B → 18.0; 100 B → 2.5."""
     period = line // math.gcd(record_bytes, line)
     return sum(-(-((i * record_bytes) % line + record_bytes) // line) for i in range(period)) / period
 

@@ -187,6 +187,9 @@ def map_devdax(name_or_path: str, size_bytes: int | None = None, *, reader: Sysf
     if size > dev_size:
         raise CapacityError(f"{name} holds {dev_size} bytes, {size} requested (rounded to align {align})",
                             "use a smaller --size")
+    if not reader.live:
+        raise TopologyError(f"{name} comes from a recorded topology ({reader.root}), not this system",
+                            "map DAX devices on the running machine: drop --sysfs-root")
     path = str(name_or_path) if str(name_or_path).startswith("/") else f"/dev/{name}"
     try:
         fd = os.open(path, os.O_RDWR)

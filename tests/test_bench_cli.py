@@ -1,0 +1,132 @@
+"""``sactool bench`` in-process: real (small) measurements on node 0, stdout purity, the record
+loads back, exit codes for bad input, Ctrl-C keeps finished samples."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+
+import pytest
+
+from fixtures.trees import unpack
+from sactool.bench import gather_figure, load_bench, run_quick_gather
+from sactool.cli import main
+from sactool.errors import ExitCode, TopologyError
+from sactool.host.sysfs import SysfsReader
+from sactool.memory.nodes import topology
+
+SMALL = ["--size", "64MiB", "--preset", "fast"]
+
+
+def test_gather_json_stdout_is_data_and_record_loads(tmp_path, capsys):
+    out = tmp_path / "b.json"
+    code = main(["bench", "gather", "--node", "0", "--record-bytes", "656,1152", "--threads", "1", "--topk", "256",
+                 "--prefetch", "8", "--format", "json", "--out", str(out)] + SMALL)
+    cap = capsys.readouterr()
+    assert code == 0, cap.err
+    data = json.loads(cap.out)  # stdout carries only the record
+    assert data["kind"] == "bench" and data["schema_version"] == 1 and data["machine"]["live"] is True
+    assert data["memory_node"] == "node0" and data["cpus"] and data["buffer"]["verified_fraction"] == 1.0
+    assert data["buffer"]["node_pages"] == {"node0": data["buffer"]["pages_total"]}
+    assert "hugepage_fraction" in data["buffer"] and data["stand_in"]["node"] == "node0"
+    assert any(w["code"] == "stand_in" for w in data["warnings"])
+    assert "stand_in" in cap.err  # warnings also on stderr
+    rs = [r for r in data["results"] if r["test"] == "gather"]
+    assert sorted(r["params"]["record_bytes"] for r in rs) == [656, 1152]
+    for r in rs:
+        assert r["stats"]["n"] == 3 and len(r["samples"]) == 3 and len(r["raw"]) == 3
+        assert r["derived"]["bandwidth_bytes_per_s"] > 1e7 and r["kernel"]["load_width_bytes"] == 8
+        assert r["params"]["prefetch_distance"] == 8 and r["first_call_seconds"] is not None
+    rec = load_bench(out)
+    f = gather_figure(rec, 656, threads=1)
+    assert f.source == "measured" and f.memory_node == 0
+    assert gather_figure(rec, 900).source == "interpolated"
+    # the same file again without --force
+    assert main(["bench", "gather", "--node", "0", "--out", str(out)] + SMALL) == ExitCode.EXISTS
+
+
+def test_latency_mlp_bandwidth_loaded_table(capsys):
+    code = main(["bench", "latency", "--node", "node0", "--size", "128MiB", "--preset", "fast"])
+    cap = capsys.readouterr()
+    assert code == 0, cap.err
+    assert "Idle latency" in cap.out and "page_local" in cap.out and "random" in cap.out
+    code = main(["bench", "bandwidth", "--threads", "1", "--format", "yaml"] + SMALL)
+    cap = capsys.readouterr()
+    assert code == 0 and "bandwidth_bytes_per_s" in cap.out and "Sequential" not in cap.out
+
+
+def test_loaded_and_mlp_results(tmp_path, capsys):
+    out = tmp_path / "l.json"
+    assert main(["bench", "loaded", "--size", "128MiB", "--preset", "fast", "--format", "json", "--out", str(out)]) == 0
+    rec = load_bench(out)
+    delays = [r["params"]["inject_delay_iterations"] for r in rec.results]
+    if len(rec.cpus) >= 2:
+        assert delays[0] == 0 and delays[-1] is None and len(delays) >= 5
+        assert rec.results[0]["derived"]["reader_bandwidth_bytes_per_s"] > 0
+    else:
+        assert delays == [None] and any(w["code"] == "loaded_needs_cpus" for w in rec.warnings)
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("argv,code", [
+    (["bench", "latency", "--node", "9"], ExitCode.UNAVAILABLE),
+    (["bench", "latency", "--node", "x1"], ExitCode.USAGE),
+    (["bench", "gather", "--size", "2XB"], ExitCode.USAGE),
+    (["bench", "gather", "--size", "100TiB"], ExitCode.CAPACITY),
+    (["bench", "gather", "--record-bytes", "0"], ExitCode.USAGE),
+    (["bench", "gather", "--size", "1MiB", "--record-bytes", "2MiB"], ExitCode.USAGE),
+    (["bench", "gather", "--size", "1MiB", "--record-bytes", "4096", "--topk", "2048"], ExitCode.USAGE),
+    (["bench", "gather", "--trace", "/nonexistent/trace.npy", "--size", "8MiB"], ExitCode.RECORD),
+    (["bench", "gather", "--threads", "64", "--size", "8MiB"], ExitCode.USAGE),
+    (["bench", "gather", "--cpus", "0-999", "--size", "8MiB"], ExitCode.USAGE),
+    (["bench", "gather", "--cpus", "node7", "--size", "8MiB"], ExitCode.UNAVAILABLE),
+    (["bench", "gather", "--preset", "slow", "--size", "8MiB"], ExitCode.USAGE),
+    (["bench", "gather", "--format", "xml"], ExitCode.USAGE),
+])
+def test_bad_input_exit_codes(argv, code, capsys):
+    assert main(argv) == code
+    cap = capsys.readouterr()
+    assert cap.out == "" and cap.err.startswith("error: ") and "hint: " in cap.err
+    assert "Traceback" not in cap.err
+
+
+def test_recorded_topology_refused(tmp_path, monkeypatch, capsys):
+    root = unpack("ram__30-system-ram", tmp_path / "t")
+    monkeypatch.setenv("SACTOOL_SYSFS_ROOT", str(root))
+    assert main(["bench", "latency", "--node", "2", "--size", "8MiB"]) == ExitCode.UNAVAILABLE
+    assert "record" in capsys.readouterr().err
+
+
+def test_cpu_less_node_as_cpu_source(tmp_path):
+    from sactool.bench.cliopts import parse_cpus
+
+    topo = topology(SysfsReader(unpack("hmat-only__00-boot", tmp_path / "t")))
+    with pytest.raises(TopologyError):
+        parse_cpus("node1", topo)
+    assert parse_cpus("node0", topo) == topo.node(0).cpus
+
+
+def test_ctrl_c_keeps_finished_samples(tmp_path, capsys):
+    out = tmp_path / "partial.json"
+    timer = threading.Timer(4.0, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        code = main(["bench", "latency", "--size", "128MiB", "--preset", "rigorous", "--out", str(out),
+                     "--format", "json"])
+    finally:
+        timer.cancel()
+    cap = capsys.readouterr()
+    assert code == ExitCode.INTERRUPTED, cap.err
+    rec = load_bench(out)
+    assert rec.complete is False and any(w["code"] == "interrupted" for w in rec.warnings)
+    assert all(r["stats"]["n"] == len(r["samples"]) < 15 for r in rec.results)
+    assert json.loads(cap.out)["complete"] is False
+
+
+def test_quick_gather_for_tune():
+    rec = run_quick_gather(0, 656, 512, threads=1, size_bytes=64 << 20, seconds=0.3)
+    assert [r["test"] for r in rec.results] == ["gather"] and rec.buffer["verified_fraction"] == 1.0
+    f = gather_figure(rec, 656)
+    assert f.source == "measured" and f.threads == 1 and f.records_per_s > 0

@@ -1,0 +1,127 @@
+"""Kernel correctness on small arrays: the chase visits every line exactly once per cycle, gathers
+copy exactly the right bytes, sequential kernels compute what they claim."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sactool.bench import indices
+from sactool.bench import kernels as K
+from sactool.bench import suite
+from sactool.bench.gathergen import gather_kernel, source
+from sactool.errors import RecordError, UsageError
+
+WPL = suite.WPL
+
+
+def walk(words, start, n):
+    out, i = [], int(start)
+    for _ in range(n):
+        out.append(i)
+        i = int(words[i])
+    return out, i
+
+
+@pytest.mark.parametrize("page_local", [False, True])
+def test_chase_visits_every_line_once(page_local):
+    lines = 4 * 64 * 8  # 8 pages per half
+    words = np.zeros(lines * WPL, dtype=np.uint64)
+    half = lines // 2
+    order = suite.build_chain(words, half, half, page_local=page_local, seed=5)
+    visited, back = walk(words, order[0], half)
+    assert back == int(order[0])  # one cycle
+    assert sorted(visited) == [(half + k) * WPL for k in range(half)]  # each line of the half once
+    assert int(K.chase(words, order[0], half)) == int(order[0])
+    assert int(K.chase(words, order[0], 7)) == visited[7]
+    if page_local:  # the 64 lines of a page come one after another
+        pages = [v * 8 // 4096 for v in visited]
+        runs = [pages[i:i + 64] for i in range(0, half, 64)]
+        assert all(len(set(r)) == 1 for r in runs)
+        assert len({r[0] for r in runs}) == len(runs)
+
+
+def test_mlp_chains_match_single_chases():
+    words = np.zeros(512 * WPL, dtype=np.uint64)
+    order = suite.build_chain(words, 0, 512, page_local=False, seed=2)
+    starts = np.array([order[0], order[100], order[300]], dtype=np.uint64)
+    got = K.mlp_chase(words, starts, 37)
+    want = 0
+    for s in starts:
+        want ^= int(K.chase(words, s, 37))
+    assert int(got) == want
+
+
+@pytest.mark.parametrize("record_bytes,prefetch", [(656, 8), (100, 3)])
+def test_gather_copies_exactly_the_right_bytes(record_bytes, prefetch):
+    rng = np.random.default_rng(0)
+    src8 = rng.integers(0, 256, size=record_bytes * 500, dtype=np.uint8)
+    dt = np.uint64 if record_bytes % 8 == 0 else np.uint8
+    src = src8.view(dt)
+    topk = 16  # one step; slots = 16
+    idx = indices.uniform(500, topk, 1, seed=4)
+    idx[3] = 499  # last record
+    idx[4] = 0
+    dst = np.zeros(16 * record_bytes // np.dtype(dt).itemsize, dtype=dt)
+    gather_kernel(record_bytes, prefetch)(src, dst, idx, 0, topk)
+    d8 = dst.view(np.uint8)
+    for slot, r in enumerate(idx):
+        assert bytes(d8[slot * record_bytes:(slot + 1) * record_bytes]) == bytes(src8[r * record_bytes:(r + 1) * record_bytes])
+
+
+def test_gather_range_and_slot_wraparound():
+    src = np.arange(64 * 8, dtype=np.uint64)  # 64 records of 64 B
+    dst = np.zeros(4 * 8, dtype=np.uint64)  # 4 slots
+    idx = np.array([5, 9, 2, 7, 11, 3], dtype=np.uint64)
+    gather_kernel(64, 0)(src, dst, idx, 2, 6)  # records i=2..5 → slots 2,3,0,1
+    got = dst.reshape(4, 8)[:, 0] // 8
+    assert got.tolist() == [11, 3, 2, 7]
+
+
+def test_generated_source_is_deterministic():
+    assert source(656, 16) == source(656, 16) and "np.uint64(82)" in source(656, 16)
+    assert "np.uint64(100)" in source(100, 0)  # byte copy for sizes not multiple of 8
+
+
+def test_sequential_kernels():
+    a = np.arange(1000, dtype=np.uint64)
+    assert int(K.seq_read(a, 10, 500)) == int(a[10:500].sum())
+    K.seq_write(a, 0, 1000, 5)
+    assert (a == (np.uint64(5) ^ np.arange(1000, dtype=np.uint64))).all()
+    b = np.arange(100, dtype=np.uint64)
+    K.seq_copy(b, 0, 50, 50)
+    assert (b[50:] == (np.arange(50, dtype=np.uint64) ^ np.uint64(1))).all()
+    c = np.ones(64, dtype=np.uint64)
+    assert int(K.throttled_read(c, 0, 64, 0)) == 8 + 1  # one word per line, x stays 1
+
+
+def test_index_patterns():
+    u = indices.uniform(1000, 50, 20, seed=1).reshape(20, 50)
+    assert all(len(set(r.tolist())) == 50 for r in u) and u.max() < 1000
+    c = indices.clustered(1000, 48, 5, seed=1, run=16).reshape(5, 48)
+    assert (np.diff(c[:, :16], axis=1) == 1).all() and c.max() < 1000
+    with pytest.raises(UsageError):
+        indices.make("uniform", 10, 11, 1)
+    with pytest.raises(UsageError):
+        indices.make("zipf", 10, 1, 1)
+
+
+def test_trace_files(tmp_path):
+    t = tmp_path / "t.txt"
+    t.write_text("1 2 3\n4,5,6\n")
+    assert indices.load_trace(t, 10).tolist() == [1, 2, 3, 4, 5, 6]
+    n = tmp_path / "t.npy"
+    np.save(n, np.array([[0, 9], [3, 4]]))
+    assert indices.load_trace(n, 10).tolist() == [0, 9, 3, 4]
+    with pytest.raises(UsageError):
+        indices.load_trace(n, 5)  # index beyond the buffer
+    with pytest.raises(RecordError):
+        indices.load_trace(tmp_path / "missing.npy", 10)
+    bad = tmp_path / "bad.txt"
+    bad.write_text("1 two 3")
+    with pytest.raises(RecordError):
+        indices.load_trace(bad, 10)
+    binary = tmp_path / "b.npy"
+    binary.write_bytes(b"\x93NUMPY garbage")
+    with pytest.raises(RecordError):
+        indices.load_trace(binary, 10)

@@ -1,0 +1,101 @@
+"""The bench record: load/upgrade/refuse, and gather figures for measured and derived sizes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sactool import records
+from sactool.bench import gather_figure, lines_touched, load_bench
+from sactool.bench.record import from_data
+from sactool.errors import RecordError, UsageError
+
+
+def gather_result(R, threads, ns_per_record, prefetch=8, pattern="uniform", node="node2"):
+    rps = 1e9 / ns_per_record
+    return {"test": "gather", "memory_node": node, "params": {"record_bytes": R, "threads": threads,
+            "prefetch_distance": prefetch, "index_pattern": pattern},
+            "stats": {"n": 5}, "derived": {"ns_per_record": ns_per_record, "records_per_s": rps,
+                                           "bandwidth_bytes_per_s": rps * R}}
+
+
+def make_record(results, **top):
+    d = records.header("bench", 1)
+    d.update({"memory_node": "node2", "cpu_node": "node0", "cpus": [0, 1], "stand_in": None, "buffer": {},
+              "results": results, "warnings": [], "complete": True})
+    d.update(top)
+    return from_data(d)
+
+
+def test_lines_touched():
+    assert lines_touched(64) == 1 and lines_touched(656) == 11 and lines_touched(1152) == 18
+    assert lines_touched(100) == 2.5  # offsets 0,36,8,44,… cycle over 16 records: 8 touch 2 lines, 8 touch 3
+    assert lines_touched(4096) == 64
+
+
+def test_measured_and_best_prefetch():
+    rec = make_record([gather_result(656, 2, 50.0, prefetch=8), gather_result(656, 2, 40.0, prefetch=16),
+                       gather_result(656, 1, 90.0)])
+    f = gather_figure(rec, 656)
+    assert f.source == "measured" and f.threads == 2 and f.ns_per_record == 40.0
+    assert f.bandwidth_bytes_per_s == pytest.approx(656 * 1e9 / 40.0) and f.memory_node == 2
+    assert "prefetch 16" in f.detail
+    assert gather_figure(rec, 656, threads=1).ns_per_record == 90.0
+    g = gather_figure(rec, 656, threads=4)
+    assert g.threads == 2 and "4 threads not measured" in g.detail
+
+
+def test_interpolated_by_cache_lines():
+    rec = make_record([gather_result(256, 1, 40.0), gather_result(1152, 1, 180.0)])  # 10 ns/line both
+    f = gather_figure(rec, 656)
+    assert f.source == "interpolated" and f.ns_per_record == pytest.approx(11 * 10.0)
+    assert "256 B" in f.detail and "1152 B" in f.detail
+    rec2 = make_record([gather_result(256, 1, 40.0), gather_result(1152, 1, 360.0)])  # 10 → 20 ns/line
+    c = 10 + (20 - 10) * (11 - 4) / (18 - 4)
+    assert gather_figure(rec2, 656).ns_per_record == pytest.approx(c * 11)
+
+
+def test_extrapolated_is_marked():
+    rec = make_record([gather_result(656, 1, 110.0)])
+    f = gather_figure(rec, 4096)
+    assert f.source == "extrapolated" and f.ns_per_record == pytest.approx(10.0 * 64)
+    assert "outside the measured sizes" in f.detail
+
+
+def test_uniform_preferred_and_other_nodes_ignored():
+    rec = make_record([gather_result(656, 1, 100.0, pattern="clustered"), gather_result(656, 1, 200.0),
+                       gather_result(656, 1, 10.0, node="node0")])
+    assert gather_figure(rec, 656).ns_per_record == 200.0
+
+
+def test_no_gather_results_and_bad_size():
+    rec = make_record([{"test": "latency", "params": {}, "derived": {"latency_ns": 100}}])
+    with pytest.raises(RecordError):
+        gather_figure(rec, 656)
+    with pytest.raises(UsageError):
+        gather_figure(make_record([gather_result(656, 1, 1.0)]), 0)
+
+
+def test_load_roundtrip_newer_and_corrupt(tmp_path):
+    rec = make_record([gather_result(656, 1, 100.0)])
+    p = tmp_path / "b.json"
+    p.write_text(json.dumps(rec.data))
+    back = load_bench(p)
+    assert back.memory_node == 2 and back.cpus == (0, 1) and gather_figure(back, 656).source == "measured"
+    newer = dict(rec.data, schema_version=99)
+    p.write_text(json.dumps(newer))
+    with pytest.raises(RecordError) as e:
+        load_bench(p)
+    assert "upgrade sactool" in e.value.hint
+    p.write_text("{not json")
+    with pytest.raises(RecordError):
+        load_bench(p)
+    p.write_text(json.dumps(dict(rec.data, results="x")))
+    with pytest.raises(RecordError):
+        load_bench(p)
+    p.write_text(json.dumps(dict(rec.data, kind="profile")))
+    with pytest.raises(RecordError):
+        load_bench(p)
+    with pytest.raises(RecordError):
+        load_bench(tmp_path / "missing.json")

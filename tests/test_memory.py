@@ -1,0 +1,149 @@
+"""Placement: real buffers on node 0 (this machine has one node), verified with move_pages; the
+multi-node/DAX rules on recorded machine trees."""
+
+from __future__ import annotations
+
+import mmap
+
+import numpy as np
+import pytest
+
+from fixtures.trees import unpack
+from sactool.errors import CapacityError, ExitCode, TopologyError, UsageError
+from sactool.host.sysfs import SysfsReader
+from sactool.memory import allocate, check_cpu_node, check_fits, free_estimate, map_devdax
+from sactool.memory import syscalls as sc
+from sactool.memory.nodes import FreeEstimate, topology
+
+MiB = 1 << 20
+
+
+def test_bind_node0_verified_every_page():
+    with allocate(32 * MiB, node=0, prefault_threads=2) as buf:
+        r = buf.report
+        assert r.pages_checked == r.pages_total == 32 * MiB // mmap.PAGESIZE
+        assert r.node_pages == {0: r.pages_total}
+        assert r.verified_fraction == 1.0
+        assert 0 <= r.hugepage_bytes <= 32 * MiB
+        d = buf.describe()
+        assert d["memory_nodes"] == ["node0"] and d["verified_fraction"] == 1.0
+        a = buf.array("uint64")
+        assert a.size == 32 * MiB // 8 and a.ctypes.data == buf.address
+        a[:] = 7  # writable through the buffer protocol
+        assert int(a.sum()) == 7 * a.size
+        del a
+
+
+def test_sampled_verification_and_page_nodes_syscall():
+    with allocate(16 * MiB, node=0, hugepages="none") as buf:
+        r = buf.verify(sample_pages=100)
+        assert r.pages_checked == 100 and r.verified_fraction == 1.0
+        assert r.hugepage_bytes == 0  # MADV_NOHUGEPAGE
+        st = sc.page_nodes([buf.address, buf.address + 4096])
+        assert st == [0, 0]
+
+
+def test_unmapped_page_reports_errno():
+    m = mmap.mmap(-1, 2 * mmap.PAGESIZE)  # never touched: not present
+    import ctypes
+
+    c = ctypes.c_char.from_buffer(m)
+    addr = ctypes.addressof(c)
+    del c
+    assert sc.page_nodes([addr])[0] < 0
+    m.close()
+
+
+@pytest.mark.parametrize("kw", [dict(policy="preferred"), dict(policy="interleave", nodes=[0]), dict(weights={0: 3})])
+def test_other_policies_on_node0(kw):
+    with allocate(8 * MiB, node=0, **kw) as buf:
+        assert buf.report.verified_fraction == 1.0
+
+
+def test_nodemask_layout():
+    arr, maxnode = sc.nodemask([0, 65])
+    assert (arr[0], arr[1], maxnode) == (1, 2, 129)
+
+
+def test_nonexistent_node():
+    with pytest.raises(TopologyError) as e:
+        allocate(MiB, node=42)
+    assert e.value.exit_code == ExitCode.UNAVAILABLE and "node" in e.value.message
+
+
+def test_bad_arguments():
+    with pytest.raises(UsageError):
+        allocate(0, node=0)
+    with pytest.raises(UsageError):
+        allocate(MiB, node=0, hugepages="3MB")
+    with pytest.raises(UsageError):
+        allocate(MiB, node=0, policy="scatter")
+
+
+def test_too_large_refused_but_node_meminfo_undercount_is_not():
+    topo = topology()
+    est = free_estimate(topo, SysfsReader(), 0)
+    with pytest.raises(CapacityError) as e:
+        allocate(est.bytes + 1024 * MiB, node=0)
+    assert e.value.exit_code == ExitCode.CAPACITY and "--size" in e.value.hint
+    # what /proc/meminfo counts free is usable even when node0/meminfo shows less
+    proc_free = SysfsReader().kv("proc/meminfo")["MemFree"]
+    assert est.bytes >= min(proc_free, topo.node(0).mem_free_bytes or 0)
+
+
+def test_free_rule_margin():
+    fe = FreeEstimate(node=2, bytes=10 * 1024 * MiB, total_bytes=16 * 1024 * MiB, source="test")
+    check_fits(fe, 9 * 1024 * MiB)
+    with pytest.raises(CapacityError):
+        check_fits(fe, 10 * 1024 * MiB - 100 * MiB)  # inside the 3%-of-16 GiB margin
+
+
+def test_hugetlb_without_pool_is_a_capacity_error():
+    total = SysfsReader().int("sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages") or 0
+    if total * 2 * MiB >= 4 * MiB:
+        with allocate(4 * MiB, node=0, hugepages="2MB") as buf:
+            assert buf.report.verified_fraction == 1.0
+    else:
+        with pytest.raises(CapacityError) as e:
+            allocate(4 * MiB, node=0, hugepages="2MB")
+        assert "nr_hugepages" in e.value.hint
+
+
+def test_recorded_topology_is_refused(tmp_path):
+    root = unpack("ram__30-system-ram", tmp_path / "t")
+    with pytest.raises(TopologyError) as e:
+        allocate(MiB, node=2, reader=SysfsReader(root))
+    assert "record" in e.value.message
+
+
+def test_cpu_less_node_cannot_run_threads(tmp_path):
+    topo = topology(SysfsReader(unpack("ram__30-system-ram", tmp_path / "t")))
+    with pytest.raises(TopologyError) as e:
+        check_cpu_node(topo, 2)
+    assert "no CPUs" in e.value.message and "node0" in e.value.hint
+
+
+def test_devdax_rules_on_recordings(tmp_path):
+    sysram = SysfsReader(unpack("ram__30-system-ram", tmp_path / "a"))
+    with pytest.raises(TopologyError) as e:
+        map_devdax("dax0.0", reader=sysram)
+    assert "system-ram" in e.value.message and "--node 2" in e.value.hint
+    devdax = SysfsReader(unpack("ram__20-devdax", tmp_path / "b"))
+    with pytest.raises(CapacityError):
+        map_devdax("/dev/dax0.0", 1 << 40, reader=devdax)
+    with pytest.raises(TopologyError) as e:
+        map_devdax("dax0.0", reader=devdax)
+    assert "recorded" in e.value.message
+    with pytest.raises(TopologyError):
+        map_devdax("dax9.9", reader=devdax)
+    with pytest.raises(UsageError):
+        map_devdax("/dev/sda")
+
+
+def test_close_with_live_view_is_safe():
+    buf = allocate(4 * MiB, node=0)
+    v = np.frombuffer(buf.mmap, dtype=np.uint8)
+    buf.close()  # a view still exists: unmapped when it goes
+    assert v[0] == 1  # pre-faulted pages hold the written byte
+    del v
+    buf.close()
