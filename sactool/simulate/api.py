@@ -101,16 +101,20 @@ def _pct(xs: list[float], q: float) -> float:
 
 
 def _path(p: Platform, placement: str, record_bytes: int) -> engine.PathModel:
+    """A rank's path to the memory it gathers from. A curve's measured all-threads bandwidth
+    (``aggregate_bytes_per_s``, from a bench record) is what one memory node/device delivers, shared
+    by the ranks mapped to it."""
     curve = p.gather_cxl if placement == "sac" else p.gather_dram
     fixed, slope = curve.line()
     s_rec = slope * record_bytes / curve.record_bytes      # bytes-proportional (see GatherCurve)
-    link = p.gpu_link_bytes_per_s
-    if curve.aggregate_bytes_per_s:
-        link = min(link, curve.aggregate_bytes_per_s)
+    agg = curve.aggregate_bytes_per_s
     if placement == "sac":
-        return engine.PathModel(fixed, s_rec, min(link, p.cxl_gpu_path_bytes_per_s),
-                                p.cxl_device_read_bytes_per_s, p.cxl_devices)
-    return engine.PathModel(fixed, s_rec, link, None, 1)
+        dev = min(p.cxl_device_read_bytes_per_s, agg) if agg else p.cxl_device_read_bytes_per_s
+        return engine.PathModel(fixed, s_rec, min(p.gpu_link_bytes_per_s, p.cxl_gpu_path_bytes_per_s),
+                                dev, p.cxl_devices)
+    if agg:
+        return engine.PathModel(fixed, s_rec, p.gpu_link_bytes_per_s, agg, p.dram_nodes)
+    return engine.PathModel(fixed, s_rec, p.gpu_link_bytes_per_s, None, 1)
 
 
 def simulate(opts: SimulationOptions) -> SimulationResult:
@@ -212,6 +216,8 @@ def simulate(opts: SimulationOptions) -> SimulationResult:
     if p.rdma_device_buffer_size and p.rdma_device_buffer_size != p.device_buffer_size:
         notes.append(f"RDMA runs with a {p.rdma_device_buffer_size}-slot hot buffer, SAC/DRAM with "
                      f"{p.device_buffer_size} (as in the platform's source runs)")
+    if not p.gpu.kv_budget_bytes:
+        notes.append("GPU memory (hot buffers + index keys) does not cap concurrency here: no gpu.kv_budget_bytes")
     if ranks < p.gpus:
         notes.append(f"{p.gpus} GPUs in {ranks} attention-DP ranks: each rank is simulated as one GPU; the "
                      "replicated swap-ins of its attention-TP peers are not added to the shared links")

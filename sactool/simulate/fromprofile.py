@@ -86,8 +86,9 @@ def platform_from_profile(profile_path, base: Platform, *, dram_bench: str | Non
         prefetch=False,
         pcie_switches=min(base.pcie_switches, gpus), nics=min(base.nics, min(base.pcie_switches, gpus)),
         cxl_devices=min(targets, ranks),
-        cxl_device_read_bytes_per_s=cxl.aggregate_bytes_per_s or base.cxl_device_read_bytes_per_s,
         gather_cxl=cxl, gather_dram=dram,
+        # standing in: the same memory node serves both placements, shared the same way
+        dram_nodes=base.dram_nodes if dram_bench else min(targets, ranks),
         contexts=tuple(c for c in base.contexts if c <= spec.max_position_embeddings) or base.contexts,
         validation={}, origin=f"{profile_path} (+ {base.origin})")
     notes.append(f"links, NICs, GPU compute and capacities from the base platform {base.origin}")

@@ -106,6 +106,7 @@ class Platform:
     cxl_capacity_bytes: float
     dram_capacity_bytes: float
     dram_write_bytes_per_s: float
+    dram_nodes: int                  # DRAM NUMA nodes the ranks' host pools spread over (rank % nodes)
     nics: int
     nic_bytes_per_s: float
     nic_chunk_bytes: int
@@ -290,6 +291,7 @@ def from_data(data: Mapping[str, Any], *, origin: str = "platform") -> Platform:
         cxl_capacity_bytes=_num(d, "cxl.capacity_bytes"),
         dram_capacity_bytes=_num(d, "dram.capacity_bytes"),
         dram_write_bytes_per_s=_num(d, "dram.write_bytes_per_s"),
+        dram_nodes=_int(d, "dram.nodes", optional=True, default=1),
         nics=_int(d, "nic.count"),
         nic_bytes_per_s=_num(d, "nic.bandwidth_bytes_per_s"),
         nic_chunk_bytes=_int(d, "nic.chunk_bytes"),
