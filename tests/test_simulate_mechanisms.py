@@ -172,3 +172,17 @@ def test_roofline_when_no_step_time_was_measured():
     assert res.point("dram", 16384, 8).breakdown["compute_s"] >= floor
     with pytest.raises(Exception, match="roofline"):
         load_platform(PLATFORM, ["gpu.decode_step.measured=[]", "gpu.name=mi300x"])
+
+
+def test_poisson_arrivals_below_capacity_are_served_at_their_rate():
+    sc = _scenario(placement="dram", requests=200, concurrency=64, limit=64, output_tokens=10,
+                   arrival_rate_per_s=2.0, misses=constant_profile(10, 10))
+    res = engine.run(sc)
+    # light load: no request waits for admission, and everything issued gets served
+    assert res.breakdown.ttft_admission_wait_s < sc.compute.step_s(1, sc.context)
+    assert len(res.ttft_s) == 200
+    # output rate over the whole run ~ arrival rate x output tokens (the run lasts ~100 s)
+    assert 200 * 10 / res.makespan_s == pytest.approx(2.0 * 10, rel=0.2)
+    # overload: arrivals far above what 1 slot serves queue up for admission
+    slow = engine.run(dataclasses.replace(sc, limit=1, concurrency=1, arrival_rate_per_s=50.0))
+    assert slow.breakdown.ttft_admission_wait_s > 10 * res.breakdown.ttft_admission_wait_s + 1.0

@@ -89,7 +89,11 @@ class SimulationResult:
     def to_data(self) -> dict[str, Any]:
         from sactool.records import header, to_data
 
+        from sactool.host.machine import machine_block
+
         d = header("simulation", 1)
+        # the host that ran the model (the simulated platform is described by `platform`/`inputs`)
+        d["machine"] = machine_block()
         d.update({f.name: to_data(getattr(self, f.name)) for f in dataclasses.fields(self)})
         return d
 
