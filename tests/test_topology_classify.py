@@ -68,3 +68,15 @@ def replace_memdevs(r, mems):
     from dataclasses import replace
 
     return replace(r, memdevs=mems)
+
+
+def test_cxl_memory_in_a_cpu_node_is_flagged(tmp_path):
+    root = unpack("ram__30-system-ram", tmp_path / "r")
+    dax = root / "sys/devices/platform/ACPI0017:00/root0/decoder0.0/region0/dax_region0/dax0.0"
+    (dax / "target_node").write_text("0\n")  # as if firmware gave the window no proximity domain
+    t = probe(SysfsReader(root))
+    n0 = t.node(0)
+    assert n0.kind == "dram"
+    assert n0.evidence[:2] == ("CPUs 0-1", "also holds CXL memory: node0 ← dax0.0 (kmem) ← region0 (ram, 1-way, mem0)")
+    assert "cxl-in-cpu-node" in [w.code for w in t.warnings]
+    assert t.node(2).kind == "cxl"  # node2's blocks still lie in region0

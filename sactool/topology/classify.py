@@ -59,7 +59,7 @@ def classify(nodes: list[NumaNode], decoders: list[CxlDecoder], regions: list[Cx
                 ev.append(f"{n.name} ← {d.name} ({d.driver}) ← NVDIMM namespace (not in any CXL region)")
             elif kind == "unknown":
                 ev.append(f"{n.name} ← {d.name} ({d.driver}, source {d.source or 'unknown'})")
-        if kind == "unknown" and n.phys_ranges:
+        if (kind == "unknown" or n.has_cpu) and n.phys_ranges:
             for a, b in n.phys_ranges:
                 hit = next((r for r in regions if r.resource is not None and r.size_bytes
                             and r.resource <= a < r.resource + r.size_bytes), None)
@@ -72,9 +72,18 @@ def classify(nodes: list[NumaNode], decoders: list[CxlDecoder], regions: list[Cx
                     kind = "cxl"
                     ev.append(f"memory {_fmt_range(a, b)} lies in CXL window {w.name}")
                     break
-        if kind == "unknown" and n.has_cpu:
+        if n.has_cpu:
+            if kind == "cxl":  # CXL memory onlined into a CPU node (no SRAT proximity domain for it)
+                warnings.append(ProbeWarning(
+                    "cxl-in-cpu-node",
+                    f"CXL memory was onlined into {n.name}, which also has CPUs and DRAM: {ev[0]}",
+                    "node-level placement cannot separate the two; give the CXL window its own proximity "
+                    "domain (firmware SRAT/CEDT) or use the DAX device in devdax mode"))
+                ev = [f"also holds CXL memory: {e}" for e in ev]
+            elif kind != "unknown":
+                ev = [f"also holds {kind} memory: {e}" for e in ev]
             kind = "dram"
-            ev.append(f"CPUs {_cpus(n.cpus)}")
+            ev.insert(0, f"CPUs {_cpus(n.cpus)}")
         if not n.has_cpu:
             ev.append("CPU-less")
         if kind == "unknown":
