@@ -121,3 +121,14 @@ def test_memdev_before_region(tmp_path):
     assert w.hint == "create one: cxl create-region -t ram -m mem0 (then it appears as a NUMA node)"
     assert t.windows[0].can_create_ram_region is True
     assert t.verdict.stand_in
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_snapshot_replays_identically(name, tmp_path):
+    from sactool.topology.snapshot import write_snapshot
+
+    reader = SysfsReader(unpack(name, tmp_path / "a"))
+    first = normalise(to_data(probe(reader)))
+    snap = write_snapshot(reader, tmp_path / "snap.tar.gz")
+    second = normalise(to_data(probe(SysfsReader(unpack(snap, tmp_path / "b")))))
+    assert first == second
