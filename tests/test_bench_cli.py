@@ -130,3 +130,46 @@ def test_quick_gather_for_tune():
     assert [r["test"] for r in rec.results] == ["gather"] and rec.buffer["verified_fraction"] == 1.0
     f = gather_figure(rec, 656)
     assert f.source == "measured" and f.threads == 1 and f.records_per_s > 0
+
+
+def test_node_all_matrix(capsys):
+    assert main(["bench", "latency", "--node", "all", "--size", "128MiB", "--preset", "fast", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    topo = topology()
+    mems = [n for n in topo.nodes if n.mem_total_bytes]
+    assert data["matrix"] is True and len(data["pairs"]) == len(mems) * len([n for n in topo.nodes if n.cpus])
+    assert {(r["cpu_node"], r["memory_node"]) for r in data["results"]} == \
+        {(p["cpu_node"], p["memory_node"]) for p in data["pairs"]}
+
+
+def test_plot_and_terminal_curves(tmp_path, capsys):
+    from sactool.bench.record import from_data
+    from sactool.render.bench import plot_bench, render_bench
+
+    rec = load_bench_fixture()
+    png = plot_bench(rec)
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+    render_bench(rec)
+    out = capsys.readouterr().out
+    assert "Loaded latency" in out and "█" in out and "Top-k gather" in out
+    assert from_data(rec.data).results == rec.results
+
+
+def load_bench_fixture():
+    """A small synthetic record with loaded and gather results (render/plot input only)."""
+    from sactool import records
+    from sactool.bench.record import from_data
+
+    def res(test, params, derived):
+        return {"test": test, "key": test, "params": params, "derived": derived, "unit": "ns",
+                "stats": {"median": 1, "mean": 1, "stdev": 0, "min": 1, "max": 1, "p05": 1, "p95": 1, "n": 1}}
+
+    rs = [res("loaded", {"inject_delay_iterations": d}, {"latency_ns": lat, "reader_bandwidth_bytes_per_s": bw})
+          for d, lat, bw in ((0, 400.0, 9e9), (100, 250.0, 2e9), (None, 210.0, 0.0))]
+    rs += [res("gather", {"record_bytes": r, "threads": 1, "prefetch_distance": 8, "index_pattern": "uniform"},
+               {"bandwidth_bytes_per_s": bw, "ns_per_record": r / bw * 1e9, "topk_step_us": 10.0})
+           for r, bw in ((64, 4e9), (656, 9e9), (1152, 10e9))]
+    d = records.header("bench", 1)
+    d.update({"command": "all", "protocol": {"preset": "fast"}, "memory_node": "node0", "cpu_node": "node0",
+              "cpus": [0], "stand_in": None, "buffer": {}, "results": rs, "warnings": [], "complete": True})
+    return from_data(d)
