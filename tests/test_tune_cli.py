@@ -147,3 +147,29 @@ def test_trace_replay_and_corrupt_trace(tmp_path, bench_file, capsys):
     bad.write_bytes(b"PK\x03\x04 not a zip")
     assert main(["tune", "--trace", str(bad), "--bench", str(bench_file), "--out", str(tmp_path / "q.yaml")]) == 4
     assert "corrupt" in capsys.readouterr().err
+
+
+def test_recorded_cxl_machine(tmp_path, bench_file, capsys):
+    """A recorded QEMU tree with CXL node2 (256 MiB): the pool goes there, not to a stand-in; the
+    bench record measured node0 of this VM, which warns (or is refused with --strict)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from fixtures.trees import unpack
+
+    root = unpack("ram__30-system-ram", tmp_path / "tree")
+    args = ["tune", "--sysfs-root", str(root), "--tp", "1", "--context", "4k", "--gpu-kv-budget", "10GiB",
+            "--steps", "6", "--replicates", "1"]
+    assert main([*args, "--out", str(tmp_path / "a.yaml")]) == 3          # a recording cannot be measured
+    assert "recording" in capsys.readouterr().err
+    assert main([*args, "--bench", str(bench_file), "--strict", "--out", str(tmp_path / "b.yaml")]) == 4
+    capsys.readouterr()
+    out = tmp_path / "c.yaml"
+    assert main([*args, "--bench", str(bench_file), "--out", str(out)]) == 0
+    o, e = capsys.readouterr()
+    assert "warning: bench record" in e
+    p = load_profile(out)
+    assert p.pool.nodes == (2,) and p.pool.rank_targets == ("node2",) and not p.pool.stand_in
+    row = p.predictions["per_context"][0]
+    # 256 MiB hold one 4K request (4160 tokens x 40,016 B = 166 MB), not two
+    assert row["max_concurrency"] == 1 and row["fits"]

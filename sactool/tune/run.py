@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sactool.errors import CapacityError, RecordError
+from sactool.errors import CapacityError, RecordError, TopologyError
 from sactool.tune import gpus, search
 from sactool.tune.api import SAC_CONCURRENCY
 from sactool.tune.capacity import (Deployment, max_requests_per_rank, min_ratio, pool_bytes_needed,
@@ -78,6 +78,9 @@ def execute(o, spec, kv: str, attn_dp: int, rec_bytes: int, path: Path, points_p
     topo = probe(reader)
     machine = machine_block(reader)
     pool = pool_info(topo, reader if topo.live else None)
+    if not topo.live and o.bench is None:
+        raise TopologyError(f"the topology comes from a recording ({o.sysfs_root}), not this system: "
+                            "tune cannot measure its pool", "pass --bench FILE measured on that machine")
     if pool.stand_in:
         warnings.append({"code": "stand_in", "message": pool.reason, "hint": "figures describe DRAM, not CXL"})
     dep = Deployment(o.tp, attn_dp)
