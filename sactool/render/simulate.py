@@ -55,15 +55,23 @@ def render_simulation(res, *, explain: bool = False) -> None:
     r = Table(title="ratios (SAC vs RDMA pool, SAC vs local DRAM)")
     for col in ("context", "conc", "throughput SAC/RDMA", "TTFT RDMA/SAC", "TBT RDMA/SAC", "throughput SAC/DRAM"):
         r.add_column(col, justify="right")
+    v = res.validation or {}
+    per = {int(k): x for k, x in (v.get("per_context") or {}).items()}
+
+    def ref_row(label, d):
+        r.add_row(label, "", _x(d.get("sac_vs_rdma_throughput")), _x(d.get("rdma_vs_sac_ttft")),
+                  _x(d.get("rdma_vs_sac_tbt")),
+                  "-" if d.get("sac_vs_dram_throughput") is None else f"{d['sac_vs_dram_throughput']:.0%}",
+                  style="dim")
+
     for x in res.ratios:
         r.add_row("mean" if x.context_tokens is None else format_tokens(x.context_tokens), str(x.concurrency),
                   _x(x.sac_vs_rdma_throughput), _x(x.rdma_vs_sac_ttft), _x(x.rdma_vs_sac_tbt),
                   "-" if x.sac_vs_dram_throughput is None else f"{x.sac_vs_dram_throughput:.0%}")
-    v = res.validation
+        if x.context_tokens in per:
+            ref_row("  raw logs", per[x.context_tokens])
     if v:
-        r.add_row("paper", "", _x(v.get("sac_vs_rdma_throughput")), _x(v.get("rdma_vs_sac_ttft")),
-                  _x(v.get("rdma_vs_sac_tbt")),
-                  "-" if v.get("sac_vs_dram_throughput") is None else f"{v['sac_vs_dram_throughput']:.0%}")
+        ref_row("paper", v)
     con.print(r)
     if explain:
         render_explain(res, con)
