@@ -170,7 +170,12 @@ def build_profile(*, o, spec, kv, attn_dp, rec_bytes, budget, pool, machine, dep
 def _alternatives(chosen, evals, n_feasible: int = 4, n_infeasible: int = 2) -> list[dict[str, Any]]:
     seen = {chosen.candidate}
     feas = sorted((e for e in evals if e.feasible and e.candidate not in seen), key=lambda e: e.mean_s)
-    infeas = sorted((e for e in evals if not e.feasible and e.mean_s < chosen.mean_s), key=lambda e: e.mean_s)
+    by_buf: dict[int, Any] = {}
+    for e in sorted((e for e in evals if not e.feasible and e.mean_s < chosen.mean_s),
+                    key=lambda e: (e.candidate.device_buffer_size, e.gpu_bytes_per_rank)):
+        by_buf.setdefault(e.candidate.device_buffer_size, e)   # the leanest variant of each size
+    sizes = sorted(by_buf)
+    infeas = [by_buf[b] for b in dict.fromkeys(sizes[:1] + sizes[-1:])]  # next size up, and the largest
     picked, labels = [], set()
     for e in feas:
         k = (e.candidate.device_buffer_size, e.candidate.host_to_device_ratio, e.candidate.placement)
