@@ -68,11 +68,13 @@ class HotBufferResult:
 @njit(cache=True)
 def _sim_layer(indices, layer, H, ctx, reserve, pd_empty, out):
     """One layer, slot-level like the kernel: ``order`` is ``lru_slots`` (slot numbers, LRU
-    first), ``slot_tok`` is ``device_buffer_tokens``; the H-long scan touches only small arrays."""
+    first), ``slot_tok`` is ``device_buffer_tokens``; the H-long scan touches only H-sized arrays
+    and each top-k id costs one random access into ``info``."""
     steps, _, k = indices.shape
     total = ctx + steps
-    stamp = np.zeros(total, dtype=np.int32)
-    slot_of = np.full(total, -1, dtype=np.int32)     # token -> slot, -1 when not resident
+    # per token one int32: bits 0-15 slot + 1 (0: not resident; H <= 32767), bits 16-30 the
+    # step mark that catches an id repeated within a row (marks cycle every 32767 steps)
+    info = np.zeros(total, dtype=np.int32)
     slot_tok = np.full(H, -1, dtype=np.int32)        # slot -> token, -1 when empty
     hitmark = np.zeros(H, dtype=np.int32)
     order = np.arange(H, dtype=np.int32)             # _lru_init (C:690)
@@ -84,32 +86,38 @@ def _sim_layer(indices, layer, H, ctx, reserve, pd_empty, out):
     for s in range(steps):
         seq = ctx + s
         newest = seq - 1
-        mark = s + 1
-        for i in range(k):  # validate the row: ids in [0, seq), distinct
-            t = indices[s, layer, i]
-            if t < 0 or t >= seq or stamp[t] == mark:
-                return s + 1
-            stamp[t] = mark
-        if seq <= H:  # K:418 fast path
-            out[s, layer] = 0
-            continue
-        if not started:  # alloc_device_buffer (C:980) or PD long prompt (C:901)
+        mark = s % 32767 + 1
+        if mark == 1 and s > 0:
+            for t in range(total):
+                info[t] &= 0xFFFF
+            hitmark[:] = 0
+        fast = seq <= H  # K:418 fast path: everything resident, nothing moves
+        if not fast and not started:  # alloc_device_buffer (C:980) or PD long prompt (C:901)
             started = True
             if not pd_empty:
                 for i in range(H):
                     slot_tok[i] = i
-                    slot_of[i] = i
+                    info[i] = (info[i] & ~0xFFFF) | (i + 1)
         m = 0
         for i in range(k):
             t = indices[s, layer, i]
-            if reserve and t == newest:
+            if t < 0 or t >= seq:  # ids must lie in [0, seq)
+                return s + 1
+            v = info[t]
+            if (v >> 16) == mark:  # the same id twice in one row
+                return s + 1
+            info[t] = (mark << 16) | (v & 0xFFFF)
+            if fast or (reserve and t == newest):
                 continue
-            sl = slot_of[t]
+            sl = (v & 0xFFFF) - 1
             if sl >= 0:
                 hitmark[sl] = mark
             else:
                 miss[m] = t
                 m += 1
+        if fast:
+            out[s, layer] = 0
+            continue
         nh = 0
         ne = 0
         for i in range(H):
@@ -124,9 +132,9 @@ def _sim_layer(indices, layer, H, ctx, reserve, pd_empty, out):
             sl = ev[j]
             old = slot_tok[sl]
             if old >= 0:
-                slot_of[old] = -1
+                info[old] &= ~0xFFFF
             slot_tok[sl] = miss[j]
-            slot_of[miss[j]] = sl
+            info[miss[j]] = (info[miss[j]] & ~0xFFFF) | (sl + 1)
         p = 0  # write-back (K:683-689): stale evictables, then filled slots, then hits
         for j in range(m, ne):
             new_order[p] = ev[j]
