@@ -9,7 +9,6 @@ derived, first_call_seconds, reps_per_sample}], ``warnings`` [{code, message, hi
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -153,15 +152,3 @@ def gather_figure(record: BenchRecord, record_bytes: int, threads: int | None = 
     return fig(cn * L, "extrapolated",
                f"derived: not measured; scaled from {rn} B ({ln:g} lines) by cache lines per record "
                f"({L:g}), outside the measured sizes")
-
-
-def dumps_record(rec: BenchRecord, fmt: str = "json") -> str:
-    return records.dumps(rec.data, fmt)
-
-
-def finite(x: float) -> float | None:
-    return x if isinstance(x, (int, float)) and math.isfinite(x) else None
-
-
-def json_default(o: Any) -> Any:  # pragma: no cover - defensive
-    return json.JSONEncoder().default(o)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from sactool.bench import suite
@@ -49,13 +47,10 @@ def measure_all(buf, opts, proto: Protocol, cpus, threads, llc: int, gather_idx,
     chains: dict[str, np.ndarray] = {}
     try:
         if any(t in opts.tests for t in ("latency", "mlp", "loaded")):
-            t0 = time.perf_counter()
             if progress:
                 progress("building pointer-chase chains", 0, 1)
             chains["page_local"] = suite.build_chain(words, 0, half_lines, page_local=True, seed=opts.seed)
             chains["random"] = suite.build_chain(words, half_lines, half_lines, page_local=False, seed=opts.seed + 1)
-            chain_s = time.perf_counter() - t0
-            del chain_s
         cpu = cpus[0]
         for test in [t for t in ("latency", "mlp", "loaded", "gather", "bandwidth") if t in opts.tests]:
             if test == "latency":

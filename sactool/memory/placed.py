@@ -12,11 +12,10 @@ import math
 import mmap
 import os
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from sactool.errors import CapacityError, SactoolError, TopologyError, UsageError
+from sactool.errors import UsageError
 from sactool.host.sysfs import SysfsReader
-from sactool.memory import nodes as _nodes
 from sactool.memory import syscalls as sc
 
 PAGE_SIZE = mmap.PAGESIZE
