@@ -35,6 +35,7 @@ def test_table_explain_and_plot(tmp_path, capsys):
                  "--output-tokens", "64", "--hotbuffer-steps", "32", "--explain", "--plot", str(png)]) == 0
     out, err = capsys.readouterr()
     assert "ratios" in out and "drivers at 16K" in out and "fetch transfer" in out and "paper" in out
+    assert "TBT RDMA/SAC" in out and "RDMA minus SAC per token" in out
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "plot:" in err
     # an existing plot is not overwritten without --force, and nothing runs
     assert main(["simulate", "--platform", PLATFORM, *QUICK, "--plot", str(png)]) == 5

@@ -102,6 +102,36 @@ def drivers(res, context: int, concurrency: int) -> list[tuple[str, dict[str, fl
     return rows
 
 
+def _parts(rows, prefix: str, a: str, b: str) -> str:
+    """'+34.0 ms fetch stalls, +3.5 ms swap-in' — the components of b − a, largest first."""
+    diffs = [(v.get(b, 0.0) - v.get(a, 0.0), n.split(": ", 1)[1]) for n, v in rows if n.startswith(prefix)]
+    diffs = sorted((d for d in diffs if abs(d[0]) >= 5e-5), key=lambda d: -abs(d[0]))
+    return ", ".join(f"{d * 1e3:+.1f} ms {name}" if abs(d) < 10 else f"{d:+.2f} s {name}" for d, name in diffs) or "none"
+
+
+def summary(res, ctx: int, conc: int, rows) -> list[str]:
+    """One line per ratio: its value and the per-token / per-request components behind it."""
+    ratio = next((x for x in res.ratios if x.context_tokens == ctx and x.concurrency == conc), None)
+    if ratio is None:
+        return []
+    vals = dict(rows)
+    out = []
+    if ratio.rdma_vs_sac_tbt is not None:
+        nic = vals["bytes over NIC per request"].get("rdma", 0.0)
+        out.append(f"TBT RDMA/SAC {ratio.rdma_vs_sac_tbt:.2f}x (throughput SAC/RDMA "
+                   f"{ratio.sac_vs_rdma_throughput:.2f}x): RDMA minus SAC per token = {_parts(rows, 'TBT', 'sac', 'rdma')}"
+                   f"; RDMA moves {format_bytes(nic)} per request over its NIC")
+    if ratio.rdma_vs_sac_ttft is not None:
+        out.append(f"TTFT RDMA/SAC {ratio.rdma_vs_sac_ttft:.2f}x: RDMA minus SAC per request = "
+                   f"{_parts(rows, 'TTFT', 'sac', 'rdma')}")
+    if ratio.sac_vs_dram_throughput is not None:
+        pool = vals["bytes from pool per token"]
+        out.append(f"throughput SAC/DRAM {ratio.sac_vs_dram_throughput:.0%}: SAC minus DRAM per token = "
+                   f"{_parts(rows, 'TBT', 'dram', 'sac')}; both gather {format_bytes(pool.get('sac', 0.0))} "
+                   "per token, SAC over the CXL path")
+    return out
+
+
 def render_explain(res, con) -> None:
     from rich.table import Table
 
@@ -130,6 +160,8 @@ def render_explain(res, con) -> None:
             caps = [f"{NAMES[p.placement]} capped at {p.max_concurrency}" for p in res.points
                     if p.context_tokens == ctx and p.concurrency == c and p.capped]
             con.print(t)
+            for line in summary(res, ctx, c, rows):
+                con.print(line)
             if caps:
                 con.print("capacity cap: " + "; ".join(caps))
 
