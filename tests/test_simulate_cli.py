@@ -70,6 +70,9 @@ def test_bad_input_exit_codes(tmp_path, capsys):
     assert main(["simulate", "--platform", PLATFORM, "--context", "200k"]) == 2   # beyond max positions
     assert main(["simulate", "--platform", PLATFORM, "--concurrency", "x"]) == 2
     assert main(["simulate", "--platform", PLATFORM, "--placements", "ssd"]) == 2
+    assert main(["simulate", "--platform", PLATFORM, "--case", "warm"]) == 2
+    assert main(["simulate", "--platform", PLATFORM, "--output-tokens", "0"]) == 2
+    assert main(["simulate", "--platform", PLATFORM, "--arrival-rate", "-1"]) == 2
     assert main(["simulate", "--platform", PLATFORM, *QUICK, "--set", "nic.bandwidth_bytes_per_s=0"]) == 4
     assert main(["simulate", "--platform", str(tmp_path / "none.yaml")]) == 4
     bad = tmp_path / "bad.yaml"

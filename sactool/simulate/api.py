@@ -16,7 +16,7 @@ from sactool.errors import CapacityError, UsageError
 from sactool.simulate import engine
 from sactool.simulate.gpu import measured_model, prefill_s, roofline_model
 from sactool.simulate.misses import DEFAULT_STEPS, MissProfile, lru_profile
-from sactool.simulate.platform import Platform
+from sactool.simulate.platform import CASES, Platform
 
 
 @dataclass(frozen=True)
@@ -130,8 +130,12 @@ def simulate(opts: SimulationOptions) -> SimulationResult:
     L = spec.num_layers
     contexts = tuple(opts.contexts or p.contexts)
     concs = tuple(opts.concurrency or p.concurrency)
-    out = opts.output_tokens or p.output_tokens
+    out = p.output_tokens if opts.output_tokens is None else opts.output_tokens
     case = opts.case or p.case
+    if out < 1:
+        raise UsageError(f"output tokens {out} must be >= 1", "e.g. --output-tokens 1024")
+    if case not in CASES:
+        raise UsageError(f"unknown case {case!r}", f"use {' or '.join(CASES)}")
     prefetch = p.prefetch if opts.prefetch is None else opts.prefetch
     rate = opts.arrival_rate_per_s if opts.arrival_rate_per_s is not None else p.arrival_rate_per_s
     for c in contexts:
