@@ -173,3 +173,8 @@ def load_bench_fixture():
     d.update({"command": "all", "protocol": {"preset": "fast"}, "memory_node": "node0", "cpu_node": "node0",
               "cpus": [0], "stand_in": None, "buffer": {}, "results": rs, "warnings": [], "complete": True})
     return from_data(d)
+
+
+def test_devdax_node_missing(capsys):
+    assert main(["bench", "gather", "--node", "dax9.0", "--size", "8MiB"]) == ExitCode.UNAVAILABLE
+    assert "dax9.0" in capsys.readouterr().err

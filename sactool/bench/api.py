@@ -35,6 +35,7 @@ class BenchOptions:
 
     tests: tuple[str, ...] = TESTS
     node: int | None = None
+    dax: str | None = None
     cpus: tuple[int, ...] | None = None
     size_bytes: int | None = None
     threads: tuple[int, ...] | None = None
@@ -69,7 +70,10 @@ def resolve_cpus(topo, mem_node: int, cpus: tuple[int, ...] | None) -> tuple[int
                              "pick CPUs from 'sactool probe' that this process may run on")
         owner = next((n.id for n in topo.nodes if cpus[0] in n.cpus), None)
         return (owner if owner is not None else -1), tuple(cpus)
-    cpu_node = topo.nearest_cpu_node(mem_node)
+    if mem_node in topo.node_ids:
+        cpu_node = topo.nearest_cpu_node(mem_node)
+    else:  # a devdax device's target node is not online as a NUMA node
+        cpu_node = next(n.id for n in topo.nodes if n.has_cpu and n.cpus)
     node = check_cpu_node(topo, cpu_node)
     use = tuple(c for c in node.cpus if c in allowed)
     if not use:
@@ -126,8 +130,17 @@ def run_bench(opts: BenchOptions, *, reader: SysfsReader | None = None, progress
     if not topo.live:
         raise TopologyError(f"the topology comes from a recording ({topo.sysfs_root}), not this system",
                             "sactool bench measures the running machine: drop --sysfs-root")
-    mem = opts.node if opts.node is not None else topo.verdict.pool_nodes[0]
-    check_memory_node(topo, mem)
+    if opts.dax:
+        dev = next((d for d in topo.dax_devices if d.name == opts.dax.rsplit("/", 1)[-1]), None)
+        if dev is None or dev.mode != "devdax" or dev.target_node is None:
+            from sactool.memory import map_devdax
+
+            map_devdax(opts.dax, reader=reader)  # raises the precise error (missing, system-ram, …)
+            raise TopologyError(f"{opts.dax} has no target node", "see 'sactool probe'")
+        mem = dev.target_node
+    else:
+        mem = opts.node if opts.node is not None else topo.verdict.pool_nodes[0]
+        check_memory_node(topo, mem)
     cpu_node, cpus = resolve_cpus(topo, mem, opts.cpus)
     llc = env.llc_bytes(reader, cpus[0]) or (32 << 20)
     size = opts.size_bytes or PRESET_SIZES.get(opts.preset, 1 << 30)
@@ -136,11 +149,11 @@ def run_bench(opts: BenchOptions, *, reader: SysfsReader | None = None, progress
     threads = _thread_sweep(opts, len(cpus))
     warnings: list[dict] = []
     stand_in = None
-    if topo.verdict.stand_in or topo.node(mem).kind != "cxl":
-        stand_in = {"node": f"node{mem}", "kind": topo.node(mem).kind, "stands_in_for": "cxl",
-                    "reason": topo.verdict.reason if topo.verdict.stand_in else
-                    f"node{mem} is {topo.node(mem).kind}, not CXL memory"}
-        warnings.append(_warn("stand_in", f"node{mem} is {topo.node(mem).kind} memory standing in for CXL",
+    kind = topo.node(mem).kind if mem in topo.node_ids else "devdax"
+    if not opts.dax and (topo.verdict.stand_in or kind != "cxl"):
+        stand_in = {"node": f"node{mem}", "kind": kind, "stands_in_for": "cxl",
+                    "reason": topo.verdict.reason if topo.verdict.stand_in else f"node{mem} is {kind}, not CXL memory"}
+        warnings.append(_warn("stand_in", f"node{mem} is {kind} memory standing in for CXL",
                               "figures describe this memory, not a CXL device"))
     busy = env.busy_fraction(reader, cpus)
     if busy is not None and busy > 0.25:
@@ -154,8 +167,16 @@ def run_bench(opts: BenchOptions, *, reader: SysfsReader | None = None, progress
     buf = None
     complete = True
     try:
-        buf = allocate(size, node=mem, hugepages=opts.hugepages, prefault_threads=len(cpus), prefault_cpus=cpus,
-                       topo=topo, reader=reader)
+        if opts.dax:
+            from sactool.memory import map_devdax
+            from sactool.memory.placed import PAGE_SIZE, prefault
+
+            buf = map_devdax(opts.dax, size, reader=reader)
+            prefault(buf.mmap, buf.size_bytes, PAGE_SIZE, len(cpus), cpus)
+            buf.verify(4096)
+        else:
+            buf = allocate(size, node=mem, hugepages=opts.hugepages, prefault_threads=len(cpus),
+                           prefault_cpus=cpus, topo=topo, reader=reader)
     except KeyboardInterrupt:
         complete = False
     if buf is not None:

@@ -29,15 +29,17 @@ def _ints(text: str | None, what: str) -> tuple[int, ...] | None:
 
 
 def parse_node(text: str | None) -> int | str | None:
-    """``None`` (pool node), ``"all"``, ``3`` or ``node3``."""
+    """``None`` (pool node), ``"all"``, ``3``, ``node3``, or a devdax device (``dax0.0``, ``/dev/dax0.0``)."""
     if text is None:
         return None
     s = str(text).strip().lower()
     if s == "all":
         return "all"
+    if s.rsplit("/", 1)[-1].startswith("dax"):
+        return str(text).strip()
     s = s[4:] if s.startswith("node") else s
     if not s.isdigit():
-        raise UsageError(f"--node {text!r} is not a node", "give a node id (2 or node2) or 'all'")
+        raise UsageError(f"--node {text!r} is not a node", "give a node id (2 or node2), a DAX device (dax0.0) or 'all'")
     return int(s)
 
 
@@ -86,7 +88,8 @@ def run_command(test: str, *, node, cpus, size, threads, record_bytes, topk, pre
     nd = parse_node(node)
     topo = topology()
     opts = BenchOptions(
-        tests=TEST_SETS[test], node=None if nd == "all" else nd, cpus=parse_cpus(cpus, topo),
+        tests=TEST_SETS[test], node=nd if isinstance(nd, int) else None,
+        dax=nd if isinstance(nd, str) and nd != "all" else None, cpus=parse_cpus(cpus, topo),
         size_bytes=parse_size(size, what="--size") if size else None, threads=_ints(threads, "--threads"),
         record_bytes=_ints(record_bytes, "--record-bytes"), topk=topk, prefetch=_ints(prefetch, "--prefetch"),
         pattern=pattern, trace=str(trace) if trace else None, hugepages=hugepages, preset=preset, seed=seed,
