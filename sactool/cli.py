@@ -86,8 +86,8 @@ bench_app = typer.Typer(
 )
 app.add_typer(bench_app, name="bench")
 
-_B_NODE = typer.Option(None, "--node", "-n", help="Memory node (2 or node2), or 'all' for CPU-node × memory-node "
-                                                  "matrices. Default: the pool node from 'sactool probe'.")
+_B_NODE = typer.Option(None, "--node", "-n", help="Memory node (2 or node2), a devdax device (dax0.0), or 'all' for "
+                                                  "CPU-node × memory-node matrices. Default: the pool node.")
 _B_CPUS = typer.Option(None, "--cpus", help="CPUs to run on: a list (0-3,8) or a node (node0). "
                                             "Default: the CPU node nearest the memory node.")
 _B_SIZE = typer.Option(None, "--size", help="Buffer size (default by preset: 512MiB / 1GiB / 4GiB).")
