@@ -17,6 +17,7 @@ from sactool.simulate import engine
 from sactool.simulate.gpu import measured_model, prefill_s, roofline_model
 from sactool.simulate.misses import DEFAULT_STEPS, MissProfile, lru_profile
 from sactool.simulate.platform import CASES, Platform
+from sactool.tune.cost import rdma_full_prefix_bytes
 
 
 @dataclass(frozen=True)
@@ -170,7 +171,7 @@ def simulate(opts: SimulationOptions) -> SimulationResult:
     points: list[PlacementPoint] = []
     miss_used: dict[str, dict[str, float]] = {}
     for ctx in contexts:
-        kv = ctx * L * R
+        kv = rdma_full_prefix_bytes(ctx, R, L)     # one request's full KV (all layers)
         idx_bytes = ctx * L * spec.indexer_bytes
         for conc in concs:
             fits_any = False

@@ -32,6 +32,8 @@ import math
 import random
 from dataclasses import dataclass, field
 
+from sactool.tune.cost import fetch_bytes_per_token, rdma_full_prefix_bytes
+
 PLACEMENTS = ("sac", "rdma", "dram")
 
 
@@ -155,7 +157,7 @@ def run(sc: Scenario) -> RunResult:
     """Simulate ``sc.requests`` requests; return per-request TTFT/TBT and the saturated throughput."""
     rng = random.Random(sc.seed)
     N, R, c = sc.requests, sc.ranks, sc.concurrency
-    kv_bytes = sc.context * sc.layers * sc.record_bytes
+    kv_bytes = rdma_full_prefix_bytes(sc.context, sc.record_bytes, sc.layers)
     # per-step miss table: index min(step, W) -> misses per layer
     prof = sc.misses
     W = len(prof.per_step)
@@ -291,7 +293,7 @@ def run(sc: Scenario) -> RunResult:
         sums[0] += comp * n_run * k
         sums[1] += ovh * n_run * k
         sums[2] += swap * n_run * k
-        pool_bytes += sum(rec) * sc.record_bytes * sc.layers * k
+        pool_bytes += fetch_bytes_per_token(sum(rec), sc.record_bytes, sc.layers) * k
         if resident >= sc.limit:
             full_time += dt * k
             full_tokens += n_run * k
