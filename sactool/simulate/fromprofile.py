@@ -91,5 +91,6 @@ def platform_from_profile(profile_path, base: Platform, *, dram_bench: str | Non
         dram_nodes=base.dram_nodes if dram_bench else min(targets, ranks),
         contexts=tuple(c for c in base.contexts if c <= spec.max_position_embeddings) or base.contexts,
         validation={}, origin=f"{profile_path} (+ {base.origin})")
+    notes.append("the bench record's gathers are CPU loads: they stand in for the GPU swap-in kernel's loads")
     notes.append(f"links, NICs, GPU compute and capacities from the base platform {base.origin}")
     return check(p), notes
