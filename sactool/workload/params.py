@@ -83,9 +83,12 @@ class WorkloadParams:
     new place drawn from the importance field. Structural, not fitted (held fixed while the rates
     below were fitted); it makes churn bursty."""
 
-    churn: float = 34.5
-    """Scattered tokens replaced per step per layer at 16K context, before the layer factor.
-    Fitted to the per-layer union over 1000 steps (76.0/52.1/32.9/21.7% at 16K..128K)."""
+    churn: float = 24.15
+    """*Fresh* scattered tokens per step per layer at 16K context, before the layer factor: the
+    rate at which a layer touches tokens it has not selected before, hence what sets the union.
+    Each step replaces ``churn / (1 - revisit)`` scattered tokens, ``revisit`` of them revisits, so
+    the revisit knobs can be varied without moving the calibrated union. Fitted to the per-layer
+    union over 1000 steps (76.0/52.1/32.9/21.7% at 16K..128K)."""
 
     churn_context_exponent: float = 0.02
     """Churn and relocation grow as ``(context / 16384) ** this``. Fitted to the same four
@@ -97,8 +100,9 @@ class WorkloadParams:
 
     revisit: float = 0.3
     """Fraction of scattered replacements that re-select a token this layer dropped recently
-    instead of a fresh one. Not constrained by published statistics (a union counts first touches
-    only); a structural choice: top-k scores near the cut-off flicker in and out."""
+    (replacements per step = ``churn / (1 - revisit)``). Not constrained by published statistics
+    (a union counts first touches only); a structural choice: top-k scores near the cut-off flicker
+    in and out. It moves the hot-buffer hit rate, not the union. At most 0.95."""
 
     revisit_window: int = 4096
     """How many of a layer's most recently dropped tokens a revisit chooses from (uniformly).
@@ -110,11 +114,11 @@ class WorkloadParams:
     tokens no layer selects. Fitted to the all-layers union (100/99.6/95.2/90.6%)."""
 
     def scaled(self, top_k: int) -> tuple[int, int, int, int, float]:
-        """(sinks, window, regions, region_tokens, churn) for ``top_k``: the token-count knobs are
-        set for DSA's top_k = ``REFERENCE_TOP_K`` and scale in proportion to ``top_k``."""
+        """(sinks, window, regions, region_tokens, replacements per step) for ``top_k``: the
+        token-count knobs are set for DSA's top_k = ``REFERENCE_TOP_K`` and scale with ``top_k``."""
         q = top_k / REFERENCE_TOP_K
         return (self.sink_tokens, max(1, round(self.window_tokens * q)), self.regions,
-                max(1, round(self.region_tokens * q)), self.churn * q)
+                max(1, round(self.region_tokens * q)), self.churn * q / (1.0 - self.revisit))
 
     def validate(self, top_k: int) -> None:
         """Refuse knob values the generator cannot honour for this ``top_k``."""
@@ -128,9 +132,9 @@ class WorkloadParams:
         if fixed > top_k * 3 // 4:
             raise UsageError(f"sinks + window + regions ({fixed} tokens) exceed 3/4 of top_k={top_k}",
                              "use fewer or shorter regions, or a smaller window")
-        for name in ("region_drift", "region_jump", "revisit"):
+        for name, hi in (("region_drift", 1.0), ("region_jump", 1.0), ("revisit", 0.95)):
             v = getattr(self, name)
-            if not 0.0 <= v <= 1.0:
-                raise UsageError(f"workload knob {name}={v} must be within [0, 1]")
+            if not 0.0 <= v <= hi:
+                raise UsageError(f"workload knob {name}={v} must be within [0, {hi}]")
         if self.churn < 0 or self.layer_spread < 0 or self.importance_shape <= 0:
             raise UsageError("churn and layer_spread must be ≥ 0 and importance_shape > 0")
