@@ -17,6 +17,7 @@ from sactool.simulate import engine
 from sactool.simulate.gpu import measured_model, prefill_s, roofline_model
 from sactool.simulate.misses import DEFAULT_STEPS, MissProfile, lru_profile
 from sactool.simulate.platform import CASES, Platform
+from sactool.bench.record import lines_touched
 from sactool.tune.cost import rdma_full_prefix_bytes
 
 
@@ -111,7 +112,9 @@ def _path(p: Platform, placement: str, record_bytes: int) -> engine.PathModel:
     by the ranks mapped to it."""
     curve = p.gather_cxl if placement == "sac" else p.gather_dram
     fixed, slope = curve.line()
-    s_rec = slope * record_bytes / curve.record_bytes      # bytes-proportional (see GatherCurve)
+    # one record = one warp's dependent 8-byte loads over the cache lines it touches: scale the
+    # measured per-record time by lines touched (656 B -> 11 lines, 1152 B -> 18), as bench does
+    s_rec = slope * lines_touched(record_bytes) / lines_touched(curve.record_bytes)
     agg = curve.aggregate_bytes_per_s
     if placement == "sac":
         dev = min(p.cxl_device_read_bytes_per_s, agg) if agg else p.cxl_device_read_bytes_per_s

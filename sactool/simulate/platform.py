@@ -40,7 +40,8 @@ class GatherCurve:
     """Measured gather latencies of one memory at one record size (>= 2 points).
 
     The model uses the straight line through them: ``latency = fixed_s + records × s_per_record``,
-    ``s_per_record`` scaled by record bytes when the model's record differs.
+    ``s_per_record`` scaled by cache lines touched per record when the model's record differs
+    (``sactool.bench.record.lines_touched``: 656 B -> 11 lines, 1152 B -> 18).
     ``aggregate_bytes_per_s`` (optional): measured all-threads gather bandwidth, a cap on what all
     requests of one GPU together get (from a bench record); None when only per-request figures exist.
     """
