@@ -186,3 +186,17 @@ def test_poisson_arrivals_below_capacity_are_served_at_their_rate():
     # overload: arrivals far above what 1 slot serves queue up for admission
     slow = engine.run(dataclasses.replace(sc, limit=1, concurrency=1, arrival_rate_per_s=50.0))
     assert slow.breakdown.ttft_admission_wait_s > 10 * res.breakdown.ttft_admission_wait_s + 1.0
+
+
+def test_tbt_components_add_up():
+    plat = load_platform(PLATFORM, ["workload.contexts=[64k]", "workload.concurrency=[16]",
+                                    "workload.output_tokens=256"])
+    res = simulate(_opts(plat))
+    for pl in ("sac", "rdma", "dram"):
+        p = res.point(pl, 65536, 16)
+        b = p.breakdown
+        parts = b["compute_s"] + b["overhead_s"] + b["swapin_s"] + b["stall_s"]
+        assert parts == pytest.approx(p.tbt_mean_s, rel=0.03)
+        assert b["ttft_admission_wait_s"] + b["ttft_fetch_queue_s"] + b["ttft_fetch_s"] + b["ttft_prefill_s"] \
+            + b["ttft_first_step_s"] == pytest.approx(p.ttft_mean_s, rel=1e-6)
+    assert res.point("rdma", 65536, 16).breakdown["stall_s"] > 0 == res.point("sac", 65536, 16).breakdown["stall_s"]
