@@ -86,3 +86,13 @@ def test_bad_shapes(args):
 def test_bad_knobs(knob):
     with pytest.raises(UsageError):
         generate_topk(10000, 5, 2, 2048, params=dataclasses.replace(WorkloadParams(), **knob))
+
+
+@pytest.mark.parametrize("ctx,k", [(2048, 2048), (100, 1), (50, 2), (64, 16), (300, 300), (5000, 4096)])
+def test_edge_sizes(ctx, k):
+    x = generate_topk(ctx, 30, 3, k, seed=1)
+    for s in range(30):
+        for layer in range(3):
+            row = x[s, layer]
+            assert len(np.unique(row)) == k and row.min() >= 0 and row.max() < ctx + s
+            assert ctx + s - 1 in row

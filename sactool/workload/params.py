@@ -12,8 +12,8 @@ every decode step out of four parts, the structure real DSA traces show:
    step ("churn"); a replacement is either a token this layer dropped recently (a *revisit*) or a
    *fresh* token drawn from a token-importance field shared by all layers.
 
-Token-count knobs (window, region length, churn) are set for top_k = 2048 and scale in proportion
-to ``top_k``, so small test traces keep the same shape.
+Token-count knobs are set for top_k = 2048; the window, the number of regions and the churn scale in
+proportion to ``top_k``, so small test traces keep the same shape.
 
 Layers differ: each layer's churn and relocation rates are scaled by its own factor
 ``exp(layer_spread × z)``, with ``z`` spread over standard-normal quantiles; rates also grow with
@@ -115,10 +115,11 @@ class WorkloadParams:
 
     def scaled(self, top_k: int) -> tuple[int, int, int, int, float]:
         """(sinks, window, regions, region_tokens, replacements per step) for ``top_k``: the
-        token-count knobs are set for DSA's top_k = ``REFERENCE_TOP_K`` and scale with ``top_k``."""
+        token-count knobs are set for DSA's top_k = ``REFERENCE_TOP_K``; the window, the number of
+        regions and the churn scale with ``top_k`` (sinks are capped at a quarter of it)."""
         q = top_k / REFERENCE_TOP_K
-        return (self.sink_tokens, max(1, round(self.window_tokens * q)), self.regions,
-                max(1, round(self.region_tokens * q)), self.churn * q / (1.0 - self.revisit))
+        return (min(self.sink_tokens, top_k // 4), max(1, round(self.window_tokens * q)),
+                round(self.regions * q), self.region_tokens, self.churn * q / (1.0 - self.revisit))
 
     def validate(self, top_k: int) -> None:
         """Refuse knob values the generator cannot honour for this ``top_k``."""
@@ -129,7 +130,7 @@ class WorkloadParams:
             raise UsageError("workload knobs must be non-negative (window_tokens ≥ 1)")
         sinks, window, regions, region_tokens, _ = self.scaled(top_k)
         fixed = sinks + window + regions * (region_tokens * 3 // 2 + 1)
-        if fixed > top_k * 3 // 4:
+        if fixed > max(1, top_k * 3 // 4):
             raise UsageError(f"sinks + window + regions ({fixed} tokens) exceed 3/4 of top_k={top_k}",
                              "use fewer or shorter regions, or a smaller window")
         for name, hi in (("region_drift", 1.0), ("region_jump", 1.0), ("revisit", 0.95)):
