@@ -40,6 +40,8 @@ def test_shipped_platform_loads_with_cited_figures():
 @pytest.mark.parametrize("path, value, field", [
     ("nic.bandwidth_bytes_per_s", 0, "nic.bandwidth_bytes_per_s"),
     ("cxl.device_read_bytes_per_s", -5, "cxl.device_read_bytes_per_s"),
+    ("dram.write_bytes_per_s", ".nan", "dram.write_bytes_per_s"),
+    ("nic.per_message_s", "fast", "nic.per_message_s"),
     ("pcie.gpu_link_bytes_per_s", None, "pcie.gpu_link_bytes_per_s"),
     ("serving.attn_dp_size", 3, "serving.attn_dp_size"),
     ("serving.top_k", 1024, "serving.top_k"),

@@ -174,8 +174,8 @@ def _num(d, path, *, positive=True, optional=False, default=None, allow_zero=Fal
                 v = parse_size(v, what=path)
             except Exception:
                 raise _err(path, f"must be a number, got {v!r}") from None
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise _err(path, f"must be a number, got {v!r}")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v in (float("inf"), float("-inf")):
+        raise _err(path, f"must be a finite number, got {v!r}")
     if positive and (v < 0 or (v == 0 and not allow_zero)):
         raise _err(path, f"must be {'>= 0' if allow_zero else '> 0'}, got {v!r}")
     return float(v)
