@@ -90,8 +90,20 @@ def test_round_robin_beats_packed_on_two_targets():
 
 def test_buffer_grids():
     assert search.coarse_buffers(2048) == [2048, 3072, 4096, 5120, 6144, 7168, 8192]
-    assert search.refine_buffers(6144, 2048) == list(range(6208, 7168, 64))
-    assert search.refine_buffers(8192, 2048) == []
     allb = search.all_buffers(2048)
     assert allb[0] == 2048 and allb[-1] == 8192 and len(allb) == 97
     assert search.t95(1) == 12.706 and search.t95(100) == 1.96
+
+
+def test_largest_feasible_sees_past_ratio_jumps():
+    # 8 requests of 32K on one rank, 3 GiB GPU budget: 3072 slots do not fit (ratio 11 -> 3.226e9 B of
+    # hot buffers + indexer keys), but 3264 do (ratio 10); a search stopping at the first misfit misses it
+    ctx = 32768
+    x = search.Inputs(contexts=(16384, ctx), concurrency=8, deployment=Deployment(1, 1),
+                      targets=(PoolTarget("node0", 0, 1 << 40, "t"),), layers=61, record_bytes=656,
+                      indexer_bytes=132, top_k=2048, gpu_budget_bytes=3 << 30, misses={}, hit_rate={}, bandwidth=[])
+    pl = candidates(1, ["node0"])
+    fits_at = {b: not search.constraints(search.Candidate(b, min_ratio(8, b, ctx), 960, True, pl[0]), x)[0]
+               for b in (3008, 3072, 3264, 3328)}
+    assert fits_at == {3008: True, 3072: False, 3264: True, 3328: False}
+    assert search.largest_feasible(x, pl, n=2) == [3008, 3264]   # 3072..3200 need ratio 11

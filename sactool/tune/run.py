@@ -199,7 +199,7 @@ def execute(o, spec, kv: str, attn_dp: int, rec_bytes: int, path: Path, points_p
                             + "; ".join(min(evals, key=lambda e: e.gpu_bytes_per_rank).why_infeasible),
                             "lower --concurrency or --context, or raise the GPU budget")
     if not o.exhaustive:
-        fine = [b for b in search.refine_buffers(best, top_k) if b not in stage1]
+        fine = [b for b in search.largest_feasible(x, placements) if b not in stage1]
         simulate(fine, "refine")
         evals += [search.evaluate(c, x) for c in search.candidates_for(fine, x, placements)]
         best = search.best_feasible_buffer(evals)

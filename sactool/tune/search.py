@@ -16,7 +16,8 @@ significant" and the choice goes to the one using the least GPU memory, then the
 memory, then the engine's defaults — never to the noisier mean.
 
 Search (what ``tune`` runs): buffers on a coarse grid (top_k/2 steps from top_k to 4·top_k),
-then every page-aligned size between the best feasible coarse size and the next one; for each,
+plus the largest page-aligned sizes that fit the design point (found by arithmetic over every
+size, since fitting needs no simulation and misses do not grow with the buffer); for each,
 the smallest ratio that holds the design point and one above it; every placement; and the
 swap-in CTA widths and prefetch switch (which do not enter the cost model: they tie, and the
 engine default is kept). ``scripts/tune-exhaustive`` evaluates every page-aligned size.
@@ -29,7 +30,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
-from sactool.tune.capacity import PAGE, Deployment, PoolTarget, fits, min_ratio, rank_plan
+from sactool.tune.capacity import PAGE, Deployment, PoolTarget, RankPlan, fits, min_ratio, rank_plan
 from sactool.tune.cost import fetch_bytes_per_token, step_time_over_targets
 from sactool.tune.placement import Placement, pool_bytes_per_rank
 
@@ -106,10 +107,9 @@ class Evaluation:
         return statistics.fmean(self.samples_s) if self.samples_s else math.inf
 
 
-def evaluate(c: Candidate, x: Inputs) -> Evaluation:
-    """Predicted fetch time per token (per replicate) and resource use of one candidate."""
-    dep = x.deployment
-    req = dep.requests_per_rank(x.concurrency)
+def constraints(c: Candidate, x: Inputs) -> tuple[list[str], RankPlan]:
+    """Why ``c`` does not fit the design point (empty: it fits), and its rank plan. No misses needed."""
+    req = x.deployment.requests_per_rank(x.concurrency)
     plan = rank_plan(req, c.device_buffer_size, c.host_to_device_ratio, layers=x.layers,
                      record_bytes=x.record_bytes, indexer_bytes=x.indexer_bytes)
     why: list[str] = []
@@ -117,8 +117,23 @@ def evaluate(c: Candidate, x: Inputs) -> Evaluation:
     if c.host_to_device_ratio < need_r:
         why.append(f"ratio {c.host_to_device_ratio} < {need_r}: the host pool cannot hold {req} request(s) "
                    f"of {max(x.contexts)} tokens per rank")
-    partition = pool_bytes_per_rank(c.placement, x.targets)
-    why += fits(plan, gpu_budget_bytes=x.gpu_budget_bytes, pool_bytes_per_rank=partition)
+    why += fits(plan, gpu_budget_bytes=x.gpu_budget_bytes, pool_bytes_per_rank=pool_bytes_per_rank(c.placement, x.targets))
+    return why, plan
+
+
+def largest_feasible(x: Inputs, placements: Sequence[Placement], *, n: int = 3) -> list[int]:
+    """The ``n`` largest page-aligned buffer sizes that fit the design point with some ratio and
+    placement — pure arithmetic. Feasibility is not monotone in the size (the integer ratio jumps),
+    so every size is checked; since misses do not grow with the buffer, the optimum is among them."""
+    ok = [b for b in all_buffers(x.top_k)
+          if any(not constraints(c, x)[0] for c in candidates_for([b], x, placements))]
+    return ok[-n:]
+
+
+def evaluate(c: Candidate, x: Inputs) -> Evaluation:
+    """Predicted fetch time per token (per measurement round) and resource use of one candidate."""
+    req = x.deployment.requests_per_rank(x.concurrency)
+    why, plan = constraints(c, x)
     per_target = c.placement.ranks_per_target()
     reps = x.replicates
     per_ctx: dict[int, dict[str, float]] = {}
@@ -229,17 +244,6 @@ def coarse_step(top_k: int) -> int:
 
 def coarse_buffers(top_k: int) -> list[int]:
     return list(range(top_k, 4 * top_k + 1, coarse_step(top_k)))
-
-
-def refine_buffers(best: int, top_k: int) -> list[int]:
-    """Page-aligned sizes strictly between the best feasible coarse size and the next coarse size.
-
-    Only upward: misses do not grow with the buffer (LRU keeps a superset of what a smaller
-    buffer keeps), so a size below the best feasible one cannot predict less fetch time.
-    ``scripts/tune-exhaustive`` checks the result against every size.
-    """
-    hi = min(4 * top_k, best + coarse_step(top_k))
-    return list(range(best + PAGE, hi, PAGE))
 
 
 def all_buffers(top_k: int) -> list[int]:
