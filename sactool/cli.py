@@ -330,6 +330,10 @@ def simulate(
         from sactool.errors import ExistsError
 
         raise ExistsError(f"{plot} already exists", "pass --force to overwrite it")
+    if plot is not None:
+        from sactool.render.simulate import require_matplotlib
+
+        require_matplotlib()
     if hotbuffer_steps < 2:
         raise UsageError(f"--hotbuffer-steps {hotbuffer_steps} must be >= 2", "e.g. 128")
 

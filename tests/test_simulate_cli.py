@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from sactool.cli import main
@@ -29,18 +31,35 @@ def test_platform_json(capsys):
     assert data["ratios"][0]["sac_vs_rdma_throughput"] > 0
 
 
-def test_table_explain_and_plot(tmp_path, capsys):
-    png = tmp_path / "sim.png"
+def test_table_and_explain(capsys):
     assert main(["simulate", "--platform", PLATFORM, "--context", "16k", "--concurrency", "4,8",
-                 "--output-tokens", "64", "--hotbuffer-steps", "32", "--explain", "--plot", str(png)]) == 0
+                 "--output-tokens", "64", "--hotbuffer-steps", "32", "--explain"]) == 0
     out, err = capsys.readouterr()
     assert "ratios" in out and "drivers at 16K" in out and "fetch transfer" in out and "paper" in out
     assert "TBT RDMA/SAC" in out and "RDMA minus SAC per token" in out
+
+
+def test_plot(tmp_path, capsys):
+    pytest.importorskip("matplotlib", reason="--plot needs the 'plot' extra")
+    png = tmp_path / "sim.png"
+    assert main(["simulate", "--platform", PLATFORM, "--context", "16k", "--concurrency", "4,8",
+                 "--output-tokens", "64", "--hotbuffer-steps", "32", "--plot", str(png)]) == 0
+    out, err = capsys.readouterr()
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "plot:" in err
+
+
+def test_plot_refuses_overwrite_and_missing_matplotlib(tmp_path, capsys, monkeypatch):
+    png = tmp_path / "sim.png"
+    png.write_bytes(b"old")
     # an existing plot is not overwritten without --force, and nothing runs
     assert main(["simulate", "--platform", PLATFORM, *QUICK, "--plot", str(png)]) == 5
     out, err = capsys.readouterr()
-    assert out == "" and "--force" in err
+    assert out == "" and "--force" in err and png.read_bytes() == b"old"
+    # without the plot extra: a usage error naming it, and the old file untouched
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert main(["simulate", "--platform", PLATFORM, *QUICK, "--plot", str(png), "--force"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "matplotlib" in err and "sactool[plot]" in err and png.read_bytes() == b"old"
 
 
 def test_profile_form(tmp_path, capsys):

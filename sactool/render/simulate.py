@@ -166,17 +166,22 @@ def render_explain(res, con) -> None:
                 con.print("capacity cap: " + "; ".join(caps))
 
 
-def plot_simulation(res, path, *, force: bool = False) -> None:
-    """Throughput and mean TTFT vs concurrency, one line per placement and context."""
+def require_matplotlib():
+    """The matplotlib module, or a UsageError naming the extra (checked before simulating)."""
     try:
         import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
     except ImportError:
         from sactool.errors import UsageError
 
         raise UsageError("--plot needs matplotlib", "pip install 'sactool[plot]'") from None
+    return matplotlib
+
+
+def plot_simulation(res, path, *, force: bool = False) -> None:
+    """Throughput and mean TTFT vs concurrency, one line per placement and context."""
+    matplotlib = require_matplotlib()
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2))
     styles = {"sac": "-o", "rdma": "--s", "dram": ":^"}
     for pl in ("sac", "rdma", "dram"):
