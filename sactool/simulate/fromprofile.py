@@ -78,6 +78,11 @@ def platform_from_profile(profile_path, base: Platform, *, dram_bench: str | Non
     targets = len(prof.pool.dax_devices if prof.pool.mode == "devdax" else prof.pool.nodes) or 1
     gpus = prof.sglang.tp_size
     ranks = prof.sglang.attn_dp_size
+    gpu, gpu_notes = _gpu_section(prof, base)
+    notes += gpu_notes
+    stand_in = bool(prof.bench.get("stand_in") or prof.pool.stand_in)
+    cxl_cap, cap_note = _pool_capacity(prof, base, stand_in)
+    notes.append(cap_note)
     p = dataclasses.replace(
         base, name=f"{base.name}+profile:{Path(profile_path).name}", model=spec.name, kv_dtype=kv,
         gpus=gpus, attn_dp_size=ranks, top_k=prof.hisparse.top_k,
@@ -85,12 +90,45 @@ def platform_from_profile(profile_path, base: Platform, *, dram_bench: str | Non
         # DeepSeek-V3.2 has an indexer per layer: HiSparse's prefetch (IndexShare) never applies
         prefetch=False,
         pcie_switches=min(base.pcie_switches, gpus), nics=min(base.nics, min(base.pcie_switches, gpus)),
-        cxl_devices=min(targets, ranks),
+        cxl_devices=min(targets, ranks), cxl_capacity_bytes=cxl_cap, gpu=gpu,
         gather_cxl=cxl, gather_dram=dram,
         # standing in: the same memory node serves both placements, shared the same way
         dram_nodes=base.dram_nodes if dram_bench else min(targets, ranks),
         contexts=tuple(c for c in base.contexts if c <= spec.max_position_embeddings) or base.contexts,
         validation={}, origin=f"{profile_path} (+ {base.origin})")
     notes.append("the bench record's gathers are CPU loads: they stand in for the GPU swap-in kernel's loads")
-    notes.append(f"links, NICs, GPU compute and capacities from the base platform {base.origin}")
+    notes.append(f"links, NICs and host DRAM capacity from the base platform {base.origin}")
     return check(p), notes
+
+
+def _gpu_section(prof, base: Platform):
+    """GPU compute and memory for the profile's GPU: the base platform's measured step times only
+    when the profile names the same GPU, else the roofline of the profile's GPU (no HiSparse fixed
+    cost: it was measured on the base GPU). The per-GPU KV budget is the one tune derived."""
+    from sactool.simulate.platform import GpuSection
+
+    req = prof.request or {}
+    name = str(req.get("gpu") or base.gpu.name).lower()
+    budget = (prof.predictions or {}).get("gpu_kv_budget_bytes") \
+        or ((req.get("gpu_kv_budget") or {}).get("bytes_per_gpu")) or base.gpu.kv_budget_bytes
+    notes = []
+    if budget:
+        notes.append(f"GPU memory for hot buffers + index keys: {float(budget) / 1e9:.1f} GB per GPU (from the profile)")
+    if name == base.gpu.name.lower():
+        return dataclasses.replace(base.gpu, kv_budget_bytes=float(budget) if budget else None), notes
+    notes.append(f"the profile's GPU ({name}) is not the base platform's ({base.gpu.name}): compute from the "
+                 f"{name} roofline, and no HiSparse fixed cost (measured on {base.gpu.name} only)")
+    return GpuSection(name=name, step_points=(), hisparse_overhead_s=0.0,
+                      kv_budget_bytes=float(budget) if budget else None,
+                      source=f"roofline for {name} (profile request.gpu)"), notes
+
+
+def _pool_capacity(prof, base: Platform, stand_in: bool) -> tuple[float, str]:
+    """The CXL pool capacity: the profile's pool targets, unless a DRAM node stood in for them."""
+    targets = (prof.request or {}).get("pool_targets") or []
+    total = sum(float(t.get("capacity_bytes") or 0) for t in targets if isinstance(t, dict))
+    if stand_in or total <= 0:
+        why = "a DRAM node stood in for the pool" if stand_in else "the profile records no pool capacity"
+        return base.cxl_capacity_bytes, (f"CXL pool capacity from the base platform "
+                                         f"({base.cxl_capacity_bytes / 1e9:.0f} GB): {why}")
+    return total, f"CXL pool capacity {total / 1e9:.0f} GB: the profile's pool targets"
