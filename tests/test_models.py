@@ -63,6 +63,11 @@ def test_unknown_model_lists_known():
         assert name in ei.value.message
 
 
+def test_missing_config_path(tmp_path):
+    with pytest.raises(RecordError, match="does not exist"):
+        get_model(tmp_path / "nope" / "config.json")
+
+
 def test_model_ref_roundtrip():
     from sactool.profile import ModelRef
 

@@ -171,5 +171,7 @@ def get_model(name_or_path: str | Path) -> ModelSpec:
         model_name = cfg.get("_name_or_path") or p.parent.name or p.stem
         return from_hf_config(cfg, name=str(model_name).rsplit("/", 1)[-1].lower(),
                               hf_id=str(p), where=str(p))
+    if text.endswith(".json"):
+        raise RecordError(f"model config {text} does not exist", "check the path to the config.json")
     raise UsageError(f"unknown model {text!r}; known models: {', '.join(known_models())}",
                      "give a known name or the path to a Hugging Face config.json")
