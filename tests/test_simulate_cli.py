@@ -105,3 +105,23 @@ def test_bad_input_exit_codes(tmp_path, capsys):
                  "--set", "cxl.capacity_bytes=1e9"]) == 6
     out, err = capsys.readouterr()
     assert "fits in no placement" in err and "hint:" in err
+
+
+def test_profile_form_takes_gpu_budget_and_pool_capacity_from_the_profile(tmp_path, capsys):
+    d = yaml.safe_load(PROFILE.read_text())
+    d["bench"] = {"source": "file", "path": None, "memory_node": "node2", "record_bytes": 656, "threads": 8,
+                  "bandwidth_bytes_per_s": 20e9, "ns_per_record": 32.8, "stand_in": False}
+    d["request"]["gpu"] = "h200"
+    d["request"]["pool_targets"] = [{"name": "node2", "capacity_bytes": 60e9}]
+    d["predictions"] = {"gpu_kv_budget_bytes": 5e9}
+    prof = tmp_path / "p.yaml"
+    prof.write_text(yaml.safe_dump(d))
+    assert main(["simulate", "--profile", str(prof), "--context", "32k", "--concurrency", "8",
+                 "--output-tokens", "32", "--hotbuffer-steps", "16", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr()[0])
+    assert data["inputs"]["compute"].startswith("roofline") and data["inputs"]["hisparse_overhead_s"] == 0
+    kv = 32768 * 61 * 656
+    sac = [p for p in data["points"] if p["placement"] == "sac"][0]
+    per_gpu = 5e9 // (4096 * 61 * 656 + 32768 * 61 * 132)       # hot buffer + index keys per request
+    assert sac["max_concurrency"] == min(int(60e9 // kv), int(per_gpu) * 8)
+    assert any("60 GB: the profile's pool targets" in n for n in data["notes"])
