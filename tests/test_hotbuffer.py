@@ -161,3 +161,15 @@ def test_buffer_size_bounds(size):
 def test_bad_mode():
     with pytest.raises(UsageError, match="mode"):
         simulate(np.array([[[49, 3, 4]]], dtype=np.int32), 4, context_tokens=50, mode="x")
+
+
+def test_record_form_is_a_summary():
+    import json
+
+    from sactool.records import dumps
+
+    idx = np.array([[[100 + s - 1, 100 + s - 2, 0, 1]] for s in range(6)], dtype=np.int32)
+    r = simulate(idx, 4, context_tokens=100)
+    d = json.loads(dumps(r, "json"))
+    assert d["buffer_size"] == 4 and d["steps"] == 6 and d["steady_misses_per_layer"] == [1.0]
+    assert "misses" not in d

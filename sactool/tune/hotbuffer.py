@@ -64,6 +64,23 @@ class HotBufferResult:
     mode: str                        # colocated | pd (initial buffer contents)
     reserve_newest: bool
 
+    def to_data(self) -> dict:
+        """Record form (``records.to_data``): the summary figures and each layer's mean misses per
+        step over steps ≥ 1, not the full [steps, layers] array."""
+        steady = self.misses[1:] if self.misses.shape[0] > 1 else self.misses
+        return {
+            "buffer_size": self.buffer_size, "hit_rate": self.hit_rate,
+            "misses_per_step_mean": self.misses_per_step_mean,
+            "misses_per_step_steady": self.misses_per_step_steady,
+            "misses_per_layer_step_mean": self.misses_per_layer_step_mean,
+            "misses_per_step_p95": self.misses_per_step_p95,
+            "first_step_misses": self.first_step_misses,
+            "steady_misses_per_layer": [round(float(v), 3) for v in steady.mean(axis=0)],
+            "steps": int(self.misses.shape[0]), "layers": int(self.misses.shape[1]),
+            "context_tokens": self.context_tokens, "top_k": self.top_k, "mode": self.mode,
+            "reserve_newest": self.reserve_newest,
+        }
+
 
 @njit(cache=True)
 def _sim_layer(indices, layer, H, ctx, reserve, pd_empty, out):
