@@ -20,10 +20,14 @@ hisparse.cuh``, ``C`` = ``python/sglang/srt/managers/hisparse_coordinator.py``):
 * **LRU rewrite** (K:673-705): new order = [evictables not taken, in old order] + [slots just
   filled by misses, in miss order] + [hit slots, in old order] — hits become most recent.
 * **First long step.** ``alloc_device_buffer`` marks slot i as holding token i for i < H
-  (C:980) with LRU order 0..H-1 (C:1463 reset): after a colocated prefill (C:1085) the buffer
-  holds the prompt's first H tokens. In PD mode (``admit_request_direct``, C:878-910) a prompt
+  (C:980) with LRU order 0..H-1 (C:690-697 init, C:1463 reset): after a colocated prefill
+  (C:1085) the buffer holds the prompt's first H tokens (the allocator keeps the first
+  ``need_size`` device slots of the prefill, ``mem_cache/allocator/hisparse.py:167-169``). In PD mode (``admit_request_direct``, C:878-910) a prompt
   longer than H starts with every slot empty ("every top-k lookup is a miss", C:901); a shorter one
   is preloaded in order (C:894), as in colocated mode.
+
+Trace convention (as ``sactool.workload``): at step ``s`` the sequence holds
+``context_tokens + s`` tokens, so ``seq_len = context_tokens + s``.
 
 With ``reserve_newest=False`` the newest token gets no reserved slot and is looked up like any
 other (a what-if; SGLang always reserves it).
