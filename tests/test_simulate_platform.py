@@ -105,3 +105,19 @@ def test_outputs_on_the_shipped_platform():
     assert res.point("sac", 131072, 64).max_concurrency == int(2.0e12 // (131072 * 61 * 1152)) == 217
     data = res.to_data()
     assert data["kind"] == "simulation" and data["validation"]["rdma_vs_sac_ttft"] == 9.7
+
+
+def test_gather_line_reproduces_the_micro_benchmark():
+    """One request, one layer, 656 B records: the fitted line against the authors' measurements."""
+    from sactool.simulate.api import _path
+
+    p = load_platform(PLATFORM)
+    for placement, curve in (("sac", p.gather_cxl), ("dram", p.gather_dram)):
+        path = _path(p, placement, 656)
+        for pt in curve.points:
+            if pt.records >= 256:   # below that the kernel's fixed cost dominates and the line is rough
+                assert path.fixed_s + pt.records * path.s_per_record == pytest.approx(pt.latency_s, rel=0.12)
+    # BF16 records touch 18 cache lines instead of 11: the per-record time scales with them
+    assert _path(p, "sac", 1152).s_per_record == pytest.approx(_path(p, "sac", 656).s_per_record * 18 / 11)
+    # CXL costs more per record than DRAM (85.6 vs 49.7 us at top-2048)
+    assert _path(p, "sac", 656).s_per_record > 1.5 * _path(p, "dram", 656).s_per_record
