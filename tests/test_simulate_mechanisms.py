@@ -134,7 +134,7 @@ def test_capacity_caps_concurrency_and_local_memory():
     assert not rdma.capped and sac.local_memory_bytes == 0 and dram.local_memory_bytes == 4 * kv
     res = simulate(_opts(plat, concurrency=(16,)))
     rdma, sac = res.point("rdma", 16384, 16), res.point("sac", 16384, 16)
-    assert rdma.capped and rdma.max_concurrency == 8 and rdma.local_memory_bytes == 8 * kv
+    assert rdma.capped and rdma.max_concurrency == 8 and rdma.local_memory_bytes == 16 * kv
     assert not sac.capped and sac.throughput_tokens_per_s > rdma.throughput_tokens_per_s
     assert rdma.breakdown["ttft_admission_wait_s"] > sac.breakdown["ttft_admission_wait_s"]
 

@@ -35,7 +35,7 @@ def render_simulation(res, *, explain: bool = False) -> None:
     ctxs = sorted({p.context_tokens for p in res.points})
     t = Table(title="per placement", show_lines=False)
     for col in ("context", "conc", "placement", "TTFT mean", "TTFT p99", "TBT mean", "tok/s", "hit rate",
-                "local KV memory", "max conc"):
+                "local KV needed", "GPU buffers+keys/GPU", "max conc"):
         t.add_column(col, justify="left" if col in ("placement",) else "right")
     for ctx in ctxs:
         for c in concs:
@@ -44,12 +44,13 @@ def render_simulation(res, *, explain: bool = False) -> None:
                     continue
                 if not p.fits:
                     t.add_row(format_tokens(ctx), str(c), NAMES[p.placement], "does not fit", "", "", "", "",
-                              format_bytes(p.local_memory_bytes), str(p.max_concurrency))
+                              format_bytes(p.local_memory_bytes), format_bytes(p.gpu_hot_buffer_bytes_per_gpu),
+                              str(p.max_concurrency))
                     continue
                 t.add_row(format_tokens(ctx), str(c), NAMES[p.placement], _ms(p.ttft_mean_s), _ms(p.ttft_p99_s),
                           _ms(p.tbt_mean_s), f"{p.throughput_tokens_per_s:.0f}",
                           f"{p.hit_rate:.3f}" if p.hit_rate is not None else "-",
-                          format_bytes(p.local_memory_bytes),
+                          format_bytes(p.local_memory_bytes), format_bytes(p.gpu_hot_buffer_bytes_per_gpu),
                           f"{p.max_concurrency}" + (" (capped)" if p.capped else ""))
     con.print(t)
     r = Table(title="ratios (SAC vs RDMA pool, SAC vs local DRAM)")

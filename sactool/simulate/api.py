@@ -45,8 +45,8 @@ class PlacementPoint:
     fits: bool
     capped: bool                    # concurrency above what fits: the excess waited
     max_concurrency: int
-    local_memory_bytes: float       # host memory the resident requests' KV needs (GPU hot buffers apart)
-    gpu_hot_buffer_bytes_per_gpu: float
+    local_memory_bytes: float       # host memory the requested concurrency's KV needs (0 for SAC: it is in the pool)
+    gpu_hot_buffer_bytes_per_gpu: float   # hot buffers + index keys per GPU at the requested concurrency
     ttft_mean_s: float | None = None
     ttft_p99_s: float | None = None
     tbt_mean_s: float | None = None
@@ -187,8 +187,9 @@ def simulate(opts: SimulationOptions) -> SimulationResult:
                 if p.gpu.kv_budget_bytes:
                     cap = min(cap, int(p.gpu.kv_budget_bytes // (hot + idx_bytes)) * ranks)
                 limit = min(conc, cap)
-                local = 0.0 if pl == "sac" else float(min(conc, cap) * kv)
-                per_gpu_hot = -(-min(conc, max(cap, 0)) // ranks) * (hot + idx_bytes)
+                # what the requested concurrency needs (max_concurrency says how much of it fits)
+                local = 0.0 if pl == "sac" else float(conc * kv)
+                per_gpu_hot = -(-conc // ranks) * (hot + idx_bytes)
                 if limit < 1:
                     points.append(PlacementPoint(pl, ctx, conc, False, True, cap, local, per_gpu_hot))
                     continue
