@@ -188,9 +188,13 @@ def execute(o, spec, kv: str, attn_dp: int, rec_bytes: int, path: Path, points_p
     x_kw = dict(contexts=design, concurrency=concurrency, deployment=dep, targets=pool.targets, layers=layers,
                 record_bytes=rec_bytes, indexer_bytes=idx, top_k=top_k, gpu_budget_bytes=budget.bytes_per_gpu,
                 misses=misses, hit_rate=hits, bandwidth=gather.rounds)
-    stage1 = search.all_buffers(top_k) if o.exhaustive else search.coarse_buffers(top_k)
-    simulate(stage1, "simulate")
     x = search.Inputs(**x_kw)
+    if o.exhaustive:
+        stage1 = search.all_buffers(top_k)
+    else:  # the coarse grid plus the largest sizes that fit (arithmetic only), simulated in one pass
+        fine = [b for b in search.largest_feasible(x, placements) if b not in search.coarse_buffers(top_k)]
+        stage1 = sorted(set(search.coarse_buffers(top_k)) | set(fine))
+    simulate(stage1, "simulate")
     evals = [search.evaluate(c, x) for c in search.candidates_for(stage1, x, placements,
                                                                   knobs=o.exhaustive)]
     best = search.best_feasible_buffer(evals)
@@ -198,11 +202,7 @@ def execute(o, spec, kv: str, attn_dp: int, rec_bytes: int, path: Path, points_p
         raise CapacityError("no configuration fits the design point: "
                             + "; ".join(min(evals, key=lambda e: e.gpu_bytes_per_rank).why_infeasible),
                             "lower --concurrency or --context, or raise the GPU budget")
-    if not o.exhaustive:
-        fine = [b for b in search.largest_feasible(x, placements) if b not in stage1]
-        simulate(fine, "refine")
-        evals += [search.evaluate(c, x) for c in search.candidates_for(fine, x, placements)]
-        best = search.best_feasible_buffer(evals)
+    if not o.exhaustive:   # the CTA widths and prefetch settings of the best size (they tie)
         evals += [search.evaluate(c, x) for c in search.candidates_for([best], x, placements, knobs=True)
                   if c.swap_in_block_size != search.DEFAULT_SWAP_IN_BLOCK or not c.prefetch]
     chosen, ranked = search.choose(evals)

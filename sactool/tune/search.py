@@ -60,9 +60,8 @@ class Candidate:
 
     @property
     def label(self) -> str:
-        return (f"buf={self.device_buffer_size} R={self.host_to_device_ratio} "
-                f"swap={self.swap_in_block_size} prefetch={'on' if self.prefetch else 'off'} "
-                f"{self.placement.label}")
+        return (f"{self.device_buffer_size} R{self.host_to_device_ratio} swap{self.swap_in_block_size} "
+                f"{'prefetch' if self.prefetch else 'no-prefetch'} {self.placement.label}")
 
 
 @dataclass(frozen=True)
@@ -208,7 +207,7 @@ def reason_lost(e: Evaluation, chosen: Evaluation) -> str:
     if cmp.identical:
         diffs = []
         if c.swap_in_block_size != w.swap_in_block_size:
-            diffs.append("CTA width is not in the model (pool throughput bounds the fetch)")
+            diffs.append("CTA width is not in the model")
         if c.prefetch != w.prefetch:
             diffs.append("prefetch only acts on IndexShare layers")
         if c.placement != w.placement:
