@@ -200,3 +200,12 @@ def test_tbt_components_add_up():
         assert b["ttft_admission_wait_s"] + b["ttft_fetch_queue_s"] + b["ttft_fetch_s"] + b["ttft_prefill_s"] \
             + b["ttft_first_step_s"] == pytest.approx(p.ttft_mean_s, rel=1e-6)
     assert res.point("rdma", 65536, 16).breakdown["stall_s"] > 0 == res.point("sac", 65536, 16).breakdown["stall_s"]
+
+
+def test_requests_arriving_during_a_prefill_start_their_own_in_parallel():
+    # two ranks, 10 s prefills; the second request arrives 1 s into the first one's prefill
+    sc = _scenario(placement="sac", ranks=2, requests=2, concurrency=2, limit=2, output_tokens=100,
+                   case="cache_populate", prefill_s=10.0, compute=_compute(0.02))
+    res = engine.run(sc)
+    assert max(res.ttft_s) < 10.0 + 0.5          # not 10 s of waiting plus its own 10 s
+    assert min(res.ttft_s) >= 10.0

@@ -241,14 +241,23 @@ def run(sc: Scenario) -> RunResult:
             admit(waiting.pop(0))
             resident += 1
         if blocking and pending:
-            # synchronous work in the scheduler: the lockstep decode waits for all of it
+            # synchronous work in the scheduler: the lockstep decode waits for all of it. Requests
+            # arriving meanwhile are taken by their own rank's scheduler and start their own
+            # synchronous work in parallel (chunked prefill / their NIC's FIFO), extending the stall.
             end = max(ready_t[i] for i in pending)
-            if end > t:
-                stall = end - t
+            while end > t:
+                until = min(end, arr_heap[0][0]) if (arr_heap and resident < sc.limit) else end
+                stall = until - t
                 sums[3] += stall * n_run
                 if resident >= sc.limit:
                     full_time += stall
-                t = end
+                t = until
+                while arr_heap and arr_heap[0][0] <= t + 1e-12:
+                    waiting.append(heapq.heappop(arr_heap)[1])
+                while waiting and resident < sc.limit:
+                    admit(waiting.pop(0))
+                    resident += 1
+                end = max(ready_t[i] for i in pending)
         if pending:
             joined = [i for i in pending if ready_t[i] <= t + 1e-12]
             for i in joined:
