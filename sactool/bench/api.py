@@ -22,6 +22,9 @@ TESTS = ("latency", "mlp", "loaded", "gather", "bandwidth")
 PRESET_SIZES = {"fast": 512 << 20, "default": 1 << 30, "rigorous": 4 << 30}
 """Default buffer per preset; each is ≥ 8× a 32 MiB L3 so each half (one chase chain) is ≥ 4× LLC."""
 
+ON_CPU_MIN = 0.9
+"""Median share of a sample its threads were on a CPU below which the result is flagged (policy)."""
+
 HIGH_RSD = 0.10
 """Relative stdev above which a result is flagged (policy: 10%, hyperfine warns on outliers similarly)."""
 
@@ -191,6 +194,11 @@ def run_bench(opts: BenchOptions, *, reader: SysfsReader | None = None, progress
             buf.close()
     for r in results:
         r["memory_node"], r["cpu_node"] = f"node{mem}", (f"node{cpu_node}" if cpu_node >= 0 else None)
+        oc = r.get("on_cpu_fraction")
+        if oc is not None and oc < ON_CPU_MIN:
+            warnings.append(_warn("descheduled", f"{r['key']}: its threads ran {oc:.0%} of the sample time "
+                                  "(other processes had the CPUs)", "wall-clock figures are inflated; "
+                                  "on_cpu_samples show the figures on-CPU time gives; rerun when idle"))
         s = r.get("stats")
         if s and s["n"] >= 3 and s["mean"] and s["stdev"] / s["mean"] > HIGH_RSD:
             warnings.append(_warn("high_variance", f"{r['key']}: relative stdev {s['stdev'] / s['mean']:.0%}",

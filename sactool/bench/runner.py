@@ -15,13 +15,30 @@ def result_of(m: suite.Measure) -> dict | None:
         return None
     values = [m.value(s, w) for s, w in m.cfg.samples]
     st = summarize(values)
-    return {
+    n = len(m.cfg.samples)
+    cpu = m.cpu[-n:] if len(m.cpu) >= n else []
+    raw = [{"seconds": s, "work": w} for s, w in m.cfg.samples]
+    out = {
         "test": m.test, "key": m.cfg.key, "params": m.params, "kernel": m.spec, "unit": m.unit,
-        "stats": stats_dict(st), "samples": values,
-        "raw": [{"seconds": s, "work": w} for s, w in m.cfg.samples],
+        "stats": stats_dict(st), "samples": values, "raw": raw,
         "reps_per_sample": m.cfg.reps, "first_call_seconds": m.cfg.first_call_seconds,
         "derived": m.derive(st, m),
     }
+    if cpu:
+        for r, c in zip(raw, cpu):
+            r["thread_cpu_seconds"] = list(c)
+        out["on_cpu_fraction"] = summarize([sum(c) / (len(c) * s) for (s, _), c in zip(m.cfg.samples, cpu)]).median
+        out["on_cpu_samples"] = [cpu_value(m, w, c) for (_, w), c in zip(m.cfg.samples, cpu)]
+    return out
+
+
+def cpu_value(m: suite.Measure, work: float, cpu: list) -> float:
+    """A sample's figure with each thread's on-CPU time in place of wall time (excludes the time
+    other processes held the CPU): latency from the one thread; rates summed over threads, each
+    doing ``work / threads``."""
+    if m.unit == "ns":
+        return m.value(max(cpu), work)
+    return sum(m.value(c, work / len(cpu)) for c in cpu if c > 0)
 
 
 def _run(measures: list[suite.Measure], proto: Protocol, results: list, progress, clock, label: str) -> bool:

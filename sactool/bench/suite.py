@@ -32,9 +32,10 @@ DEFAULT_RECORDS = (64, 128, 256, 656, 1152, 4096)
 
 def default_prefetch(record_bytes: int) -> int:
     """Software-prefetch distance in records. Best distances measured on the development machine
-    (numba-memory-kernels.md): 8–16 records for >= 656 B, 32–64 for 64–128 B; ~1.3 MB of lines
-    in flight is the common factor, so D = clamp(16384 / R, 4, 64)."""
-    return int(min(64, max(4, 16384 // max(1, record_bytes))))
+    (numba-memory-kernels.md): 8–16 records for >= 656 B, 32–64 for 64–128 B, i.e. about 8 KiB of
+    records ahead: D = clamp(8192 / R, 4, 64) (656 B → 12, 1152 B → 7, 128 B → 64).
+    scripts/compare-anchors searches D and reports the best one found next to this default."""
+    return int(min(64, max(4, 8192 // max(1, record_bytes))))
 
 
 @dataclass
@@ -49,6 +50,16 @@ class Measure:
     value: Callable[[float, float], float]
     derive: Callable[[Stats, "Measure"], dict]
     extra: list = field(default_factory=list)
+    cpu: list = field(default_factory=list)  # per call: each thread's on-CPU seconds (thread_time)
+    threads: int = 1
+
+
+def _on_cpu(fn) -> float:
+    """Run ``fn`` and return the calling thread's CPU seconds (``time.thread_time_ns``): time the
+    thread was not running (another process had the CPU) is not counted."""
+    t0 = time.thread_time_ns()
+    fn()
+    return (time.thread_time_ns() - t0) / 1e9
 
 
 # ---- chains ----------------------------------------------------------------------------------
@@ -77,15 +88,19 @@ def _lat_derive(s: Stats, m: Measure) -> dict:
     return {"latency_ns": s.median}
 
 
-def latency(words, order_word_idx, cpu: int, variant: str) -> Measure:
+def latency(words, order_word_idx, cpu: int, variant: str, chase_fn=None) -> Measure:
+    """``chase_fn(words, start, steps)`` replaces the numba chase (scripts/compare-anchors runs its C
+    reference this way, on the same buffer and chain)."""
     start = int(order_word_idx[0])
+    chase_fn = chase_fn or K.chase
 
     def run(reps: int) -> float:
-        run_pinned([cpu], lambda i: K.chase(words, start, reps * CHASE_STEPS))
+        m.cpu.append(run_pinned([cpu], lambda i: _on_cpu(lambda: chase_fn(words, start, reps * CHASE_STEPS))))
         return reps * CHASE_STEPS
 
-    return Measure(Config(f"latency/{variant}", run), "latency", {"variant": variant, "chain_lines": len(order_word_idx)},
-                   K.KERNEL_SPECS["chase"], "ns", lambda s, w: s * 1e9 / w, _lat_derive)
+    m = Measure(Config(f"latency/{variant}", run), "latency", {"variant": variant, "chain_lines": len(order_word_idx)},
+                K.KERNEL_SPECS["chase"], "ns", lambda s, w: s * 1e9 / w, _lat_derive)
+    return m
 
 
 def mlp(words, order_word_idx, cpu: int, chains: int) -> Measure:
@@ -93,15 +108,16 @@ def mlp(words, order_word_idx, cpu: int, chains: int) -> Measure:
     starts = np.array([order_word_idx[(k * n) // chains] for k in range(chains)], dtype=np.uint64)
 
     def run(reps: int) -> float:
-        run_pinned([cpu], lambda i: K.mlp_chase(words, starts, reps * MLP_STEPS))
+        m.cpu.append(run_pinned([cpu], lambda i: _on_cpu(lambda: K.mlp_chase(words, starts, reps * MLP_STEPS))))
         return reps * MLP_STEPS
 
     def derive(s: Stats, m: Measure) -> dict:
         return {"latency_ns": s.median, "outstanding_misses": chains,
                 "bandwidth_bytes_per_s": chains * LINE / (s.median * 1e-9)}
 
-    return Measure(Config(f"mlp/{chains}", run), "mlp", {"chains": chains, "variant": "random"},
-                   K.KERNEL_SPECS["mlp"], "ns", lambda s, w: s * 1e9 / w, derive)
+    m = Measure(Config(f"mlp/{chains}", run), "mlp", {"chains": chains, "variant": "random"},
+                K.KERNEL_SPECS["mlp"], "ns", lambda s, w: s * 1e9 / w, derive)
+    return m
 
 
 def sequential(words, cpus: list[int], threads: int, op: str) -> Measure:
@@ -110,6 +126,7 @@ def sequential(words, cpus: list[int], threads: int, op: str) -> Measure:
     nbytes = {"read": 8, "write": 8, "copy": 16}[op]
 
     def one(i: int, reps: int) -> float:
+        t0 = time.thread_time_ns()
         lo, hi = parts[i]
         for r in range(reps):
             if op == "read":
@@ -119,27 +136,30 @@ def sequential(words, cpus: list[int], threads: int, op: str) -> Measure:
             else:
                 half = (hi - lo) // 2
                 K.seq_copy(words, lo, lo + half, half)
-        return 0.0
+        return (time.thread_time_ns() - t0) / 1e9
 
     def run(reps: int) -> float:
-        run_pinned(use, lambda i: one(i, reps))
+        m.cpu.append(run_pinned(use, lambda i: one(i, reps)))
         total_words = sum(((hi - lo) // 2) if op == "copy" else (hi - lo) for lo, hi in parts)
         return reps * total_words * nbytes
 
     def derive(s: Stats, m: Measure) -> dict:
         return {"bandwidth_bytes_per_s": s.median}
 
-    return Measure(Config(f"{op}/{threads}t", run), op, {"threads": threads, "cpus": use},
-                   K.KERNEL_SPECS[op], "bytes_per_s", lambda s, w: w / s, derive)
+    m = Measure(Config(f"{op}/{threads}t", run), op, {"threads": threads, "cpus": use},
+                K.KERNEL_SPECS[op], "bytes_per_s", lambda s, w: w / s, derive, threads=threads)
+    return m
 
 
 def gather(src_bytes, cpus: list[int], threads: int, record_bytes: int, topk: int, prefetch: int,
-           indices: np.ndarray, pattern: str) -> Measure:
+           indices: np.ndarray, pattern: str, kern=None) -> Measure:
+    """``kern(src, dst, idx, lo, hi)`` replaces the generated numba gather (the C reference of
+    scripts/compare-anchors runs this way, on the same buffer and indices)."""
     from sactool.bench.gathergen import element_for
 
     dt, item = element_for(record_bytes)
     src = src_bytes[: (src_bytes.size // item) * item].view(dt)
-    kern = gather_kernel(record_bytes, prefetch)
+    kern = kern or gather_kernel(record_bytes, prefetch)
     use = cpus[:threads]
     parts = split(indices.size, threads)
     w = record_bytes // item
@@ -150,13 +170,14 @@ def gather(src_bytes, cpus: list[int], threads: int, record_bytes: int, topk: in
     compile_s = time.perf_counter() - t0
 
     def one(i: int, reps: int) -> float:
+        t0 = time.thread_time_ns()
         lo, hi = parts[i]
         for _ in range(reps):
             kern(src, dsts[i], indices, lo, hi)
-        return 0.0
+        return (time.thread_time_ns() - t0) / 1e9
 
     def run(reps: int) -> float:
-        run_pinned(use, lambda i: one(i, reps))
+        m.cpu.append(run_pinned(use, lambda i: one(i, reps)))
         return reps * indices.size  # records
 
     def derive(s: Stats, m: Measure) -> dict:
@@ -171,7 +192,7 @@ def gather(src_bytes, cpus: list[int], threads: int, record_bytes: int, topk: in
               "prefetch_distance": prefetch, "index_pattern": pattern, "indices": int(indices.size),
               "steps": int(indices.size // topk), "kernel_compile_seconds": round(compile_s, 4)}
     m = Measure(Config(f"gather/{record_bytes}B/{threads}t/d{prefetch}/{pattern}", run), "gather", params, spec,
-                "bytes_per_s", lambda s, wk: wk * record_bytes / s, derive)
+                "bytes_per_s", lambda s, wk: wk * record_bytes / s, derive, threads=threads)
     return m
 
 

@@ -7,9 +7,13 @@
  * record i is copied; record size a compile-time constant for the default sizes).
  *
  * Build: gcc -O3 -march=native -pthread -o anchor anchor.c
+ * As a library (the same kernels called from Python on sactool's own buffer, so both run on the
+ * very same pages): gcc -O3 -march=native -shared -fPIC -DANCHOR_LIB -o libanchor.so anchor.c
  * Usage: anchor NODE SIZE_BYTES thp|none CPULIST LLC_BYTES SAMPLES MIN_SECONDS TEST...
  *   TEST = chase:page_local | chase:random | gather:R:TOPK:THREADS:D
- * Output: one JSON object per test on stdout with all samples.
+ * Output: one JSON object per test on stdout with all samples (wall clock) and the same samples
+ * computed from each thread's on-CPU time (CLOCK_THREAD_CPUTIME_ID), which leaves out the time
+ * other processes held the CPU on a shared host.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -29,6 +33,13 @@
 static double now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* on-CPU seconds of the calling thread: time other processes held the CPU is not counted */
+static double cpu_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
@@ -77,18 +88,20 @@ static void build_chain(int which, int page_local) {
 }
 
 static volatile uint64_t sink;
+static double last_cpu_value; /* the same sample's figure from on-CPU time */
 static double run_chase(int which, uint64_t steps) {
     uint64_t i = chain_start[which];
-    double t0 = now();
+    double t0 = now(), c0 = cpu_now();
     for (uint64_t s = 0; s < steps; s++) i = buf[i];
     double t = now() - t0;
+    last_cpu_value = (cpu_now() - c0) * 1e9 / steps;
     sink = i;
     return t;
 }
 
 /* ---- gather -------------------------------------------------------------------------------- */
 typedef struct { int R, topk, threads, D; uint64_t *idx; size_t n; double samples[1024]; int ns; uint64_t reps; } gcfg;
-typedef struct { gcfg *g; int t; uint64_t reps; char *dst; pthread_barrier_t *bar; } garg;
+typedef struct { gcfg *g; int t; uint64_t reps; char *dst; pthread_barrier_t *bar; double cpu, bytes; } garg;
 
 #define GATHER_BODY(RR)                                                                              \
     for (size_t i = lo; i < hi; i++) {                                                               \
@@ -119,8 +132,11 @@ static void *gather_thread(void *p) {
     size_t per = (g->n + g->threads - 1) / g->threads, lo = a->t * per, hi = lo + per > g->n ? g->n : lo + per;
     size_t slots = 1; while (slots < (size_t)g->topk) slots <<= 1;
     pthread_barrier_wait(a->bar);
+    double c0 = cpu_now();
     for (uint64_t r = 0; r < a->reps; r++)
         gather_range((const char *)buf, a->dst, g->idx, lo, hi, g->R, g->D, slots - 1);
+    a->cpu = cpu_now() - c0;
+    a->bytes = (double)a->reps * (hi - lo) * g->R;
     return NULL;
 }
 
@@ -129,7 +145,7 @@ static double run_gather(gcfg *g, uint64_t reps) {
     size_t slots = 1; while (slots < (size_t)g->topk) slots <<= 1;
     pthread_barrier_init(&bar, NULL, g->threads + 1);
     for (int t = 0; t < g->threads; t++) {
-        args[t] = (garg){g, t, reps, aligned_alloc(64, slots * g->R + 64), &bar};
+        args[t] = (garg){g, t, reps, aligned_alloc(64, slots * g->R + 64), &bar, 0, 0};
         memset(args[t].dst, 0, slots * g->R);
         pthread_create(&th[t], NULL, gather_thread, &args[t]);
     }
@@ -137,7 +153,11 @@ static double run_gather(gcfg *g, uint64_t reps) {
     double t0 = now();
     for (int t = 0; t < g->threads; t++) pthread_join(th[t], NULL);
     double t = now() - t0;
-    for (int t2 = 0; t2 < g->threads; t2++) free(args[t2].dst);
+    last_cpu_value = 0;
+    for (int t2 = 0; t2 < g->threads; t2++) {
+        if (args[t2].cpu > 0) last_cpu_value += args[t2].bytes / args[t2].cpu;
+        free(args[t2].dst);
+    }
     pthread_barrier_destroy(&bar);
     return t;
 }
@@ -162,6 +182,17 @@ static void make_indices(gcfg *g, size_t llc) {
     free(seen);
 }
 
+#ifdef ANCHOR_LIB
+uint64_t anchor_chase(const uint64_t *b, uint64_t i, uint64_t steps) {
+    for (uint64_t s = 0; s < steps; s++) i = b[i];
+    return i;
+}
+
+void anchor_gather(const char *src, char *dst, const uint64_t *idx, size_t lo, size_t hi, size_t R, size_t D,
+                   size_t mask) {
+    gather_range(src, dst, idx, lo, hi, R, D, mask);
+}
+#else
 /* ---- main ---------------------------------------------------------------------------------- */
 static long thp_kb(void) {
     FILE *f = fopen("/proc/self/smaps", "r"); char line[256]; int in = 0; long kb = -1;
@@ -192,7 +223,9 @@ int main(int argc, char **argv) {
     pin(cpus[0]);
     for (size_t off = 0; off < size_bytes; off += 4096) ((volatile char *)buf)[off] = 1;
     int ntest = argc - 8; char **tests = argv + 8;
-    gcfg *g = calloc(ntest, sizeof *g); uint64_t reps[256]; double smp[256][1024];
+    if (ntest > 256) { fprintf(stderr, "at most 256 tests\n"); return 2; }
+    gcfg *g = calloc(ntest, sizeof *g); uint64_t reps[256];
+    static double smp[256][1024], csmp[256][1024];
     int has_chase[2] = {0, 0};
     for (int t = 0; t < ntest; t++) {
         if (!strcmp(tests[t], "chase:page_local")) has_chase[0] = 1;
@@ -219,13 +252,17 @@ int main(int argc, char **argv) {
             int is_chase = !strncmp(tests[t], "chase", 5), which = strstr(tests[t], "random") != NULL;
             double s = is_chase ? run_chase(which, reps[t] * chase_steps) : run_gather(&g[t], reps[t]);
             smp[t][k] = is_chase ? s * 1e9 / (reps[t] * chase_steps) : (double)reps[t] * g[t].n * g[t].R / s;
+            csmp[t][k] = last_cpu_value;
         }
     long kb = thp_kb();
     for (int t = 0; t < ntest; t++) {
         printf("{\"test\": \"%s\", \"unit\": \"%s\", \"anon_huge_bytes\": %ld, \"samples\": [", tests[t],
                strncmp(tests[t], "chase", 5) ? "bytes_per_s" : "ns", kb < 0 ? -1 : kb * 1024);
         for (int k = 0; k < samples; k++) printf("%s%.6g", k ? ", " : "", smp[t][k]);
+        printf("], \"on_cpu_samples\": [");
+        for (int k = 0; k < samples; k++) printf("%s%.6g", k ? ", " : "", csmp[t][k]);
         printf("]}\n");
     }
     return 0;
 }
+#endif
