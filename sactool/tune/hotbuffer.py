@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from sactool.errors import UsageError
 
@@ -86,7 +86,7 @@ class HotBufferResult:
         }
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _sim_layer(indices, layer, H, ctx, reserve, pd_empty, out):
     """One layer, slot-level like the kernel: ``order`` is ``lru_slots`` (slot numbers, LRU
     first), ``slot_tok`` is ``device_buffer_tokens``; the H-long scan touches only H-sized arrays
@@ -171,19 +171,6 @@ def _sim_layer(indices, layer, H, ctx, reserve, pd_empty, out):
     return 0
 
 
-@njit(cache=True, parallel=True)
-def _sim_many(indices, sizes, ctx, reserve, pd, out):
-    layers = indices.shape[1]
-    n = sizes.shape[0] * layers
-    err = np.zeros(n, dtype=np.int64)
-    for job in prange(n):
-        b = job // layers
-        layer = job % layers
-        H = sizes[b]
-        err[job] = _sim_layer(indices, layer, H, ctx, reserve, pd and ctx > H, out[b])
-    return err
-
-
 def _result(misses: np.ndarray, H: int, ctx: int, top_k: int, mode: str, reserve: bool) -> HotBufferResult:
     steps, layers = misses.shape
     per_step = misses.sum(axis=1, dtype=np.int64)
@@ -222,8 +209,16 @@ def simulate_many(indices: np.ndarray, buffer_sizes: Sequence[int], *, context_t
                              "SGLang requires device_buffer_size ≥ top_k; its LRU slots are int16")
     idx = np.ascontiguousarray(indices, dtype=np.int32)
     out = np.zeros((len(sizes), steps, layers), dtype=np.int32)
-    err = _sim_many(idx, np.array(sizes, dtype=np.int64), int(context_tokens), bool(reserve_newest),
-                    mode == "pd", out)
+    from sactool.workload.generator import run_layers
+
+    ctx = int(context_tokens)
+
+    def job(j: int) -> int:  # (size, layer) pairs on a thread pool; the kernel releases the GIL
+        b, layer = divmod(j, layers)
+        H = sizes[b]
+        return _sim_layer(idx, layer, H, ctx, bool(reserve_newest), mode == "pd" and ctx > H, out[b])
+
+    err = np.array(run_layers(job, len(sizes) * layers), dtype=np.int64)
     bad = err[err > 0]
     if bad.size:
         s = int(bad.min()) - 1

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 
 @dataclass(frozen=True)
@@ -29,40 +29,40 @@ class LocalityStats:
     consecutive_overlap: float     # mean |top-k(s) ∩ top-k(s+1)| / top_k over steps and layers
 
 
-@njit(cache=True, parallel=True)
-def _unions(indices, ctx):
-    steps, layers, k = indices.shape
-    per_layer = np.zeros(layers, dtype=np.int64)
-    touched = np.zeros((layers, ctx), dtype=np.bool_)
-    in_prompt = np.zeros(layers, dtype=np.int64)
-    overlap = np.zeros(layers, dtype=np.int64)
-    for layer in prange(layers):
-        mark = np.zeros(ctx + steps, dtype=np.int32)
-        for s in range(steps):
-            for i in range(k):
-                t = indices[s, layer, i]
-                if t < ctx:
-                    in_prompt[layer] += 1
-                    if not touched[layer, t]:
-                        touched[layer, t] = True
-                        per_layer[layer] += 1
-                if s > 0 and mark[t] == s:
-                    overlap[layer] += 1
-                mark[t] = s + 1
-    all_touched = 0
-    for t in range(ctx):
-        for layer in range(layers):
-            if touched[layer, t]:
-                all_touched += 1
-                break
-    return per_layer, in_prompt, overlap, all_touched
+@njit(cache=True, nogil=True)
+def _layer_unions(indices, layer, ctx, touched):
+    """(distinct prompt tokens, prompt selections, ids shared with the previous step) of a layer;
+    marks the layer's prompt tokens in ``touched``."""
+    steps, _, k = indices.shape
+    mark = np.zeros(ctx + steps, dtype=np.int32)
+    distinct = 0
+    in_prompt = 0
+    overlap = 0
+    for s in range(steps):
+        for i in range(k):
+            t = indices[s, layer, i]
+            if t < ctx:
+                in_prompt += 1
+                if not touched[t]:
+                    touched[t] = True
+                    distinct += 1
+            if s > 0 and mark[t] == s:
+                overlap += 1
+            mark[t] = s + 1
+    return distinct, in_prompt, overlap
 
 
 def locality_stats(indices: np.ndarray, context_tokens: int) -> LocalityStats:
     """Per-layer union, per-step touch, all-layers union and step-to-step overlap of a trace."""
+    from sactool.workload.generator import run_layers
+
     steps, layers, k = indices.shape
-    per_layer, in_prompt, overlap, all_touched = _unions(np.ascontiguousarray(indices, dtype=np.int32),
-                                                         int(context_tokens))
+    idx = np.ascontiguousarray(indices, dtype=np.int32)
+    touched = np.zeros((layers, int(context_tokens)), dtype=np.bool_)
+    res = np.array(run_layers(lambda layer: _layer_unions(idx, layer, int(context_tokens), touched[layer]),
+                              layers), dtype=np.int64).reshape(layers, 3)
+    per_layer, in_prompt, overlap = res[:, 0], res[:, 1], res[:, 2]
+    all_touched = int(touched.any(axis=0).sum())
     lu = per_layer / float(context_tokens)
     return LocalityStats(
         context_tokens=int(context_tokens), steps=steps, layers=layers, top_k=k, layer_union=lu,
