@@ -81,6 +81,12 @@ def test_bad_shapes(args):
         generate_topk(*args)
 
 
+@pytest.mark.parametrize("seed", [-1, 1.5, "3"])
+def test_bad_seed(seed):
+    with pytest.raises(UsageError, match="seed"):
+        generate_topk(5000, 5, 2, 256, seed=seed)
+
+
 @pytest.mark.parametrize("knob", [dict(revisit=1.5), dict(churn=-1.0), dict(window_tokens=0),
                                   dict(regions=200), dict(importance_shape=0.0)])
 def test_bad_knobs(knob):

@@ -266,6 +266,8 @@ def generate_topk(context_tokens: int, steps: int, layers: int, top_k: int, *, s
                     ("top_k", top_k)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise UsageError(f"{name} must be a positive integer, got {v!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise UsageError(f"seed must be a non-negative integer, got {seed!r}")
     if top_k > context_tokens:
         raise UsageError(f"top_k={top_k} exceeds the context ({context_tokens} tokens)",
                          "DSA selects top_k of the context; use a context of at least top_k tokens")
