@@ -20,7 +20,8 @@ Layers differ: each layer's churn and relocation rates are scaled by its own fac
 the context as ``(context / 16384) ** churn_context_exponent``.
 
 The per-layer union over decode steps is governed by the fresh-token rate; the published statistics
-below pin that rate down (churn, its context exponent, the layer spread). The revisit knobs and the
+below pin that rate down (churn, its context exponent, the layer spread), the importance field's
+shape (all-layers union) and the window (per-step touch). The revisit knobs and the
 region geometry are *not* constrained by any published statistic (a union counts first touches
 only); their values are stated as structural choices, and the hot-buffer hit rates that depend on
 them should be read as model outputs, not measurements.
@@ -28,7 +29,9 @@ them should be read as model outputs, not measurements.
 Fit (reproduce with ``python -m sactool.workload.calibrate --fit``): 61 layers, top_k 2048, 1000
 steps, seed 0; coordinate search over ``churn``, ``churn_context_exponent``, ``layer_spread`` and
 ``importance_shape`` minimising the squared log error of the four per-layer unions, plus half that
-weight for the 128K layer range and a small weight for the all-layers unions.
+weight for the 128K layer range and a small weight for the all-layers unions. Result (seed 0;
+seed 1 within 0.4 points): per-layer union 69.1/51.4/35.3/22.3% (−9/−1/+7/+3%), 128K layers
+3.7–71%, per-step touch 10.5/5.3/2.63/1.31%, all-layers 100/99.5/96.8/89.7%.
 """
 
 from __future__ import annotations
