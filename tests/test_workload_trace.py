@@ -49,6 +49,13 @@ def test_corrupt_file(tmp_path):
     assert ei.value.exit_code == ExitCode.RECORD
 
 
+def test_not_an_archive(tmp_path):
+    p = tmp_path / "t.npz"
+    p.write_text("junk")
+    with pytest.raises(RecordError, match="not an .npz archive"):
+        load_trace(p)
+
+
 def test_missing_file(tmp_path):
     with pytest.raises(RecordError, match="does not exist"):
         load_trace(tmp_path / "nope.npz")

@@ -100,6 +100,9 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
     p = Path(path)
     hint = "re-capture or re-generate the trace (format: README 'Models and workload')"
     try:
+        with open(p, "rb") as f:
+            if f.read(4) != b"PK\x03\x04":  # an .npz is a zip archive
+                raise RecordError(f"trace {p} is not an .npz archive", hint)
         with np.load(p, allow_pickle=False) as z:
             missing = [k for k in ("indices", "context_tokens", "format_version") if k not in z.files]
             if missing:
