@@ -6,7 +6,7 @@
  * gather (uniform distinct indices per top-k step, record i+D prefetched line by line while
  * record i is copied; record size a compile-time constant for the default sizes).
  *
- * Build: gcc -O3 -march=native -pthread -o anchor anchor.c
+ * Build: gcc -O3 -march=native -fno-tree-loop-distribute-patterns -pthread -o anchor anchor.c
  * As a library (the same kernels called from Python on sactool's own buffer, so both run on the
  * very same pages): gcc -O3 -march=native -shared -fPIC -DANCHOR_LIB -o libanchor.so anchor.c
  * Usage: anchor NODE SIZE_BYTES thp|none CPULIST LLC_BYTES SAMPLES MIN_SECONDS TEST...
@@ -110,8 +110,22 @@ typedef struct { gcfg *g; int t; uint64_t reps; char *dst; pthread_barrier_t *ba
             for (size_t off = 0; off < (RR); off += LINE) __builtin_prefetch(a + off, 0, 3);         \
             __builtin_prefetch(a + (RR) - 1, 0, 3);                                                  \
         }                                                                                            \
-        memcpy(dst + (i & mask) * (RR), src + idx[i] * (RR), (RR));                                  \
+        COPY(dst + (i & mask) * (RR), src + idx[i] * (RR), (RR));                                    \
     }
+
+/* Record copy. Default: a loop of 8-byte words that gcc unrolls and vectorises for a constant
+ * size (built with -fno-tree-loop-distribute-patterns so it is not turned back into a memcpy call);
+ * -DANCHOR_MEMCPY uses glibc memcpy instead. compare-anchors builds both and keeps the faster. */
+#ifdef ANCHOR_MEMCPY
+#define COPY(d, s, n) memcpy((d), (s), (n))
+#else
+static inline void copy_words(char *restrict d, const char *restrict s, size_t n) {
+    size_t k = 0;
+    for (; k + 8 <= n; k += 8) { uint64_t v; memcpy(&v, s + k, 8); memcpy(d + k, &v, 8); }
+    for (; k < n; k++) d[k] = s[k];
+}
+#define COPY(d, s, n) copy_words((d), (s), (n))
+#endif
 
 static void gather_range(const char *src, char *dst, const uint64_t *idx, size_t lo, size_t hi,
                          size_t R, size_t D, size_t mask) {
