@@ -45,11 +45,27 @@ def test_mlp_chains_match_single_chases():
     words = np.zeros(512 * WPL, dtype=np.uint64)
     order = suite.build_chain(words, 0, 512, page_local=False, seed=2)
     starts = np.array([order[0], order[100], order[300]], dtype=np.uint64)
+    ends = [int(K.chase(words, s, 37)) for s in starts]
     got = K.mlp_chase(words, starts, 37)
-    want = 0
-    for s in starts:
-        want ^= int(K.chase(words, s, 37))
-    assert int(got) == want
+    assert int(got) == ends[0] ^ ends[1] ^ ends[2]
+    assert starts.tolist() == ends  # advanced in place: the next call continues along the chains
+
+
+def test_latency_samples_continue_along_the_chain():
+    """Each sample walks new lines (restarting would re-read a prefix that may sit in the LLC)."""
+    words = np.zeros(3000 * WPL, dtype=np.uint64)  # 3000 does not divide CHASE_STEPS
+    order = suite.build_chain(words, 0, 3000, page_local=False, seed=3)
+    seen = []
+
+    def spy(w, start, steps):
+        seen.append(int(start))
+        return K.chase(w, start, steps)
+
+    m = suite.latency(words, order, 0, "random", chase_fn=spy)
+    m.cfg.run(1)
+    m.cfg.run(1)
+    _, after = walk(words, order[0], suite.CHASE_STEPS)
+    assert seen[0] == int(order[0]) and seen[1] == after != int(order[0])  # 2nd call starts where the 1st stopped
 
 
 @pytest.mark.parametrize("record_bytes,prefetch", [(656, 8), (100, 3)])

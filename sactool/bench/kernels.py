@@ -51,8 +51,9 @@ def chase(buf, start, steps):
 
 @nb.njit(cache=True, nogil=True)
 def mlp_chase(buf, starts, steps):
-    """``starts.size`` independent chases advanced in lock-step (misses in flight = chains)."""
-    p = starts.copy()
+    """``starts.size`` independent chases advanced in lock-step (misses in flight = chains).
+    ``starts`` is advanced in place, so the next call continues along the chains."""
+    p = starts
     n = p.size
     for _ in range(np.uint64(steps)):
         for j in range(n):

@@ -91,11 +91,14 @@ def _lat_derive(s: Stats, m: Measure) -> dict:
 def latency(words, order_word_idx, cpu: int, variant: str, chase_fn=None) -> Measure:
     """``chase_fn(words, start, steps)`` replaces the numba chase (scripts/compare-anchors runs its C
     reference this way, on the same buffer and chain)."""
-    start = int(order_word_idx[0])
-    chase_fn = chase_fn or K.chase
+    pos = {"at": int(order_word_idx[0])}  # each call continues where the last one stopped, so
+    chase_fn = chase_fn or K.chase        # samples walk new lines instead of re-reading a cached prefix
+
+    def walk(n: int) -> None:
+        pos["at"] = int(chase_fn(words, pos["at"], n))
 
     def run(reps: int) -> float:
-        m.cpu.append(run_pinned([cpu], lambda i: _on_cpu(lambda: chase_fn(words, start, reps * CHASE_STEPS))))
+        m.cpu.append(run_pinned([cpu], lambda i: _on_cpu(lambda: walk(reps * CHASE_STEPS))))
         return reps * CHASE_STEPS
 
     m = Measure(Config(f"latency/{variant}", run), "latency", {"variant": variant, "chain_lines": len(order_word_idx)},
@@ -108,6 +111,7 @@ def mlp(words, order_word_idx, cpu: int, chains: int) -> Measure:
     starts = np.array([order_word_idx[(k * n) // chains] for k in range(chains)], dtype=np.uint64)
 
     def run(reps: int) -> float:
+        # mlp_chase advances ``starts`` in place: the next call continues along the chains
         m.cpu.append(run_pinned([cpu], lambda i: _on_cpu(lambda: K.mlp_chase(words, starts, reps * MLP_STEPS))))
         return reps * MLP_STEPS
 
@@ -198,7 +202,7 @@ def gather(src_bytes, cpus: list[int], threads: int, record_bytes: int, topk: in
 
 def loaded(words, chase_order, cpus: list[int], delay: int | None) -> Measure:
     """One chaser on ``cpus[0]`` over the second-half chain; readers on ``cpus[1:]`` over the first half."""
-    start = int(chase_order[0])
+    pos = {"at": int(chase_order[0])}  # continue along the chain from call to call
     readers = cpus[1:] if delay is not None else []
     half = words.size // 2
     parts = split(half, max(1, len(readers)), align=WPL)
@@ -224,7 +228,7 @@ def loaded(words, chase_order, cpus: list[int], delay: int | None) -> Measure:
         def body(i: int) -> float:
             if i == 0:
                 try:
-                    K.chase(words, start, reps * CHASE_STEPS)
+                    pos["at"] = int(K.chase(words, pos["at"], reps * CHASE_STEPS))
                 finally:
                     state["stop"] = True
                 return 0.0

@@ -61,7 +61,7 @@ static void shuffle(uint64_t *a, size_t n) {
 }
 
 /* ---- chase --------------------------------------------------------------------------------- */
-static uint64_t chain_start[2];
+static uint64_t chain_start[2]; /* advanced by every run: samples continue along the chain */
 static void build_chain(int which, int page_local) {
     size_t half_lines = size_bytes / LINE / 2, first = which * half_lines, wpl = LINE / 8;
     uint64_t *order = malloc(half_lines * sizeof *order);
@@ -95,6 +95,7 @@ static double run_chase(int which, uint64_t steps) {
     for (uint64_t s = 0; s < steps; s++) i = buf[i];
     double t = now() - t0;
     last_cpu_value = (cpu_now() - c0) * 1e9 / steps;
+    chain_start[which] = i;
     sink = i;
     return t;
 }
