@@ -113,7 +113,7 @@ def test_cpu_less_node_as_cpu_source(tmp_path):
 
 def test_ctrl_c_keeps_finished_samples(tmp_path, capsys):
     out = tmp_path / "partial.json"
-    timer = threading.Timer(4.0, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer = threading.Timer(6.0, lambda: os.kill(os.getpid(), signal.SIGINT))  # mid-rounds: rigorous runs ~10 s
     timer.start()
     try:
         code = main(["bench", "latency", "--size", "128MiB", "--preset", "rigorous", "--out", str(out),
