@@ -150,6 +150,10 @@ def run_bench(opts: BenchOptions, *, reader: SysfsReader | None = None, progress
     _validate(opts, size, llc)
     proto = opts.protocol or PRESETS[opts.preset]
     threads = _thread_sweep(opts, len(cpus))
+    if not opts.dax:  # refuse a buffer that cannot fit before building indices and chains
+        from sactool.memory.nodes import check_fits, free_estimate
+
+        check_fits(free_estimate(topo, reader, mem), size)
     warnings: list[dict] = []
     stand_in = None
     kind = topo.node(mem).kind if mem in topo.node_ids else "devdax"
