@@ -141,3 +141,16 @@ def test_trace_files(tmp_path):
     binary.write_bytes(b"\x93NUMPY garbage")
     with pytest.raises(RecordError):
         indices.load_trace(binary, 10)
+
+
+def test_walkers_start_apart():
+    from sactool.bench.runner import walker_slots
+
+    order = np.arange(1000, dtype=np.uint64) * np.uint64(WPL)
+    assert suite.slot_start(order, 0, 4) == 0 and suite.slot_start(order, 3, 4) == 750 * WPL
+    slots, first, loaded_first = walker_slots()
+    used = [0] + [first[n] + k for n in suite.MLP_CHAINS for k in range(n)] + \
+        [loaded_first + i for i in range(len(suite.LOADED_DELAYS))]
+    assert sorted(used) == list(range(slots))  # every walker has its own slot
+    m = suite.mlp(np.zeros(1000 * WPL, dtype=np.uint64), order, 0, 4, first[4], slots)
+    assert m.params["chains"] == 4

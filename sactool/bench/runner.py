@@ -56,6 +56,16 @@ def _run(measures: list[suite.Measure], proto: Protocol, results: list, progress
     return ok
 
 
+def walker_slots() -> tuple[int, dict[int, int], int]:
+    """Start slots on the random chain: latency 0, MLP with N chains ``first[N] … first[N]+N-1``,
+    loaded-latency chasers from ``loaded_first``; returns (slots, first, loaded_first)."""
+    first, k = {}, 1
+    for n in suite.MLP_CHAINS:
+        first[n] = k
+        k += n
+    return k + len(suite.LOADED_DELAYS), first, k
+
+
 def measure_all(buf, opts, proto: Protocol, cpus, threads, llc: int, gather_idx, results: list, warnings: list,
                 *, progress=None, clock=None) -> bool:
     """Run the requested tests in :data:`sactool.bench.api.TESTS` order; False when interrupted."""
@@ -69,18 +79,23 @@ def measure_all(buf, opts, proto: Protocol, cpus, threads, llc: int, gather_idx,
             chains["page_local"] = suite.build_chain(words, 0, half_lines, page_local=True, seed=opts.seed)
             chains["random"] = suite.build_chain(words, half_lines, half_lines, page_local=False, seed=opts.seed + 1)
         cpu = cpus[0]
+        # every walker of the random chain gets its own start slot (latency, each MLP chain, each
+        # loaded-latency chaser), so no walker re-reads lines another one just brought into the LLC
+        slots, mlp_first, loaded_first = walker_slots()
         for test in [t for t in ("latency", "mlp", "loaded", "gather", "bandwidth") if t in opts.tests]:
             if test == "latency":
-                ms = [suite.latency(words, chains[v], cpu, v) for v in ("page_local", "random")]
+                ms = [suite.latency(words, chains["page_local"], cpu, "page_local"),
+                      suite.latency(words, chains["random"], cpu, "random", slot=0, slots=slots)]
             elif test == "mlp":
-                ms = [suite.mlp(words, chains["random"], cpu, n) for n in suite.MLP_CHAINS]
+                ms = [suite.mlp(words, chains["random"], cpu, n, mlp_first[n], slots) for n in suite.MLP_CHAINS]
             elif test == "loaded":
                 if len(cpus) < 2:
                     warnings.append({"code": "loaded_needs_cpus", "message": "loaded latency needs >= 2 CPUs "
                                      "(one chaser, the rest readers); only the idle point was measured",
                                      "hint": "pass --cpus with at least two CPUs"})
                 delays = suite.LOADED_DELAYS if len(cpus) > 1 else (None,)
-                ms = [suite.loaded(words, chains["random"], list(cpus), d) for d in delays]
+                ms = [suite.loaded(words, chains["random"], list(cpus), d, loaded_first + i, slots)
+                      for i, d in enumerate(delays)]
             elif test == "gather":
                 src = buf.array("uint8")
                 ms = []

@@ -88,11 +88,18 @@ def _lat_derive(s: Stats, m: Measure) -> dict:
     return {"latency_ns": s.median}
 
 
-def latency(words, order_word_idx, cpu: int, variant: str, chase_fn=None) -> Measure:
+def slot_start(order_word_idx, slot: int, slots: int) -> int:
+    """Start of walker ``slot`` of ``slots`` on a chain: walkers start evenly spread along the
+    cycle, so one walker never follows another over lines it just brought into the cache."""
+    n = len(order_word_idx)
+    return int(order_word_idx[(slot * n) // max(1, slots) % n])
+
+
+def latency(words, order_word_idx, cpu: int, variant: str, chase_fn=None, slot: int = 0, slots: int = 1) -> Measure:
     """``chase_fn(words, start, steps)`` replaces the numba chase (scripts/compare-anchors runs its C
-    reference this way, on the same buffer and chain)."""
-    pos = {"at": int(order_word_idx[0])}  # each call continues where the last one stopped, so
-    chase_fn = chase_fn or K.chase        # samples walk new lines instead of re-reading a cached prefix
+    reference this way, on the same buffer and chain, from another ``slot``)."""
+    pos = {"at": slot_start(order_word_idx, slot, slots)}  # each call continues where the last one
+    chase_fn = chase_fn or K.chase  # stopped: samples walk new lines, not a prefix that may sit in the LLC
 
     def walk(n: int) -> None:
         pos["at"] = int(chase_fn(words, pos["at"], n))
@@ -106,9 +113,10 @@ def latency(words, order_word_idx, cpu: int, variant: str, chase_fn=None) -> Mea
     return m
 
 
-def mlp(words, order_word_idx, cpu: int, chains: int) -> Measure:
-    n = len(order_word_idx)
-    starts = np.array([order_word_idx[(k * n) // chains] for k in range(chains)], dtype=np.uint64)
+def mlp(words, order_word_idx, cpu: int, chains: int, first_slot: int = 0, slots: int | None = None) -> Measure:
+    """Chains start at walker slots ``first_slot … first_slot+chains-1`` of ``slots`` (see :func:`slot_start`)."""
+    slots = slots or chains
+    starts = np.array([slot_start(order_word_idx, first_slot + k, slots) for k in range(chains)], dtype=np.uint64)
 
     def run(reps: int) -> float:
         # mlp_chase advances ``starts`` in place: the next call continues along the chains
@@ -200,9 +208,9 @@ def gather(src_bytes, cpus: list[int], threads: int, record_bytes: int, topk: in
     return m
 
 
-def loaded(words, chase_order, cpus: list[int], delay: int | None) -> Measure:
+def loaded(words, chase_order, cpus: list[int], delay: int | None, slot: int = 0, slots: int = 1) -> Measure:
     """One chaser on ``cpus[0]`` over the second-half chain; readers on ``cpus[1:]`` over the first half."""
-    pos = {"at": int(chase_order[0])}  # continue along the chain from call to call
+    pos = {"at": slot_start(chase_order, slot, slots)}  # continue along the chain from call to call
     readers = cpus[1:] if delay is not None else []
     half = words.size // 2
     parts = split(half, max(1, len(readers)), align=WPL)
