@@ -9,14 +9,13 @@ Errors: library code raises :class:`sactool.errors.SactoolError`; :func:`main` p
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 
-from sactool.errors import ExitCode, SactoolError, UsageError
+from sactool.errors import ExitCode, UsageError, run_guarded
 
 app = typer.Typer(
     add_completion=False,
@@ -379,12 +378,6 @@ def simulate(
 
 
 
-def _print_error(e: SactoolError) -> None:
-    sys.stderr.write(f"error: {e.message}\n")
-    if e.hint:
-        sys.stderr.write(f"hint: {e.hint}\n")
-
-
 def main(argv: Optional[List[str]] = None) -> int:
     """Console-script entry point; returns (and exits with) the process exit code."""
     try:  # typer >= 0.2x vendors click as typer._click and has its own Exit/Abort
@@ -396,33 +389,20 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     args = list(sys.argv[1:] if argv is None else argv)
     _STATE["debug"] = "--debug" in args
-    code: int = ExitCode.OK
-    try:
-        rv = app(args=args, prog_name="sactool", standalone_mode=False)
-        code = rv if isinstance(rv, int) else ExitCode.OK
-    except SactoolError as e:
-        if _STATE["debug"]:
-            import traceback
 
-            traceback.print_exc()
-        _print_error(e)
-        code = e.exit_code
-    except _Exit as e:
-        code = e.exit_code
-    except _Abort:
-        sys.stderr.write("interrupted\n")
-        code = ExitCode.INTERRUPTED
-    except _ClickException as e:
-        e.show()
-        code = ExitCode.USAGE if isinstance(e, _ClickUsage) else ExitCode.ERROR
-    except KeyboardInterrupt:
-        sys.stderr.write("interrupted\n")
-        code = ExitCode.INTERRUPTED
-    except BrokenPipeError:
-        # stdout closed early (| head): be quiet, and keep Python from complaining at exit
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        code = ExitCode.OK
+    def run() -> int:
+        try:
+            rv = app(args=args, prog_name="sactool", standalone_mode=False)
+            return rv if isinstance(rv, int) else ExitCode.OK
+        except _Exit as e:
+            return e.exit_code
+        except _Abort:
+            raise KeyboardInterrupt from None
+        except _ClickException as e:
+            e.show()
+            return ExitCode.USAGE if isinstance(e, _ClickUsage) else ExitCode.ERROR
+
+    code = run_guarded(run, debug=_STATE["debug"])
     if argv is None:
         sys.exit(int(code))
     return int(code)

@@ -14,7 +14,6 @@ and tests check both paths give the same bytes and exit codes.
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -97,25 +96,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         from sactool.cli import main as cli_main
 
         return cli_main(argv)
-    from sactool.errors import ExitCode, SactoolError
+    from sactool.errors import run_guarded
 
     debug = kw.pop("debug")
-    code: int = ExitCode.OK
-    try:
-        run_probe(**kw)
-    except SactoolError as e:
-        if debug:
-            import traceback
-
-            traceback.print_exc()
-        sys.stderr.write(f"error: {e.message}\n" + (f"hint: {e.hint}\n" if e.hint else ""))
-        code = e.exit_code
-    except KeyboardInterrupt:
-        sys.stderr.write("interrupted\n")
-        code = ExitCode.INTERRUPTED
-    except BrokenPipeError:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+    code = run_guarded(lambda: run_probe(**kw), debug=debug)
     if argv is None:
         sys.exit(int(code))
     return int(code)

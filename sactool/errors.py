@@ -70,3 +70,33 @@ class Interrupted(SactoolError):
     """The user pressed Ctrl-C; whatever was finished has been kept."""
 
     exit_code = ExitCode.INTERRUPTED
+
+
+def run_guarded(fn, *, debug: bool = False) -> int:
+    """Run ``fn()`` the way every sactool entry point does and return the exit code.
+
+    SactoolError → ``error: …``/``hint: …`` on stderr and its code (traceback only with ``debug``);
+    Ctrl-C → ``interrupted``, 130; a closed stdout (``| head``) → quiet. ``fn`` may return an int
+    exit code. Used by :func:`sactool.cli.main` and the fast probe path in :mod:`sactool.entry`.
+    """
+    import os
+    import sys
+
+    try:
+        rv = fn()
+        return int(rv) if isinstance(rv, int) else int(ExitCode.OK)
+    except SactoolError as e:
+        if debug:
+            import traceback
+
+            traceback.print_exc()
+        sys.stderr.write(f"error: {e.message}\n" + (f"hint: {e.hint}\n" if e.hint else ""))
+        return int(e.exit_code)
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        return int(ExitCode.INTERRUPTED)
+    except BrokenPipeError:
+        # stdout closed early: be quiet, and keep Python from complaining at exit
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return int(ExitCode.OK)
