@@ -95,11 +95,14 @@ def slot_start(order_word_idx, slot: int, slots: int) -> int:
     return int(order_word_idx[(slot * n) // max(1, slots) % n])
 
 
-def latency(words, order_word_idx, cpu: int, variant: str, chase_fn=None, slot: int = 0, slots: int = 1) -> Measure:
-    """``chase_fn(words, start, steps)`` replaces the numba chase (scripts/compare-anchors runs its C
-    reference this way, on the same buffer and chain, from another ``slot``)."""
-    pos = {"at": slot_start(order_word_idx, slot, slots)}  # each call continues where the last one
-    chase_fn = chase_fn or K.chase  # stopped: samples walk new lines, not a prefix that may sit in the LLC
+def latency(words, order_word_idx, cpu: int, variant: str, chase_fn=None, slot: int = 0, slots: int = 1,
+            pos: dict | None = None) -> Measure:
+    """``chase_fn(words, start, steps)`` replaces the numba chase; ``pos`` ({"at": word index}) may be
+    shared by several measures, each then continuing where the previous one stopped
+    (scripts/compare-anchors runs its C reference this way: same buffer, same chain, same lines)."""
+    if pos is None:  # each call continues where the last one stopped: samples walk new lines,
+        pos = {"at": slot_start(order_word_idx, slot, slots)}  # not a prefix that may sit in the LLC
+    chase_fn = chase_fn or K.chase
 
     def walk(n: int) -> None:
         pos["at"] = int(chase_fn(words, pos["at"], n))
