@@ -19,6 +19,10 @@ class ExitCode(enum.IntEnum):
     RECORD = 4           # a record (profile, bench result, trace) is corrupt, newer or incompatible
     EXISTS = 5           # refusing to overwrite an existing file without --force
     CAPACITY = 6         # does not fit: buffer > free memory, concurrency × context > pool, …
+    MODEL_MISMATCH = 7   # serve: the profile was made for another model than --model-path / config.json
+    ENGINE_MISSING = 8   # serve: SGLang, its entry point, the sactool_cxl plug-in or numactl not installed
+    ENGINE_VERSION = 9   # serve: installed SGLang outside the profile's tested range
+    CONFLICT = 10        # serve: an extra SGLang flag contradicts the profile
     INTERRUPTED = 130    # Ctrl-C (128 + SIGINT)
 
 

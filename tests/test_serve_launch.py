@@ -20,7 +20,6 @@ import pytest
 from sactool.cli import main
 from sactool.errors import ExitCode
 from sactool.profile import load_profile, save_profile, validate
-from sactool.serve.errors import ServeExit
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -110,7 +109,7 @@ def test_dry_run_reports_host_problems_without_failing(tmp_path, monkeypatch, ca
     rc = main(["serve", "--profile", str(REPO / "profiles/examples/cxl-one-node.yaml"), "--dry-run",
                "--python", sys.executable, "-f", "json"])
     out = json.loads(capsys.readouterr().out)
-    assert rc == 0 and ServeExit.ENGINE_MISSING in [p["exit_code"] for p in out["problems"]]
+    assert rc == 0 and ExitCode.ENGINE_MISSING in [p["exit_code"] for p in out["problems"]]
 
 
 def _site_with_version(tmp_path, version):
@@ -137,8 +136,8 @@ def test_bad_inputs_have_distinct_exit_codes_and_launch_nothing(tmp_path, standi
         ([f"--profile={tmp_path / 'missing.yaml'}"], ExitCode.RECORD, "does not exist"),
         ([f"--profile={corrupt}"], ExitCode.RECORD, "corrupt"),
         ([f"--profile={newer}"], ExitCode.RECORD, "upgrade sactool"),
-        ([f"--profile={good}", "--", "--model-path", "zai-org/GLM-5"], ServeExit.MODEL_MISMATCH, "GLM-5"),
-        ([f"--profile={good}", "--", "--enable-mixed-chunk"], ServeExit.CONFLICT, "mixed-chunk"),
+        ([f"--profile={good}", "--", "--model-path", "zai-org/GLM-5"], ExitCode.MODEL_MISMATCH, "GLM-5"),
+        ([f"--profile={good}", "--", "--enable-mixed-chunk"], ExitCode.CONFLICT, "mixed-chunk"),
         ([f"--profile={absent}"], ExitCode.UNAVAILABLE, "7"),
         ([f"--profile={huge}"], ExitCode.CAPACITY, "short of memory"),
         ([f"--profile={good}", "--entrypoint", "nope"], ExitCode.USAGE, "entrypoint"),
@@ -151,12 +150,12 @@ def test_bad_inputs_have_distinct_exit_codes_and_launch_nothing(tmp_path, standi
     monkeypatch.setenv("PYTHONPATH", str(_site_with_version(tmp_path, "0.5.22")))
     rc = main(["serve", f"--profile={good}", "--python", sys.executable])
     err = capsys.readouterr().err
-    assert rc == ServeExit.ENGINE_VERSION and ">=0.5.23,<0.6" in err and "--allow-untested-sglang" in err
+    assert rc == ExitCode.ENGINE_VERSION and ">=0.5.23,<0.6" in err and "--allow-untested-sglang" in err
     monkeypatch.setenv("PYTHONPATH", str(tmp_path / "nowhere"))
     rc = main(["serve", f"--profile={good}", "--python", sys.executable])
-    assert rc == ServeExit.ENGINE_MISSING and "not installed" in capsys.readouterr().err
+    assert rc == ExitCode.ENGINE_MISSING and "not installed" in capsys.readouterr().err
     rc = main(["serve", f"--profile={good}", "--python", str(tmp_path / "no-python")])
-    assert rc == ServeExit.ENGINE_MISSING
+    assert rc == ExitCode.ENGINE_MISSING
     assert not standin_env.exists()                       # nothing was launched
 
 
@@ -177,4 +176,4 @@ def test_placement_override_for_ab_runs(tmp_path, standin_env, capsys):
 def test_serve_entrypoint_needs_the_console_script(tmp_path, standin_env, capsys):
     rc = main(["serve", "--profile", str(small_profile(tmp_path)), "--python", sys.executable, "--entrypoint", "serve"])
     err = capsys.readouterr().err
-    assert rc == ServeExit.ENGINE_MISSING and "console script" in err and not standin_env.exists()
+    assert rc == ExitCode.ENGINE_MISSING and "console script" in err and not standin_env.exists()

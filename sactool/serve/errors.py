@@ -1,37 +1,26 @@
 """Errors of ``sactool serve``: one exit code per kind of bad input (README "Serving with SGLang").
 
-The common codes come from :class:`sactool.errors.ExitCode` (2 usage, 3 node/device unavailable,
-4 profile corrupt or newer, 6 does not fit); serve adds the ones below so a script can tell a
+Codes from :class:`sactool.errors.ExitCode`: besides the common ones (2 usage, 3 node/device
+unavailable, 4 profile corrupt or newer, 6 does not fit) serve uses 7-10, so a script can tell a
 wrong model from a missing SGLang from a conflicting flag without parsing messages.
 """
 
 from __future__ import annotations
 
-import enum
-
-from sactool.errors import SactoolError
-
-
-class ServeExit(enum.IntEnum):
-    """Exit codes added by ``sactool serve`` (7-10; 0-6 and 130 keep their common meaning)."""
-
-    MODEL_MISMATCH = 7     # the profile was made for another model than --model-path / config.json
-    ENGINE_MISSING = 8     # SGLang, its entry point, the sactool_cxl plug-in or numactl not installed
-    ENGINE_VERSION = 9     # installed SGLang outside the profile's tested range
-    CONFLICT = 10          # an extra SGLang flag contradicts the profile
+from sactool.errors import ExitCode, SactoolError
 
 
 class ModelMismatchError(SactoolError):
-    exit_code = ServeExit.MODEL_MISMATCH
+    exit_code = ExitCode.MODEL_MISMATCH
 
 
 class EngineMissingError(SactoolError):
-    exit_code = ServeExit.ENGINE_MISSING
+    exit_code = ExitCode.ENGINE_MISSING
 
 
 class EngineVersionError(SactoolError):
-    exit_code = ServeExit.ENGINE_VERSION
+    exit_code = ExitCode.ENGINE_VERSION
 
 
 class ConflictError(SactoolError):
-    exit_code = ServeExit.CONFLICT
+    exit_code = ExitCode.CONFLICT
