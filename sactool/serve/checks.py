@@ -14,9 +14,9 @@ import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
-from sactool.errors import CapacityError, RecordError, TopologyError
+from sactool.errors import RecordError
 from sactool.profile import Profile
 from sactool.serve.errors import ConflictError, EngineMissingError, EngineVersionError, ModelMismatchError
 
