@@ -54,6 +54,27 @@ def _draw_important(state, cdf, lo, hi):
         t = hi - 1
     return t
 
+@njit(cache=True, inline="always")
+def _release(t, cnt, ring, ring_pos, ring_fill):
+    """Drop one selection count of token ``t``; a token no longer selected by any part enters the
+    revisit ring. Returns (1 if ``t`` was freed else 0, ring_pos, ring_fill)."""
+    cnt[t] -= 1
+    if cnt[t] == 0:
+        ring[ring_pos] = t
+        return 1, (ring_pos + 1) % ring.shape[0], min(ring_fill + 1, ring.shape[0])
+    return 0, ring_pos, ring_fill
+
+
+@njit(cache=True, inline="always")
+def _pop_scattered(state, sc, n_sc):
+    """Remove a uniformly chosen scattered token (swap-remove); returns (token, new n_sc)."""
+    i = _below(state, n_sc)
+    t = sc[i]
+    n_sc -= 1
+    sc[i] = sc[n_sc]
+    return t, n_sc
+
+
 @njit(cache=True, nogil=True)
 def _gen_layer(out, layer, ctx, steps, top_k, seed, cdf, factor, sinks, window, n_regions,
                region_tokens, drift, jump, churn, revisit, revisit_window):
@@ -104,12 +125,8 @@ def _gen_layer(out, layer, ctx, steps, top_k, seed, cdf, factor, sinks, window, 
             cnt[new] += 1
             old = seq - 1 - window
             if old >= 0:
-                cnt[old] -= 1
-                if cnt[old] == 0:
-                    distinct -= 1
-                    ring[ring_pos] = old
-                    ring_pos = (ring_pos + 1) % ring.shape[0]
-                    ring_fill = min(ring_fill + 1, ring.shape[0])
+                freed, ring_pos, ring_fill = _release(old, cnt, ring, ring_pos, ring_fill)
+                distinct -= freed
             # 2. regions drift or relocate (within the prompt)
             for r in range(n_regions):
                 st = starts[r]
@@ -117,12 +134,8 @@ def _gen_layer(out, layer, ctx, steps, top_k, seed, cdf, factor, sinks, window, 
                 u = _uniform(state)
                 if u < jump_p:
                     for t in range(st, st + ln):
-                        cnt[t] -= 1
-                        if cnt[t] == 0:
-                            distinct -= 1
-                            ring[ring_pos] = t
-                            ring_pos = (ring_pos + 1) % ring.shape[0]
-                            ring_fill = min(ring_fill + 1, ring.shape[0])
+                        freed, ring_pos, ring_fill = _release(t, cnt, ring, ring_pos, ring_fill)
+                        distinct -= freed
                     st = _draw_important(state, cdf, lo_fresh, ctx - ln + 1)
                     for t in range(st, st + ln):
                         if cnt[t] == 0:
@@ -135,12 +148,8 @@ def _gen_layer(out, layer, ctx, steps, top_k, seed, cdf, factor, sinks, window, 
                     else:
                         leave, enter, nst = st + ln - 1, st - 1, st - 1
                     if enter >= lo_fresh and enter < ctx:
-                        cnt[leave] -= 1
-                        if cnt[leave] == 0:
-                            distinct -= 1
-                            ring[ring_pos] = leave
-                            ring_pos = (ring_pos + 1) % ring.shape[0]
-                            ring_fill = min(ring_fill + 1, ring.shape[0])
+                        freed, ring_pos, ring_fill = _release(leave, cnt, ring, ring_pos, ring_fill)
+                        distinct -= freed
                         if cnt[enter] == 0:
                             distinct += 1
                         cnt[enter] += 1
@@ -151,23 +160,13 @@ def _gen_layer(out, layer, ctx, steps, top_k, seed, cdf, factor, sinks, window, 
                 n_drop += 1
             n_drop = min(n_drop, n_sc)
             for _ in range(n_drop):
-                i = _below(state, n_sc)
-                t = sc[i]
-                n_sc -= 1
-                sc[i] = sc[n_sc]
-                cnt[t] -= 1
-                if cnt[t] == 0:
-                    distinct -= 1
-                    ring[ring_pos] = t
-                    ring_pos = (ring_pos + 1) % ring.shape[0]
-                    ring_fill = min(ring_fill + 1, ring.shape[0])
+                t, n_sc = _pop_scattered(state, sc, n_sc)
+                freed, ring_pos, ring_fill = _release(t, cnt, ring, ring_pos, ring_fill)
+                distinct -= freed
         # 4. rebalance to exactly top_k distinct tokens with scattered tokens
         while distinct > top_k and n_sc > 0:
-            i = _below(state, n_sc)
-            t = sc[i]
-            n_sc -= 1
-            sc[i] = sc[n_sc]
-            cnt[t] -= 1
+            t, n_sc = _pop_scattered(state, sc, n_sc)
+            cnt[t] -= 1  # trimming to top_k: the token does not enter the revisit ring
             if cnt[t] == 0:
                 distinct -= 1
         while distinct < top_k:
