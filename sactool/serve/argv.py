@@ -98,19 +98,21 @@ def sglang_flags(profile: Profile, *, model_path: str | None) -> list[Flag]:
     if q.gpu_local_nodes and q.placement != "numactl":
         out.append(Flag(("--numa-node", *map(str, q.gpu_local_nodes)), "pool.gpu_local_nodes",
                         "CPU/DRAM binding of each rank (GPU-local node, never the CXL node)"))
-    if s.mem_fraction_static is not None:
-        out.append(Flag(("--mem-fraction-static", _num(s.mem_fraction_static)), "sglang.mem_fraction_static",
-                        "GPU memory for weights and KV"))
-    if s.max_running_requests is not None:
-        out.append(Flag(("--max-running-requests", str(s.max_running_requests)), "sglang.max_running_requests",
-                        "concurrency the pool was sized for"))
-    if s.max_total_tokens is not None:
-        out.append(Flag(("--max-total-tokens", str(s.max_total_tokens)), "sglang.max_total_tokens",
-                        "device KV slots S per rank; the host pool holds S x host_to_device_ratio tokens"))
-    if s.context_length is not None:
-        out.append(Flag(("--context-length", str(s.context_length)), "sglang.context_length",
-                        "longest request the pool was sized for"))
+    for field, flag, why in _OPTIONAL_SGLANG_FLAGS:
+        value = getattr(s, field)
+        if value is not None:
+            out.append(Flag((flag, _num(value)), f"sglang.{field}", why))
     return out
+
+
+_OPTIONAL_SGLANG_FLAGS = (
+    # (SglangSettings field, SGLang flag, why) — emitted only when the profile sets the field
+    ("mem_fraction_static", "--mem-fraction-static", "GPU memory for weights and KV"),
+    ("max_running_requests", "--max-running-requests", "concurrency the pool was sized for"),
+    ("max_total_tokens", "--max-total-tokens",
+     "device KV slots S per rank; the host pool holds S x host_to_device_ratio tokens"),
+    ("context_length", "--context-length", "longest request the pool was sized for"),
+)
 
 
 def numactl_prefix(profile: Profile) -> list[Flag]:
