@@ -98,10 +98,10 @@ def sglang_flags(profile: Profile, *, model_path: str | None) -> list[Flag]:
     if q.gpu_local_nodes and q.placement != "numactl":
         out.append(Flag(("--numa-node", *map(str, q.gpu_local_nodes)), "pool.gpu_local_nodes",
                         "CPU/DRAM binding of each rank (GPU-local node, never the CXL node)"))
-    for field, flag, why in _OPTIONAL_SGLANG_FLAGS:
-        value = getattr(s, field)
+    for name, flag, why in _OPTIONAL_SGLANG_FLAGS:
+        value = getattr(s, name)
         if value is not None:
-            out.append(Flag((flag, _num(value)), f"sglang.{field}", why))
+            out.append(Flag((flag, _num(value)), f"sglang.{name}", why))
     return out
 
 
