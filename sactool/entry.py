@@ -6,10 +6,11 @@ every non-flag option it parses: measured here with ``python -X importtime`` and
 
     sactool [--debug] probe [--format|-f F] [--sysfs-root D] [--snapshot F] [--force]
 
-are parsed here without typer and run :func:`run_probe`, the same function the typer command in
-:mod:`sactool.cli` calls. Anything else — ``--help``, other commands, unknown or malformed options —
-goes to :func:`sactool.cli.main` untouched, so there is one source of truth for the CLI's surface
-and tests check both paths give the same bytes and exit codes.
+are parsed here without typer and run :func:`sactool.cli.probe.run_probe`, the same function the
+typer command calls. Anything else — ``--help``, other commands, unknown or malformed options —
+goes to :func:`sactool.cli.app.main` untouched, so there is one source of truth for the CLI's
+surface and tests check both paths give the same bytes and exit codes. Imports go one way:
+entry → cli, never back.
 """
 
 from __future__ import annotations
@@ -19,36 +20,6 @@ from pathlib import Path
 from typing import List, Optional
 
 _VALUE_OPTS = {"--format": "fmt", "-f": "fmt", "--sysfs-root": "sysfs_root", "--snapshot": "snapshot"}
-
-
-def run_probe(fmt: str = "table", sysfs_root: Optional[Path] = None, snapshot: Optional[Path] = None,
-              force: bool = False) -> None:
-    """``sactool probe``: probe, optionally snapshot, render (table) or emit data (json/yaml)."""
-    from sactool.errors import ExistsError, UsageError
-    from sactool.host.sysfs import SysfsReader
-    from sactool.render import FORMATS
-    from sactool.topology import probe
-
-    if fmt not in FORMATS:
-        raise UsageError(f"unknown format {fmt!r}", f"use one of: {', '.join(FORMATS)}")
-    if snapshot is not None and snapshot.exists() and not force:
-        raise ExistsError(f"{snapshot} exists", "pass --force to overwrite it, or choose another name")
-    reader = SysfsReader(sysfs_root)
-    topo = probe(reader)
-    if snapshot is not None:
-        from sactool.topology.snapshot import write_snapshot
-
-        path = write_snapshot(reader, snapshot, force=force)
-        sys.stderr.write(f"snapshot: {path} ({len(reader.touched)} paths read); "
-                         f"to replay: mkdir DIR && tar xzf {path} -C DIR && sactool probe --sysfs-root DIR\n")
-    if fmt == "table":
-        from sactool.render.probe import render_probe
-
-        render_probe(topo)
-    else:
-        from sactool.render import emit_data
-
-        emit_data(topo, fmt)
 
 
 def parse_fast_probe(args: List[str]) -> Optional[dict]:
@@ -93,9 +64,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     kw = parse_fast_probe(args)
     if kw is None:
-        from sactool.cli import main as cli_main
+        from sactool.cli.app import main as cli_main
 
         return cli_main(argv)
+    from sactool.cli.probe import run_probe
     from sactool.errors import run_guarded
 
     debug = kw.pop("debug")

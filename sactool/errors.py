@@ -81,7 +81,7 @@ def run_guarded(fn, *, debug: bool = False) -> int:
 
     SactoolError → ``error: …``/``hint: …`` on stderr and its code (traceback only with ``debug``);
     Ctrl-C → ``interrupted``, 130; a closed stdout (``| head``) → quiet. ``fn`` may return an int
-    exit code. Used by :func:`sactool.cli.main` and the fast probe path in :mod:`sactool.entry`.
+    exit code. Used by :func:`sactool.cli.app.main` and the fast probe path in :mod:`sactool.entry`.
     """
     import os
     import sys

@@ -45,7 +45,7 @@ HUGEPAGES = ("none", "thp", "2MB", "1GB")
 RANK_ASSIGNMENTS = ("round_robin", "packed", "explicit")
 ROLES = ("colocated", "prefill", "decode")
 ENTRYPOINTS = ("launch_server", "serve")
-KV_DTYPES = ("fp8_e4m3", "bfloat16")
+from sactool.hisparse.layout import KV_DTYPES  # noqa: E402  (one owner: the HiSparse layout)
 PROVENANCE_SOURCES = ("measured", "default", "user", "engine", "derived")
 
 # SGLang 0.5.23 facts (shared/reference/sglang-integration.md §2.2, §1.5)

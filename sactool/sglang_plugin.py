@@ -229,7 +229,7 @@ def place_pool(profile: Any, rank: int | None, n_bytes: int, *, rank_source: str
     """Allocate the pool of ``rank`` as the profile says; return the PlacedBuffer (kept alive) or
     None after logging why SGLang's allocator must be used (PlacementStop when ``strict``)."""
     from sactool.errors import SactoolError
-    from sactool.serve.pool import plan_for_rank
+    from sactool.hisparse.hostpool import plan_for_rank
 
     fail = _stop if strict else _fallback
     if rank is None:

@@ -103,7 +103,7 @@ def test_recorded_topology_refused(tmp_path, monkeypatch, capsys):
 
 
 def test_cpu_less_node_as_cpu_source(tmp_path):
-    from sactool.bench.cliopts import parse_cpus
+    from sactool.cli.bench import parse_cpus
 
     topo = topology(SysfsReader(unpack("hmat-only__00-boot", tmp_path / "t")))
     with pytest.raises(TopologyError):

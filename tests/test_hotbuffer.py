@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from sactool.errors import UsageError
-from sactool.tune.hotbuffer import simulate, simulate_many
+from sactool.hisparse.hotbuffer import simulate, simulate_many
 
 
 def kernel_reference(indices, H, ctx, *, reserve=True, pd=False):

@@ -14,7 +14,7 @@ import pytest
 from sactool.profile import load_profile, settings_fields
 from sactool.serve.argv import build_command
 from sactool.serve.checks import EngineInfo, check_engine
-from sactool.serve.pool import host_sizing, plan_for_rank
+from sactool.hisparse.hostpool import host_sizing, plan_for_rank
 
 REPO = Path(__file__).resolve().parent.parent
 BASE = REPO / "profiles/examples/cxl-one-node.yaml"

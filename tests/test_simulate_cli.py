@@ -12,7 +12,7 @@ import yaml
 from sactool.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
-PLATFORM = str(ROOT / "profiles" / "platforms" / "sac-paper.yaml")
+PLATFORM = str(ROOT / "sactool" / "data" / "platforms" / "sac-paper.yaml")
 PROFILE = ROOT / "profiles" / "examples" / "cxl-one-node.yaml"
 QUICK = ["--context", "16k", "--concurrency", "8", "--output-tokens", "64", "--hotbuffer-steps", "32"]
 

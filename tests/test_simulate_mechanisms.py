@@ -14,7 +14,7 @@ from sactool.simulate.gpu import ComputeModel, measured_model
 from sactool.simulate.misses import constant_profile
 from sactool.simulate.platform import StepPoint, load_platform
 
-PLATFORM = Path(__file__).resolve().parent.parent / "profiles" / "platforms" / "sac-paper.yaml"
+PLATFORM = Path(__file__).resolve().parent.parent / "sactool" / "data" / "platforms" / "sac-paper.yaml"
 
 
 def _compute(step_s=0.02):
@@ -166,9 +166,9 @@ def test_roofline_when_no_step_time_was_measured():
     res = simulate(_opts(plat))
     assert res.inputs["compute"].startswith("roofline")
     # H20 roofline: the FP8 checkpoint's weights / 8 GPUs read once per step at 4.0 TB/s
-    from sactool.tune.gpus import WEIGHT_BYTES
+    from sactool.models import checkpoint_of
 
-    floor = WEIGHT_BYTES["deepseek-v3.2"][0] / 8 / 4.0e12
+    floor = checkpoint_of("deepseek-v3.2")[0] / 8 / 4.0e12
     assert res.point("dram", 16384, 8).breakdown["compute_s"] >= floor
     with pytest.raises(Exception, match="roofline"):
         load_platform(PLATFORM, ["gpu.decode_step.measured=[]", "gpu.name=mi300x"])

@@ -11,7 +11,7 @@ from sactool.errors import RecordError, UsageError
 from sactool.simulate.api import SimulationOptions, simulate
 from sactool.simulate.platform import from_data, load_platform
 
-PLATFORM = Path(__file__).resolve().parent.parent / "profiles" / "platforms" / "sac-paper.yaml"
+PLATFORM = Path(__file__).resolve().parent.parent / "sactool" / "data" / "platforms" / "sac-paper.yaml"
 
 
 def _data():

@@ -6,8 +6,8 @@ import pytest
 
 from sactool.errors import CapacityError, UsageError
 from sactool.models import get_model
-from sactool.tune import capacity, cost, gpus, placement
-from sactool.tune.capacity import Deployment, PoolTarget
+from sactool.hisparse import capacity, cost, gpus, placement
+from sactool.hisparse.capacity import Deployment, PoolTarget
 
 
 class Fig:  # a GatherFigure-shaped value (record size, bandwidth): input data, not the thing under test
@@ -89,8 +89,12 @@ def test_gpu_budget():
         gpus.kv_budget(model_name="deepseek-v3.2", tp=8, gpu="h20", budget_bytes=None)
     with pytest.raises(UsageError, match="h100, h20, h200"):
         gpus.get_gpu("a100")
-    with pytest.raises(UsageError, match="checkpoint size of glm-5") as e:
-        gpus.kv_budget(model_name="glm-5", tp=8, gpu="h200", budget_bytes=None)
+    for glm in ("glm-5", "glm-5.1"):   # checkpoint sizes ship in sactool/data/models/<name>.json
+        g = gpus.kv_budget(model_name=glm, tp=8, gpu="h200", budget_bytes=None)
+        assert g.bytes_per_gpu == int(141e9 * 0.85) - -(-(754 * 10**9) // 8)
+        assert "754 GB" in g.detail
+    with pytest.raises(UsageError, match="checkpoint size of my-model") as e:
+        gpus.kv_budget(model_name="my-model", tp=8, gpu="h200", budget_bytes=None)
     assert "--gpu-kv-budget" in e.value.hint
 
 

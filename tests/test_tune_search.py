@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from sactool.tune import search
-from sactool.tune.capacity import Deployment, PoolTarget, min_ratio, rank_plan
-from sactool.tune.placement import candidates, round_robin
+from sactool.hisparse.capacity import Deployment, PoolTarget, min_ratio, rank_plan
+from sactool.hisparse.placement import candidates, round_robin
 
 
 def _inputs(budget, misses_by_buf, *, reps=3, noise=0.0, targets=None, bw=None):

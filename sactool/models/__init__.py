@@ -4,15 +4,9 @@ Known models ship as excerpts of their Hugging Face ``config.json`` under
 ``sactool/data/models/<name>.json`` (each names its source); ``get_model`` also accepts a path to
 any ``config.json`` with the same fields, so a new DSA model needs no code change.
 
-KV bytes per token per layer (shared/reference/sglang-integration.md §1.3, SGLang 0.5.23
-``kv_cache_configurator.py:3412-3476``; FlashMLA README):
-
-* ``fp8_e4m3``: ``kv_lora_rank`` FP8 bytes + one fp32 scale per 128 latent elements
-  + ``qk_rope_head_dim`` × 2 (the rope part stays BF16) = 512 + 16 + 128 = **656 B**
-  (the scaled layout of the HiSparse backends ``flashmla_kv`` / ``flashinfer_sparse_mla``).
-* ``bfloat16``: (``kv_lora_rank`` + ``qk_rope_head_dim``) × 2 = 576 × 2 = **1152 B**.
-* indexer key: ``index_head_dim`` FP8 bytes + one fp32 scale per 128 = 128 + 4 = **132 B**;
-  it stays on the GPU under HiSparse (sglang-integration.md §1.4).
+Record and indexer bytes, KV dtypes and the config.json field table: :mod:`sactool.hisparse.layout`.
+Each shipped JSON also carries the checkpoint size (``_sactool.checkpoint_bytes``) with its source,
+which the GPU budget (:mod:`sactool.hisparse.gpus`) and the simulator's roofline read.
 
 All layers hold KV, the first dense ones included: ``first_k_dense_replace`` only says which
 layers use a dense MLP instead of MoE (SGLang 0.5.23 ``models/deepseek_v2.py:2785-2792``,
@@ -33,34 +27,12 @@ from typing import Any, Mapping
 
 from sactool.errors import RecordError, UsageError
 
-# FlashMLA / SGLang FP8 DSA layout: one fp32 scale per 128-element group (sglang-integration.md §1.3)
-QUANT_BLOCK = 128
-FP32_BYTES = 4
-BF16_BYTES = 2
-FP8_BYTES = 1
+from sactool.hisparse import layout
+from sactool.hisparse.layout import CONFIG_FIELDS, KV_DTYPES, normalize_kv_dtype
 
-KV_DTYPES = ("fp8_e4m3", "bfloat16")
-_KV_DTYPE_ALIASES = {"fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3", "bf16": "bfloat16", "bfloat16": "bfloat16"}
+HF_FIELDS = CONFIG_FIELDS  # the name tests and callers use for the config.json field table
 
-#: config.json field -> ModelSpec field
-HF_FIELDS = {
-    "num_hidden_layers": "num_layers",
-    "first_k_dense_replace": "first_dense_layers",
-    "kv_lora_rank": "kv_lora_rank",
-    "qk_rope_head_dim": "qk_rope_head_dim",
-    "index_topk": "index_topk",
-    "index_head_dim": "index_head_dim",
-    "index_n_heads": "index_n_heads",
-    "max_position_embeddings": "max_position_embeddings",
-}
-
-
-def normalize_kv_dtype(kv_dtype: str) -> str:
-    """``fp8``/``fp8_e4m3`` → ``fp8_e4m3``; ``bf16``/``bfloat16`` → ``bfloat16``; else UsageError."""
-    key = str(kv_dtype).strip().lower()
-    if key not in _KV_DTYPE_ALIASES:
-        raise UsageError(f"unknown KV dtype {kv_dtype!r}", "use fp8 (fp8_e4m3) or bf16 (bfloat16)")
-    return _KV_DTYPE_ALIASES[key]
+__all__ = ["HF_FIELDS", "KV_DTYPES", "ModelSpec", "checkpoint_of", "from_hf_config", "get_model", "known_models", "normalize_kv_dtype"]
 
 
 @dataclass(frozen=True)
@@ -78,19 +50,17 @@ class ModelSpec:
     index_head_dim: int           # indexer key elements per token per layer
     index_n_heads: int            # indexer query heads
     max_position_embeddings: int  # longest context, tokens
+    checkpoint_bytes: int | None = None  # weights on disk (= in GPU memory), bytes; None: not known
+    checkpoint_source: str = ""          # where checkpoint_bytes comes from
 
     def record_bytes(self, kv_dtype: str = "fp8_e4m3") -> int:
         """Bytes of one token's KV record in one layer (656 FP8 / 1152 BF16 for DeepSeek-V3.2)."""
-        dt = normalize_kv_dtype(kv_dtype)
-        if dt == "bfloat16":
-            return (self.kv_lora_rank + self.qk_rope_head_dim) * BF16_BYTES
-        scales = -(-self.kv_lora_rank // QUANT_BLOCK) * FP32_BYTES
-        return self.kv_lora_rank * FP8_BYTES + scales + self.qk_rope_head_dim * BF16_BYTES
+        return layout.record_bytes(self.kv_lora_rank, self.qk_rope_head_dim, kv_dtype)
 
     @property
     def indexer_bytes(self) -> int:
         """Bytes of one token's indexer key in one layer (128 FP8 + 4 B fp32 scale = 132)."""
-        return self.index_head_dim * FP8_BYTES + -(-self.index_head_dim // QUANT_BLOCK) * FP32_BYTES
+        return layout.indexer_bytes(self.index_head_dim)
 
     def kv_bytes_per_token(self, kv_dtype: str = "fp8_e4m3") -> int:
         """KV record bytes of one token over all layers (the host pool's bytes per token)."""
@@ -110,7 +80,8 @@ class ModelSpec:
                         max_position_embeddings=self.max_position_embeddings)
 
 
-def from_hf_config(config: Mapping[str, Any], *, name: str, hf_id: str, where: str) -> ModelSpec:
+def from_hf_config(config: Mapping[str, Any], *, name: str, hf_id: str, where: str,
+                   checkpoint: tuple[int, str] | None = None) -> ModelSpec:
     """Build a spec from a Hugging Face config mapping; a missing or bad field → RecordError."""
     values: dict[str, Any] = {}
     for hf_key, field_name in HF_FIELDS.items():
@@ -130,7 +101,9 @@ def from_hf_config(config: Mapping[str, Any], *, name: str, hf_id: str, where: s
         raise RecordError(f"{where}: first_k_dense_replace > num_hidden_layers", "check the config.json")
     if values["index_topk"] > values["max_position_embeddings"]:
         raise RecordError(f"{where}: index_topk > max_position_embeddings", "check the config.json")
-    return ModelSpec(name=name, hf_id=hf_id, architecture=arch[0], **values)
+    ck_bytes, ck_source = checkpoint or (None, "")
+    return ModelSpec(name=name, hf_id=hf_id, architecture=arch[0], checkpoint_bytes=ck_bytes,
+                     checkpoint_source=ck_source, **values)
 
 
 def _catalog() -> dict[str, tuple[str, dict[str, Any]]]:
@@ -141,6 +114,13 @@ def _catalog() -> dict[str, tuple[str, dict[str, Any]]]:
             cfg = json.loads(entry.read_text(encoding="utf-8"))
             out[cfg["_sactool"]["name"]] = (entry.name, cfg)
     return out
+
+
+def checkpoint_of(name: str) -> tuple[int, str] | None:
+    """(checkpoint bytes, source) of a shipped model by sactool name; None when not known."""
+    entry = _catalog().get(str(name).strip().lower())
+    meta = entry[1]["_sactool"] if entry else {}
+    return (int(meta["checkpoint_bytes"]), meta["checkpoint_source"]) if "checkpoint_bytes" in meta else None
 
 
 def known_models() -> list[str]:
@@ -160,7 +140,8 @@ def get_model(name_or_path: str | Path) -> ModelSpec:
     catalog = _catalog()
     for name, (_, cfg) in catalog.items():
         if text.lower() in _aliases(name, cfg):
-            return from_hf_config(cfg, name=name, hf_id=cfg["_name_or_path"], where=f"model {name}")
+            return from_hf_config(cfg, name=name, hf_id=cfg["_name_or_path"], where=f"model {name}",
+                                  checkpoint=checkpoint_of(name))
     p = Path(text)
     if p.is_dir() and (p / "config.json").is_file():
         p = p / "config.json"

@@ -1,11 +1,11 @@
 """``sactool serve``: a profile turned into the exact SGLang command, checked, then exec'd.
 
-``build_launch(profile_path, extra_args)`` → :class:`Launch` (argv, env delta, explanations,
-checks); ``exec_launch(launch)`` replaces the process with SGLang. The ``sactool_cxl`` plug-in
-(``sactool/sglang_plugin.py``) reads the same profile inside SGLang via :mod:`sactool.serve.pool`.
+``sactool.serve.launch.build_launch(profile_path, extra_args)`` → :class:`~sactool.serve.launch.Launch`
+(argv, env delta, explanations, checks); ``exec_launch(launch)`` replaces the process with SGLang.
+Command building: :mod:`sactool.serve.argv`; checks: :mod:`sactool.serve.checks`,
+:mod:`sactool.serve.capacity`.
+
+Nothing is imported here: the ``sactool_cxl`` plug-in (``sactool/sglang_plugin.py``) runs in every
+SGLang scheduler process and reads the profile through :mod:`sactool.hisparse.hostpool`, never
+through the launcher.
 """
-
-from sactool.serve.argv import Command, EnvVar, Flag, build_command
-from sactool.serve.launch import Launch, Problem, build_launch, exec_launch
-
-__all__ = ["Command", "EnvVar", "Flag", "build_command", "Launch", "Problem", "build_launch", "exec_launch"]

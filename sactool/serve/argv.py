@@ -202,7 +202,7 @@ def build_command(profile: Profile, *, profile_path: str, extra_args: Sequence[s
 
 def _targets(profile: Profile) -> str:
     from sactool.errors import SactoolError
-    from sactool.serve.pool import ranks_by_target
+    from sactool.hisparse.hostpool import ranks_by_target
 
     try:
         return "; ".join(f"{t} <- ranks {','.join(map(str, rs))}" for t, rs in ranks_by_target(profile).items())

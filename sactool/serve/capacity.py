@@ -1,6 +1,6 @@
 """Does the pool fit? Every pool node / DAX device against the host bytes of the ranks mapped to it.
 
-Bytes per rank: :func:`sactool.serve.pool.host_sizing` (§2.5 of the integration notes). Node free
+Bytes per rank: :func:`sactool.hisparse.hostpool.host_sizing` (§2.5 of the integration notes). Node free
 memory follows :mod:`sactool.memory.nodes` (``nodeN/meminfo`` MemFree, plus free memory
 ``/proc/meminfo`` counts but no node reports, minus the safety margin kept back there), so the
 launcher and the plug-in's own ``allocate(check_free=True)`` apply the same rule. DAX facts are
@@ -16,7 +16,7 @@ from sactool.errors import CapacityError, RecordError, TopologyError
 from sactool.host.sysfs import SysfsReader
 from sactool.memory import nodes as memnodes
 from sactool.profile import Profile
-from sactool.serve.pool import HostSizing, host_sizing, ranks_by_target
+from sactool.hisparse.hostpool import HostSizing, host_sizing, ranks_by_target
 from sactool.units import format_bytes
 
 

@@ -12,12 +12,13 @@ import json
 import os
 import re
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Sequence
 
 from sactool.errors import RecordError
-from sactool.profile import Profile
+from sactool.hisparse.layout import CONFIG_FIELDS
+from sactool.profile import ModelRef, Profile
 from sactool.serve.errors import ConflictError, EngineMissingError, EngineVersionError, ModelMismatchError
 
 # ------------------------------------------------------------------------------------------
@@ -34,9 +35,8 @@ def model_path_of(extra: Sequence[str]) -> str | None:
     return None
 
 
-_CONFIG_FIELDS = (("num_hidden_layers", "num_layers"), ("kv_lora_rank", "kv_lora_rank"),
-                  ("qk_rope_head_dim", "qk_rope_head_dim"), ("index_topk", "index_topk"),
-                  ("max_position_embeddings", "max_position_embeddings"))
+# config.json fields compared with the profile: those of the one table the profile's model block keeps
+_CONFIG_FIELDS = tuple((k, a) for k, a in CONFIG_FIELDS.items() if a in {f.name for f in fields(ModelRef)})
 
 
 def check_model(profile: Profile, extra: Sequence[str]) -> str:

@@ -146,7 +146,7 @@ def build_launch(profile_path: str, extra_args: Sequence[str] = (), *, python: s
         if pool.note:
             lines.append(pool.note)
     if cmd.placement == "plugin":
-        from sactool.serve.pool import plan_for_rank
+        from sactool.hisparse.hostpool import plan_for_rank
 
         lines.extend("plug-in: " + plan_for_rank(profile, r).describe() for r in range(profile.world_size))
     if profile.pool.stand_in and cmd.placement != "none":

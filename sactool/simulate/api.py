@@ -18,7 +18,7 @@ from sactool.simulate.gpu import measured_model, prefill_s, roofline_model
 from sactool.simulate.misses import DEFAULT_STEPS, MissProfile, lru_profile
 from sactool.simulate.platform import CASES, Platform
 from sactool.bench.record import lines_touched
-from sactool.tune.cost import rdma_full_prefix_bytes
+from sactool.hisparse.cost import rdma_full_prefix_bytes
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from sactool.tune.cost import fetch_bytes_per_token, rdma_full_prefix_bytes
+from sactool.hisparse.cost import fetch_bytes_per_token, rdma_full_prefix_bytes
 
 PLACEMENTS = ("sac", "rdma", "dram")
 

@@ -102,13 +102,14 @@ def roofline_model(gpu: str, *, model_name: str, tp: int, layers: int, top_k: in
     if model_name not in ACTIVE_PARAMS:
         raise UsageError(f"activated parameters of {model_name} are not known to sactool",
                          "give measured decode step times (gpu.decode_step.measured) in a platform file")
-    from sactool.tune.gpus import WEIGHT_BYTES
+    from sactool.models import checkpoint_of
 
-    if model_name not in WEIGHT_BYTES:
+    checkpoint = checkpoint_of(model_name)
+    if checkpoint is None:
         raise UsageError(f"checkpoint size of {model_name} is not known to sactool",
                          "give measured decode step times (gpu.decode_step.measured) in a platform file")
     bw, flops, src = ROOFLINE[key]
-    weights = WEIGHT_BYTES[model_name][0] / tp
+    weights = checkpoint[0] / tp
     per_req = top_k * record_bytes * layers
     idx = index_key_bytes * layers
     return ComputeModel("roofline", f"roofline lower bound ({src}; weights {weights / 1e9:.1f} GB/GPU)",

@@ -2,7 +2,7 @@
 
 Nothing here models top-k traces or the LRU itself: ``sactool.workload.generate_topk`` draws the
 per-layer top-k sequences (calibrated to the DeepSeek-V3.2 statistics in shared/DESIGN.md) and
-``sactool.tune.hotbuffer.simulate`` replays HiSparse's per-request, per-layer LRU hot buffer over
+``sactool.hisparse.hotbuffer.simulate`` replays HiSparse's per-request, per-layer LRU hot buffer over
 them. This module only condenses the result into what the serving model needs, per request:
 
 * ``per_step[s]``: misses per layer at the request's decode step ``s`` (mean over layers), for the
@@ -47,7 +47,7 @@ _TRACES: dict[tuple, object] = {}
 
 def lru_profile(context_tokens: int, buffer_slots: int, top_k: int, layers: int, *,
                 steps: int = DEFAULT_STEPS, seed: int = 0, mode: str = "pd") -> MissProfile:
-    """Miss profile from ``generate_topk`` + ``tune.hotbuffer.simulate`` (cached).
+    """Miss profile from ``generate_topk`` + ``hisparse.hotbuffer.simulate`` (cached).
 
     ``mode="pd"``: the buffer starts empty, as for a request whose KV is already in the pool (the
     SAC fork's prefix-hit path initializes the buffer to -1, paper-sac.md §4; SGLang PD mode);
@@ -56,7 +56,7 @@ def lru_profile(context_tokens: int, buffer_slots: int, top_k: int, layers: int,
     key = (context_tokens, buffer_slots, top_k, layers, steps, seed, mode)
     if key in _CACHE:
         return _CACHE[key]
-    from sactool.tune.hotbuffer import simulate as lru
+    from sactool.hisparse.hotbuffer import simulate as lru
     from sactool.workload import generate_topk
 
     tkey = (context_tokens, top_k, layers, steps, seed)
@@ -70,7 +70,7 @@ def lru_profile(context_tokens: int, buffer_slots: int, top_k: int, layers: int,
     steady = float(tail.mean()) if len(tail) else float(per.mean())
     prof = MissProfile(context_tokens, buffer_slots, top_k, tuple(float(x) for x in per), steady,
                        1.0 - steady / top_k,
-                       f"sactool.workload.generate_topk + tune.hotbuffer.simulate ({mode}), {steps} steps, seed {seed}")
+                       f"sactool.workload.generate_topk + hisparse.hotbuffer.simulate ({mode}), {steps} steps, seed {seed}")
     _CACHE[key] = prof
     return prof
 

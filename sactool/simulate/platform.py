@@ -4,7 +4,7 @@ A platform file (YAML, ``kind: platform``) describes one serving box: GPUs and h
 them, the PCIe links, the CXL pool, the host DRAM, the NICs of an RDMA pool, the measured top-k
 gather latencies of each memory, and the workload to simulate. Each section carries ``source``
 strings naming the paper section, raw log or vendor page a value came from
-(``profiles/platforms/sac-paper.yaml`` is the worked example). Loading checks every field and
+(``sactool/data/platforms/sac-paper.yaml`` is the worked example). Loading checks every field and
 names the field in the error (``RecordError``, exit code 4); a value that contradicts another
 (e.g. more ranks than GPUs) is refused the same way.
 
@@ -82,7 +82,7 @@ class GpuSection:
 
 @dataclass(frozen=True)
 class Platform:
-    """Everything the serving model reads. See ``profiles/platforms/sac-paper.yaml``."""
+    """Everything the serving model reads. See ``sactool/data/platforms/sac-paper.yaml``."""
 
     name: str
     # model and engine
@@ -143,7 +143,7 @@ class Platform:
 
 def _err(name: str, msg: str) -> RecordError:
     return RecordError(f"platform field {name}: {msg}",
-                       "fix the platform file (see profiles/platforms/sac-paper.yaml for every field)")
+                       "fix the platform file (see sactool/data/platforms/sac-paper.yaml for every field)")
 
 
 def _get(d: Mapping[str, Any], path: str, *, optional: bool = False, default: Any = None,
@@ -380,10 +380,10 @@ def apply_overrides(data: dict[str, Any], overrides: list[str] | None) -> dict[s
         for part in parts[:-1]:
             if not isinstance(cur.get(part), dict):
                 raise UsageError(f"--set {key}: {part!r} is not a section of the platform file",
-                                 "see profiles/platforms/sac-paper.yaml for the fields")
+                                 "see sactool/data/platforms/sac-paper.yaml for the fields")
             cur = cur[part]
         if parts[-1] not in cur:
-            raise UsageError(f"--set {key}: no such platform field", "see profiles/platforms/sac-paper.yaml")
+            raise UsageError(f"--set {key}: no such platform field", "see sactool/data/platforms/sac-paper.yaml")
         cur[parts[-1]] = value
     return data
 

@@ -8,9 +8,9 @@ from typing import Any
 from sactool.profile import (DSA_PAGE_SIZE_CUDA, HiSparseSettings, PoolSettings, Provenance, SglangSettings,
                              new_profile, settings_fields)
 from sactool.tune import search
-from sactool.tune.capacity import max_requests_per_rank, pages, rank_plan
-from sactool.tune.cost import rdma_full_prefix_bytes
-from sactool.tune.placement import pool_bytes_per_rank
+from sactool.hisparse.capacity import max_requests_per_rank, pages, rank_plan
+from sactool.hisparse.cost import rdma_full_prefix_bytes
+from sactool.hisparse.placement import pool_bytes_per_rank
 
 ENGINE_CONSTRAINTS = (
     {"setting": "sglang.page_size", "value": DSA_PAGE_SIZE_CUDA,

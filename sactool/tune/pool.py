@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from sactool.errors import RecordError, TopologyError
-from sactool.tune.capacity import PoolTarget
+from sactool.hisparse.capacity import PoolTarget
 
 
 @dataclass(frozen=True)

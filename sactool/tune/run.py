@@ -8,12 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from sactool.errors import CapacityError, RecordError, TopologyError
-from sactool.tune import gpus, search
-from sactool.tune.api import SAC_CONCURRENCY
-from sactool.tune.capacity import (Deployment, max_requests_per_rank, min_ratio, pool_bytes_needed,
-                                   rank_plan)
-from sactool.tune.placement import candidates as placement_candidates
-from sactool.tune.placement import pool_bytes_per_rank, round_robin
+from sactool.hisparse import gpus
+from sactool.hisparse.capacity import (Deployment, max_requests_per_rank, min_ratio, pool_bytes_needed,
+                                      rank_plan)
+from sactool.hisparse.placement import candidates as placement_candidates
+from sactool.hisparse.placement import pool_bytes_per_rank, round_robin
+from sactool.tune import search
+from sactool.tune.options import SAC_CONCURRENCY, TuneResult
 
 OUTPUT_TOKENS = 1024
 """Output length the cold first step is amortised over: SAC's Round-2 output, fixed at 1024
@@ -163,7 +164,7 @@ def execute(o, spec, kv: str, attn_dp: int, rec_bytes: int, path: Path, points_p
     def simulate(buffers: list[int], label: str) -> None:
         import numpy as np
 
-        from sactool.tune.hotbuffer import simulate_many
+        from sactool.hisparse.hotbuffer import simulate_many
 
         todo = [(c, r) for c in design for r in range(replicates)
                 if any(b not in misses[c][r] for b in buffers)]
@@ -219,7 +220,6 @@ def execute(o, spec, kv: str, attn_dp: int, rec_bytes: int, path: Path, points_p
         written = save_profile(profile, path, force=o.force)
         if points_path is not None and points_path.exists():
             points_path.unlink()
-    from sactool.tune.api import TuneResult
 
     return TuneResult(profile=profile, path=written, summary=summary, alternatives=tuple(alternatives),
                       evaluated=len(evals), space=space, warnings=tuple(warnings),

@@ -2,7 +2,7 @@
 
 A candidate is one HiSparse/pool configuration: ``device_buffer_size``, ``host_to_device_ratio``,
 ``swap_in_block_size``, ``prefetch`` and a rank placement. Its *objective* is the predicted fetch
-time per generated token (:func:`sactool.tune.cost.fetch_time_per_token`, slowest pool target),
+time per generated token (:func:`sactool.hisparse.cost.fetch_time_per_token`, slowest pool target),
 averaged over the requested context lengths, at the design concurrency.
 
 Noise. The workload seeds are samples of the workload, not noise: misses are averaged over them.
@@ -30,9 +30,9 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
-from sactool.tune.capacity import PAGE, Deployment, PoolTarget, RankPlan, fits, min_ratio, rank_plan
-from sactool.tune.cost import fetch_bytes_per_token, step_time_over_targets
-from sactool.tune.placement import Placement, pool_bytes_per_rank
+from sactool.hisparse.capacity import PAGE, Deployment, PoolTarget, RankPlan, fits, min_ratio, rank_plan
+from sactool.hisparse.cost import fetch_bytes_per_token, step_time_over_targets
+from sactool.hisparse.placement import Placement, pool_bytes_per_rank
 
 SWAP_IN_BLOCK_SIZES = (256, 512, 960, 1024)
 """CTA widths tried: 960 SGLang 0.5.23 default (factory.py), 512 the HiSparse guide's value,

@@ -1,7 +1,7 @@
 """Fetch cost of the HiSparse swap-in: bytes and time per decode step, from measured gather figures.
 
 Per decode step and per layer, each running request asks for its top-k records; the ones not in
-its GPU hot buffer ("misses", from :mod:`sactool.tune.hotbuffer`) are copied from the host pool,
+its GPU hot buffer ("misses", from :mod:`sactool.hisparse.hotbuffer`) are copied from the host pool,
 one warp per record (shared/reference/sglang-integration.md §2.3 step 5). So per request and
 generated token::
 

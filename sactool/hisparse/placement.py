@@ -2,8 +2,10 @@
 
 * ``round_robin``: rank ``r`` uses target ``r % n`` — what SAC does ("rank-based
   ``tp_rank % num_devices``", shared/reference/paper-sac.md §5; 2 devices gave +9.2% over 1);
-* ``packed``: consecutive ranks fill the first ``k < n`` targets in blocks (rank ``r`` uses target
-  ``r·k // ranks``), leaving the other targets free for other tenants.
+* ``packed``: consecutive ranks fill the first ``k ≤ n`` targets in blocks (rank ``r`` uses target
+  ``r·k // ranks``), leaving the other targets free for other tenants. ``sactool tune`` writes the
+  resolved ``pool.rank_targets``; a profile that says ``packed`` without them packs over every
+  listed target (``k = n``) — the same rule, :func:`target_index`.
 
 Ranks sharing a target split its capacity in equal partitions (one per rank, as SAC partitions a
 device per rank) and share its gather bandwidth.
@@ -15,7 +17,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
 
-from sactool.tune.capacity import PoolTarget
+from sactool.hisparse.capacity import PoolTarget
+
+RULES = ("round_robin", "packed")
 
 
 @dataclass(frozen=True)
@@ -34,16 +38,26 @@ class Placement:
         return dict(Counter(self.rank_targets))
 
 
+def target_index(rule: str, rank: int, ranks: int, targets: int) -> int:
+    """Index of the target rank ``rank`` of ``ranks`` maps among ``targets`` under ``rule``."""
+    if rule == "packed":
+        return rank * targets // ranks
+    if rule == "round_robin":
+        return rank % targets
+    raise ValueError(f"unknown rank assignment {rule!r}; rules: {', '.join(RULES)}")
+
+
 def round_robin(ranks: int, targets: Sequence[str]) -> Placement:
     if not targets:
         raise ValueError("no pool targets")
-    return Placement("round_robin", tuple(targets[r % len(targets)] for r in range(ranks)))
+    return Placement("round_robin", tuple(targets[target_index("round_robin", r, ranks, len(targets))]
+                                          for r in range(ranks)))
 
 
 def packed(ranks: int, targets: Sequence[str], k: int) -> Placement:
     if not 1 <= k <= len(targets):
         raise ValueError(f"k={k} outside 1..{len(targets)}")
-    return Placement("packed", tuple(targets[r * k // ranks] for r in range(ranks)))
+    return Placement("packed", tuple(targets[target_index("packed", r, ranks, k)] for r in range(ranks)))
 
 
 def candidates(ranks: int, targets: Sequence[str]) -> list[Placement]:

@@ -2,16 +2,15 @@
 pool of one rank is, and the placement plan the ``sactool_cxl`` plug-in carries out.
 
 Shared by the launcher (capacity checks, ``--dry-run``) and the plug-in (inside each SGLang
-scheduler process), so both read the profile the same way. No torch, no numpy here.
+scheduler process), so both read the profile the same way. No torch, no numpy here. Record
+bytes come from :mod:`sactool.hisparse.layout`, the pool formula from
+:func:`sactool.hisparse.capacity.host_pool_bytes`, the rank rule from
+:func:`sactool.hisparse.placement.target_index`.
 
 Sources (shared/reference/sglang-integration.md, SGLang 0.5.23):
 * §2.5: host bytes per rank = (S·R + page) × L × row_bytes, S = device token slots,
   R = ``host_to_device_ratio``, L = layers; the pool is private to each scheduler rank.
-* §1.3: row bytes per token per layer — FP8 scaled layout of the HiSparse backends
-  (flashmla_kv / flashmla_sparse / flashinfer_sparse_mla): kv_lora_rank FP8 bytes
-  + kv_lora_rank/128 fp32 scales + qk_rope_head_dim BF16 = 512 + 16 + 128 = 656 B;
-  BF16: (kv_lora_rank + qk_rope_head_dim) × 2 = 1152 B
-  (``calculate_mla_kv_cache_dim``, mem_cache/kv_cache_configurator.py).
+* §1.3: row bytes per token per layer (656 B FP8, 1152 B BF16): :mod:`sactool.hisparse.layout`.
 * §6: ranks spread round-robin over CXL devices (rank % devices), as SAC does.
 """
 
@@ -21,19 +20,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from sactool.errors import RecordError
+from sactool.hisparse.capacity import host_pool_bytes
+from sactool.hisparse.layout import record_bytes
+from sactool.hisparse.placement import target_index
 from sactool.profile import Profile
-
-FP8_SCALE_GROUP = 128   # elements per fp32 scale in SGLang's FP8 MLA layout (§1.3)
-FP32_BYTES = 4
-BF16_BYTES = 2
-
 
 def row_bytes(profile: Profile) -> int:
     """Bytes of one token's MLA latent KV in one layer, as the HiSparse host pool stores it."""
     m = profile.model
-    if profile.sglang.kv_cache_dtype == "bfloat16":
-        return (m.kv_lora_rank + m.qk_rope_head_dim) * BF16_BYTES
-    return m.kv_lora_rank + m.kv_lora_rank // FP8_SCALE_GROUP * FP32_BYTES + m.qk_rope_head_dim * BF16_BYTES
+    return record_bytes(m.kv_lora_rank, m.qk_rope_head_dim, profile.sglang.kv_cache_dtype)
 
 
 def pool_targets(profile: Profile) -> list[str]:
@@ -44,8 +39,8 @@ def pool_targets(profile: Profile) -> list[str]:
 
 def rank_target(profile: Profile, rank: int) -> str:
     """The target rank ``rank`` maps: ``pool.rank_targets`` when tune resolved them, else the
-    ``pool.rank_assignment`` rule — round_robin: rank % targets (SAC); packed: contiguous
-    blocks of ranks per target."""
+    ``pool.rank_assignment`` rule over the listed targets (:func:`target_index`: round_robin,
+    rank % targets, as SAC; packed, contiguous blocks of ranks per target)."""
     q = profile.pool
     world = profile.world_size
     if not 0 <= rank < world:
@@ -60,9 +55,7 @@ def rank_target(profile: Profile, rank: int) -> str:
     if q.rank_assignment == "explicit":
         raise RecordError("profile field pool.rank_targets: is empty while pool.rank_assignment is explicit",
                           "list one target per rank, or use round_robin")
-    if q.rank_assignment == "packed":
-        return targets[rank * len(targets) // world]
-    return targets[rank % len(targets)]
+    return targets[target_index(q.rank_assignment, rank, world, len(targets))]
 
 
 def ranks_by_target(profile: Profile) -> dict[str, list[int]]:
@@ -123,7 +116,7 @@ def host_sizing(profile: Profile) -> HostSizing:
         return HostSizing(None, bytes_per_rank=None, source="unknown: the profile has no predictions."
                           f"{PREDICTION_SLOT_KEYS[0]}, sglang.max_total_tokens, sglang.max_running_requests or request.concurrency",
                           **base)
-    total = (slots * h.host_to_device_ratio + s.page_size) * m.num_layers * rb
+    total = host_pool_bytes(slots, h.host_to_device_ratio, layers=m.num_layers, record_bytes=rb, page=s.page_size)
     return HostSizing(slots, bytes_per_rank=total, source=source, **base)
 
 

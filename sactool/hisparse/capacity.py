@@ -83,13 +83,18 @@ class RankPlan:
         return self.hot_buffer_bytes + self.index_key_bytes
 
 
+def host_pool_bytes(device_slots: int, ratio: int, *, layers: int, record_bytes: int, page: int = PAGE) -> int:
+    """Host pool bytes of one rank: ``(S × R + page) × layers × record_bytes`` (§2.3 step 1, §2.5)."""
+    return (device_slots * ratio + page) * layers * record_bytes
+
+
 def rank_plan(requests: int, buffer: int, ratio: int, *, layers: int, record_bytes: int,
               indexer_bytes: int, page: int = PAGE) -> RankPlan:
     """The rank's pools for ``requests`` requests with ``buffer`` slots each and ratio ``ratio``."""
     s = requests * (buffer + page)
     h = s * ratio
     return RankPlan(requests, buffer, ratio, s, h, s * layers * record_bytes, h * layers * indexer_bytes,
-                    (h + page) * layers * record_bytes)
+                    host_pool_bytes(s, ratio, layers=layers, record_bytes=record_bytes, page=page))
 
 
 def min_ratio(requests: int, buffer: int, context_tokens: int, page: int = PAGE) -> int:

@@ -45,14 +45,6 @@ DEFAULT_GPU = "h200"
 DEFAULT_MEM_FRACTION_STATIC = 0.85
 """``--mem-fraction-static`` of the SAC runs (paper-sac.md §3/§5: "mem_fraction_static 0.85")."""
 
-WEIGHT_BYTES: dict[str, tuple[int, str]] = {
-    # DeepSeek-V3.2: 685B parameters (671B + 14B MTP, DeepSeek-V3 technical report), shipped in
-    # FP8 with 128x128 block scales: "approximately 642 GB (FP8)" in the DeepSeek-V3.2-NVFP4 model
-    # card, i.e. 642 GiB = 689e9 B, about one byte per parameter.
-    "deepseek-v3.2": (642 * 2**30, "FP8 checkpoint, ~642 GiB (685B parameters at ~1 B each)"),
-}
-
-
 def get_gpu(name: str) -> GpuSpec:
     key = str(name).strip().lower()
     if key not in GPUS:
@@ -84,10 +76,13 @@ def kv_budget(*, model_name: str, tp: int, gpu: str | None, budget_bytes: int | 
         return GpuBudget(budget_bytes, "user", "--gpu-kv-budget", gpu, mem_fraction_static)
     spec = get_gpu(gpu or DEFAULT_GPU)
     if weights_bytes is None:
-        if model_name not in WEIGHT_BYTES:
+        from sactool.models import checkpoint_of
+
+        known = checkpoint_of(model_name)   # sactool/data/models/<name>.json: checkpoint_bytes, its source
+        if known is None:
             raise UsageError(f"the checkpoint size of {model_name} is not known to sactool",
                              "give --gpu-kv-budget SIZE (per GPU) or --weights-bytes SIZE")
-        weights_bytes, wsrc = WEIGHT_BYTES[model_name]
+        weights_bytes, wsrc = known
     else:
         wsrc = "--weights-bytes"
     static = int(spec.hbm_bytes * mem_fraction_static)

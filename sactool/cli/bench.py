@@ -1,10 +1,14 @@
-"""What ``sactool bench`` does between parsing and rendering (kept out of cli.py, which only
-declares options): option values → :class:`BenchOptions`, early checks, run, write, exit code."""
+"""``sactool bench``: option declarations, option values → :class:`sactool.bench.api.BenchOptions`,
+early checks, run, write, render, exit code (the bench package itself never sees typer or rich)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
+import typer
+
+from sactool.cli.common import FormatOpt, check_format
 from sactool.errors import Interrupted, UsageError
 
 TEST_SETS = {"latency": ("latency",), "bandwidth": ("bandwidth",), "mlp": ("mlp",), "gather": ("gather",),
@@ -121,3 +125,65 @@ def run_command(test: str, *, node, cpus, size, threads, record_bytes, topk, pre
         raise Interrupted(f"interrupted: {kept} finished result{'s' if kept != 1 else ''} kept"
                           + (f" in {out}" if out else ""), "rerun to complete the measurement")
     return 0
+
+
+bench_app = typer.Typer(
+    help="Measure memory on a NUMA node: idle/loaded latency, MLP, bandwidth, KV top-k gathers. "
+         "Without a subcommand: all tests on the pool node.",
+    invoke_without_command=True,
+)
+
+_B_NODE = typer.Option(None, "--node", "-n", help="Memory node (2 or node2), a devdax device (dax0.0), or 'all' for "
+                                                  "CPU-node × memory-node matrices. Default: the pool node.")
+_B_CPUS = typer.Option(None, "--cpus", help="CPUs to run on: a list (0-3,8) or a node (node0). "
+                                            "Default: the CPU node nearest the memory node.")
+_B_SIZE = typer.Option(None, "--size", help="Buffer size (default by preset: 512MiB / 1GiB / 4GiB).")
+_B_THREADS = typer.Option(None, "--threads", "-t", help="Thread counts for bandwidth and gathers (e.g. 1,2).")
+_B_RECORD = typer.Option(None, "--record-bytes", "-r", help="Gather record sizes in bytes (default 64,128,256,656,1152,4096).")
+_B_TOPK = typer.Option(2048, "--topk", "-k", help="Records gathered per decode step.")
+_B_PREFETCH = typer.Option(None, "--prefetch", help="Software-prefetch distances in records (default: per size).")
+_B_PATTERN = typer.Option("uniform", "--pattern", help="Gather indices: uniform, clustered or trace.")
+_B_TRACE = typer.Option(None, "--trace", help="Index trace (.npy, or text: one step per line).")
+_B_HUGE = typer.Option("thp", "--hugepages", help="thp (MADV_HUGEPAGE), none, 2MB or 1GB (hugetlb pool).")
+_B_PRESET = typer.Option("default", "--preset", help="Protocol: fast, default or rigorous.")
+_B_SEED = typer.Option(1, "--seed", help="Seed for chains and indices.")
+_B_OUT = typer.Option(None, "--out", "-o", help="Write the bench record here (JSON, or YAML by suffix).")
+_B_FORCE = typer.Option(False, "--force", help="Overwrite --out / --plot.")
+_B_PLOT = typer.Option(None, "--plot", help="Draw loaded-latency and gather curves to this PNG (needs matplotlib).")
+
+
+def _bench(test: str, **kw) -> None:
+    check_format(kw["fmt"])
+    run_command(test, **kw)
+
+
+def _bench_cmd(test: str, doc: str):
+    def cmd(node: Optional[str] = _B_NODE, cpus: Optional[str] = _B_CPUS, size: Optional[str] = _B_SIZE,
+            threads: Optional[str] = _B_THREADS, record_bytes: Optional[str] = _B_RECORD, topk: int = _B_TOPK,
+            prefetch: Optional[str] = _B_PREFETCH, pattern: str = _B_PATTERN, trace: Optional[Path] = _B_TRACE,
+            hugepages: str = _B_HUGE, preset: str = _B_PRESET, seed: int = _B_SEED, out: Optional[Path] = _B_OUT,
+            force: bool = _B_FORCE, fmt: str = FormatOpt, plot: Optional[Path] = _B_PLOT) -> None:
+        _bench(test, node=node, cpus=cpus, size=size, threads=threads, record_bytes=record_bytes, topk=topk,
+               prefetch=prefetch, pattern=pattern, trace=trace, hugepages=hugepages, preset=preset, seed=seed,
+               out=out, force=force, fmt=fmt, plot=plot)
+
+    cmd.__doc__ = doc
+    bench_app.command(name=test)(cmd)
+
+
+for _t, _doc in (("latency", "Idle latency: pointer chase over page-local and fully random chains."),
+                 ("bandwidth", "Sequential read/write/copy bandwidth, 1 … all CPUs of the CPU node."),
+                 ("mlp", "Memory-level parallelism: 1 … 32 independent chases (latency and bandwidth)."),
+                 ("gather", "KV top-k gather of R-byte records at uniform/clustered/trace indices."),
+                 ("loaded", "Loaded latency: one chaser while throttled readers sweep from full load to idle."),
+                 ("all", "Every test above, in one record.")):
+    _bench_cmd(_t, _doc)
+
+
+@bench_app.callback()
+def _bench_default(ctx: typer.Context, node: Optional[str] = _B_NODE, preset: str = _B_PRESET,
+                   out: Optional[Path] = _B_OUT, force: bool = _B_FORCE, fmt: str = FormatOpt) -> None:
+    if ctx.invoked_subcommand is None:
+        _bench("all", node=node, cpus=None, size=None, threads=None, record_bytes=None, topk=2048, prefetch=None,
+               pattern="uniform", trace=None, hugepages="thp", preset=preset, seed=1, out=out, force=force,
+               fmt=fmt, plot=None)

@@ -1,0 +1,60 @@
+"""``sactool probe``: probe, optionally snapshot, render.
+
+Light on purpose: :func:`run_probe` is also the typer-free fast path of the console script
+(:mod:`sactool.entry`), so this module imports neither typer nor the app at import time;
+:func:`register` adds the typer command to the app.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+
+def run_probe(fmt: str = "table", sysfs_root: Optional[Path] = None, snapshot: Optional[Path] = None,
+              force: bool = False) -> None:
+    """``sactool probe``: probe, optionally snapshot, render (table) or emit data (json/yaml)."""
+    from sactool.errors import ExistsError, UsageError
+    from sactool.host.sysfs import SysfsReader
+    from sactool.render import FORMATS
+    from sactool.topology import probe
+
+    if fmt not in FORMATS:
+        raise UsageError(f"unknown format {fmt!r}", f"use one of: {', '.join(FORMATS)}")
+    if snapshot is not None and snapshot.exists() and not force:
+        raise ExistsError(f"{snapshot} exists", "pass --force to overwrite it, or choose another name")
+    reader = SysfsReader(sysfs_root)
+    topo = probe(reader)
+    if snapshot is not None:
+        from sactool.topology.snapshot import write_snapshot
+
+        path = write_snapshot(reader, snapshot, force=force)
+        sys.stderr.write(f"snapshot: {path} ({len(reader.touched)} paths read); "
+                         f"to replay: mkdir DIR && tar xzf {path} -C DIR && sactool probe --sysfs-root DIR\n")
+    if fmt == "table":
+        from sactool.render.probe import render_probe
+
+        render_probe(topo)
+    else:
+        from sactool.render import emit_data
+
+        emit_data(topo, fmt)
+
+
+def register(app) -> None:
+    """Add ``probe`` to the typer ``app`` (options as the fast path parses them)."""
+    import typer
+
+    from sactool.cli.common import FormatOpt, SysfsRootOpt
+
+    @app.command()
+    def probe(
+        fmt: str = FormatOpt,
+        sysfs_root: Optional[Path] = SysfsRootOpt,
+        snapshot: Optional[Path] = typer.Option(
+            None, "--snapshot", help="Also write the files the prober read to this .tar.gz (for bug reports)."),
+        force: bool = typer.Option(False, "--force", help="Overwrite an existing --snapshot file."),
+    ) -> None:
+        """What memory do I have: NUMA nodes, which is CXL and why, CXL devices, regions, DAX, HMAT, tiers."""
+        run_probe(fmt, sysfs_root, snapshot, force)

@@ -1,0 +1,97 @@
+"""``sactool simulate``: options → :class:`sactool.simulate.api.SimulationOptions`, run, render."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from sactool.cli.common import FormatOpt, check_format
+from sactool.errors import UsageError
+from sactool.data import paper_platform
+
+
+def simulate(
+    platform: Optional[Path] = typer.Option(
+        None, "--platform", help="Platform file (YAML); default with --profile: the shipped sac-paper.yaml "
+        "for links, NICs and GPU figures."),
+    profile: Optional[Path] = typer.Option(
+        None, "--profile", help="A sactool profile: model, engine settings and its bench record's gather figures."),
+    dram_bench: Optional[Path] = typer.Option(
+        None, "--dram-bench", help="With --profile: bench record of a DRAM node for the local-DRAM placement."),
+    context: Optional[str] = typer.Option(None, "--context", help="Context lengths, e.g. 32k,128k."),
+    concurrency: Optional[str] = typer.Option(None, "--concurrency", help="Concurrencies, e.g. 8,16,32,64,128."),
+    output_tokens: Optional[int] = typer.Option(None, "--output-tokens", help="Output tokens per request."),
+    case: Optional[str] = typer.Option(None, "--case", help="cache_hit (KV in the pool) or cache_populate."),
+    arrival_rate: Optional[float] = typer.Option(
+        None, "--arrival-rate", help="Poisson arrivals per second (default: closed loop at the concurrency)."),
+    prefetch: Optional[bool] = typer.Option(
+        None, "--prefetch/--no-prefetch", help="Overlap each layer's swap-in with compute (what-if)."),
+    placements: str = typer.Option("sac,rdma,dram", "--placements", help="Subset of sac,rdma,dram."),
+    hotbuffer_steps: int = typer.Option(
+        128, "--hotbuffer-steps", help="Decode steps simulated for hot-buffer misses per context."),
+    overrides: Optional[List[str]] = typer.Option(
+        None, "--set", help="Override a platform field, e.g. --set nic.count=4 (repeatable)."),
+    explain: bool = typer.Option(False, "--explain", help="Attribute each ratio to its drivers."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Write throughput and TTFT vs concurrency (PNG)."),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing --plot file."),
+    fmt: str = FormatOpt,
+) -> None:
+    """What SAC/CXL vs an RDMA pool vs local DRAM would give: TTFT, TBT, throughput, memory, ratios."""
+    from sactool.units import parse_list, parse_tokens
+
+    check_format(fmt)
+    if platform is None and profile is None:
+        raise UsageError("give --platform FILE or --profile P",
+                         f"e.g. sactool simulate --platform {paper_platform()}")
+    if plot is not None and plot.exists() and not force:
+        from sactool.errors import ExistsError
+
+        raise ExistsError(f"{plot} already exists", "pass --force to overwrite it")
+    if plot is not None:
+        from sactool.render.simulate import require_matplotlib
+
+        require_matplotlib()
+    if hotbuffer_steps < 2:
+        raise UsageError(f"--hotbuffer-steps {hotbuffer_steps} must be >= 2", "e.g. 128")
+
+    def _int(s, what):
+        try:
+            return int(s)
+        except ValueError:
+            raise UsageError(f"{what} {s!r} is not an integer", "e.g. 8,16,64") from None
+
+    ctxs = tuple(parse_list(context, parse_tokens, what="context")) if context else None
+    concs = tuple(parse_list(concurrency, _int, what="concurrency")) if concurrency else None
+    places = tuple(x.strip() for x in placements.split(",") if x.strip())
+    from sactool.simulate.api import SimulationOptions, simulate as run_sim
+    from sactool.simulate.platform import load_platform
+
+    notes: list = []
+    if profile is not None:
+        from sactool.simulate.fromprofile import platform_from_profile
+
+        base_path = platform or paper_platform()
+        if not base_path.exists():
+            raise UsageError(f"base platform {base_path} not found", "give --platform FILE with links, NICs and GPU figures")
+        plat, notes = platform_from_profile(profile, load_platform(base_path, overrides),
+                                            dram_bench=str(dram_bench) if dram_bench else None)
+    else:
+        plat = load_platform(platform, overrides)
+    res = run_sim(SimulationOptions(plat, contexts=ctxs, concurrency=concs, output_tokens=output_tokens, case=case,
+                                    arrival_rate_per_s=arrival_rate, prefetch=prefetch, placements=places,
+                                    hotbuffer_steps=hotbuffer_steps, notes=tuple(notes)))
+    if plot is not None:
+        from sactool.render.simulate import plot_simulation
+
+        plot_simulation(res, plot, force=force)
+        typer.echo(f"plot: {plot}", err=True)
+    if fmt == "table":
+        from sactool.render.simulate import render_simulation
+
+        render_simulation(res, explain=explain)
+    else:
+        from sactool.render import emit_data
+
+        emit_data(res, fmt)

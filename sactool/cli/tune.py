@@ -1,0 +1,82 @@
+"""``sactool tune``: options → :class:`sactool.tune.api.TuneOptions`, run, render."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from sactool.cli.common import FormatOpt, SysfsRootOpt, check_format
+from sactool.errors import UsageError
+
+
+def _given(ctx: typer.Context, names: dict) -> frozenset:
+    """Option names the user set on the command line (provenance "user")."""
+    out = set()
+    for param, label in names.items():
+        src = ctx.get_parameter_source(param)
+        if src is not None and getattr(src, "name", "") not in ("DEFAULT", "DEFAULT_MAP"):
+            out.add(label)
+    return frozenset(out)
+
+
+def tune(
+    ctx: typer.Context,
+    model: str = typer.Option("deepseek-v3.2", "--model", "-m", help="Model name or path to a config.json."),
+    context: str = typer.Option("16k,32k,64k,128k", "--context", help="Context lengths in tokens (comma list)."),
+    concurrency: str = typer.Option("auto", "--concurrency",
+                                    help="Concurrent requests in all (auto: SAC's 64, or what the pool holds)."),
+    tp: int = typer.Option(8, "--tp", help="GPU ranks (tensor parallel size)."),
+    attn_dp: Optional[int] = typer.Option(None, "--attn-dp", help="Attention-DP groups (default: = --tp)."),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU from the catalog: h20, h100, h200 (default h200)."),
+    gpu_kv_budget: Optional[str] = typer.Option(None, "--gpu-kv-budget",
+                                                help="GPU bytes per GPU for hot buffers + indexer keys (e.g. 30GiB)."),
+    weights_bytes: Optional[str] = typer.Option(None, "--weights-bytes", help="Checkpoint size (e.g. 642GiB)."),
+    kv_dtype: str = typer.Option("fp8", "--kv-dtype", help="KV cache dtype: fp8 (656 B) or bf16 (1152 B)."),
+    bench: Optional[Path] = typer.Option(None, "--bench", help="Bench record from 'sactool bench --out'."),
+    trace: Optional[Path] = typer.Option(None, "--trace", help="Replay a real top-k trace (.npz)."),
+    strict: bool = typer.Option(False, "--strict", help="Refuse bench records from another machine or node."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Profile path (default profiles/<model>/<host>.yaml)."),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing profile; restart unfinished points."),
+    resume: bool = typer.Option(False, "--resume", help="Continue an interrupted tune from its points file."),
+    steps: int = typer.Option(128, "--steps", help="Decode steps simulated per context and seed."),
+    replicates: int = typer.Option(3, "--replicates", help="Workload seeds = interleaved measurement rounds."),
+    seed: int = typer.Option(0, "--seed", help="First workload seed."),
+    sysfs_root: Optional[Path] = SysfsRootOpt,
+    fmt: str = FormatOpt,
+) -> None:
+    """Choose HiSparse and pool settings for a model from measurements; write a serving profile."""
+    from sactool.tune.api import TuneOptions, tune as do_tune
+    from sactool.units import parse_list, parse_size, parse_tokens
+
+    check_format(fmt)
+    conc = None
+    if concurrency.strip().lower() != "auto":
+        try:
+            conc = int(concurrency)
+        except ValueError:
+            raise UsageError(f"--concurrency {concurrency!r} is not a number", "give an integer or auto") from None
+    opts = TuneOptions(
+        model=model, contexts=tuple(parse_list(context, parse_tokens, what="context")), concurrency=conc, tp=tp,
+        attn_dp=attn_dp, gpu=gpu,
+        gpu_kv_budget_bytes=parse_size(gpu_kv_budget, what="--gpu-kv-budget") if gpu_kv_budget else None,
+        weights_bytes=parse_size(weights_bytes, what="--weights-bytes") if weights_bytes else None,
+        kv_dtype=kv_dtype, bench=bench, trace=trace, strict=strict, out=out, force=force, resume=resume,
+        steps=steps, replicates=replicates, seed=seed, sysfs_root=sysfs_root,
+        given=_given(ctx, {"context": "contexts", "concurrency": "concurrency", "tp": "tp", "attn_dp": "attn-dp",
+                           "gpu": "gpu", "kv_dtype": "kv-dtype"}))
+    from sactool.render.tune import progress_reporter, render_tune, render_warnings
+
+    cb, close = progress_reporter()
+    try:
+        result = do_tune(opts, progress=cb)
+    finally:
+        close()
+    render_warnings(result.warnings)
+    if fmt == "table":
+        render_tune(result)
+    else:
+        from sactool.render import emit_data
+
+        emit_data(result, fmt)

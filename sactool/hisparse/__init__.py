@@ -1,0 +1,18 @@
+"""The HiSparse engine model (SGLang 0.5.23): one owner for every serving fact.
+
+Light to import (each module imports only what it uses; nothing is imported here), so the
+``sactool_cxl`` plug-in can use it inside every SGLang scheduler process.
+
+* :mod:`~sactool.hisparse.layout`    — KV record bytes and dtypes, indexer key bytes, the
+  config.json fields a DSA model needs;
+* :mod:`~sactool.hisparse.capacity`  — device slots, host-pool and GPU bytes of one rank;
+* :mod:`~sactool.hisparse.placement` — the rank → pool target rule (round_robin, packed);
+* :mod:`~sactool.hisparse.hostpool`  — a profile's host pool: targets, per-rank sizing, the
+  plan the plug-in carries out;
+* :mod:`~sactool.hisparse.hotbuffer` — exact simulation of the per-request LRU hot buffer;
+* :mod:`~sactool.hisparse.cost`      — fetch bytes and time per decode step;
+* :mod:`~sactool.hisparse.gpus`      — GPU catalog and the per-GPU KV budget.
+
+Consumers: ``tune/`` (search over these), ``serve/`` (launch checks), ``simulate/`` (serving
+model), and the plug-in (``sactool/sglang_plugin.py``).
+"""

@@ -1,0 +1,71 @@
+"""What ``sactool tune`` is asked (:class:`TuneOptions`) and answers (:class:`TuneResult`), and the
+defaults both halves of the tune share. Imported by :mod:`sactool.tune.api` (checks, entry) and
+:mod:`sactool.tune.run` (the heavy half), which no longer import each other's names."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+Progress = Callable[[str, int, int], None]
+
+SAC_CONCURRENCY = 64
+"""Concurrency of SAC's main experiments (paper-sac.md §1, §3: "concurrency 64"); the default
+design concurrency, lowered to what the pool holds when it holds less."""
+DEFAULT_CONTEXTS = (16384, 32768, 65536, 131072)   # the paper's 16K–128K sweep (paper-sac.md §3)
+DEFAULT_STEPS = 128
+DEFAULT_REPLICATES = 3
+DEFAULT_GATHER_SECONDS = 0.6
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    """What the user asks for. ``given`` names the options the user set (provenance "user")."""
+
+    model: str = "deepseek-v3.2"
+    contexts: tuple[int, ...] = DEFAULT_CONTEXTS        # tokens
+    concurrency: int | None = None                      # total requests; None = auto
+    tp: int = 8                                         # GPU ranks (canonical DeepSeek-V3.2 command: tp 8)
+    attn_dp: int | None = None                          # attention-DP groups; None = tp (DP attention)
+    gpu: str | None = None                              # catalog name; None = gpus.DEFAULT_GPU
+    gpu_kv_budget_bytes: int | None = None              # per GPU
+    weights_bytes: int | None = None                    # whole checkpoint
+    kv_dtype: str = "fp8"
+    bench: Path | None = None
+    trace: Path | None = None
+    strict: bool = False
+    out: Path | None = None
+    force: bool = False
+    resume: bool = False
+    steps: int = DEFAULT_STEPS                          # decode steps simulated per context
+    replicates: int = DEFAULT_REPLICATES                # workload seeds / measurement rounds
+    seed: int = 0
+    gather_seconds: float = DEFAULT_GATHER_SECONDS
+    sysfs_root: Path | None = None
+    exhaustive: bool = False                            # evaluate every page-aligned buffer size
+    write: bool = True
+    given: frozenset[str] = field(default_factory=frozenset)
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    profile: Any                       # sactool.profile.Profile
+    path: Path | None
+    summary: dict[str, Any]            # what the table shows (also in JSON)
+    alternatives: tuple[dict[str, Any], ...]
+    evaluated: int
+    space: int
+    warnings: tuple[dict[str, str], ...]
+    elapsed_s: float
+    chosen_objective_s: float
+    best_objective_s: float
+
+    def to_data(self) -> dict[str, Any]:
+        from sactool.records import to_data
+
+        return {"kind": "tune_result", "path": str(self.path) if self.path else None,
+                "summary": to_data(self.summary), "alternatives": to_data(self.alternatives),
+                "candidates_evaluated": self.evaluated, "candidate_space": self.space,
+                "warnings": to_data(self.warnings), "elapsed_s": round(self.elapsed_s, 3),
+                "profile": self.profile.to_data()}
