@@ -132,3 +132,28 @@ def test_snapshot_replays_identically(name, tmp_path):
     snap = write_snapshot(reader, tmp_path / "snap.tar.gz")
     second = normalise(to_data(probe(SysfsReader(unpack(snap, tmp_path / "b")))))
     assert first == second
+
+
+@pytest.mark.parametrize("name", ["sac2s__10-region", "sac2s__30-system-ram"])
+def test_sac2s_two_sockets(name, tmp_path):
+    """The two-socket SAC shape: region ids follow the root decoders, memdev names do not
+    (region0 → mem1 on socket 0's bridge, region1 → mem0 on socket 1's)."""
+    t = _probe(name, tmp_path)
+    assert kinds(t) == {"node0": "dram", "node1": "dram", "node2": "cxl", "node3": "cxl"}
+    assert [(r.name, r.root_decoder, r.memdevs) for r in t.regions] == [
+        ("region0", "decoder0.0", ("mem1",)), ("region1", "decoder0.1", ("mem0",))]
+    assert {m.name: (m.serial, m.affinity_node) for m in t.memdevs} == {"mem0": ("0x3002", 1), "mem1": ("0x3001", 0)}
+    assert [(d.name, d.mode, d.target_node, d.region) for d in t.dax_devices] == [
+        ("dax0.0", "system-ram", 2, "region0"), ("dax1.0", "system-ram", 3, "region1")]
+    # the kernel gives CFMWS nodes no SLIT entry: 20 from both sockets, less than the other socket's DRAM
+    assert [t.node(c).distance_to(m) for c in (0, 1) for m in (2, 3)] == [20, 20, 20, 20]
+    assert t.node(0).distance_to(1) == 21
+    assert t.verdict.pool_nodes == (2, 3) and not t.verdict.stand_in
+
+
+def test_sac2s_devdax(tmp_path):
+    t = _probe("sac2s__20-devdax", tmp_path)
+    assert kinds(t) == {"node0": "dram", "node1": "dram"}
+    assert [(d.name, d.mode, d.target_node, d.align_bytes, d.size_bytes) for d in t.dax_devices] == [
+        ("dax0.0", "devdax", 2, 2 << 20, 512 << 20), ("dax1.0", "devdax", 3, 2 << 20, 512 << 20)]
+    assert [w.code for w in t.warnings].count("cxl-devdax") == 2
