@@ -112,13 +112,16 @@ def test_unknown_node_and_frozen(ram):
 
 def test_nearest_cpu_node_uses_slit_and_skips_255(ram):
     t = probe(SysfsReader(ram))
-    # make node1 a CPU node nearer to node2 than node0 is (SLIT 15 vs 20)
-    n1 = replace(t.node(1), has_cpu=True, cpus=(2,))
-    n2 = replace(t.node(2), distances=((0, 20), (1, 15), (2, 10)))
-    t2 = replace(t, nodes=(t.node(0), n1, n2))
+    # no device affinity (numa_node -1 everywhere), so SLIT decides; read in the CPU node's row
+    t = replace(t, memdevs=tuple(replace(m, affinity_node=None, host_bridge_node=None) for m in t.memdevs))
+    n0 = replace(t.node(0), distances=((0, 10), (1, 20), (2, 20)))
+    n1 = replace(t.node(1), has_cpu=True, cpus=(2,), distances=((0, 20), (1, 10), (2, 15)))
+    n2 = replace(t.node(2), distances=((0, 12), (1, 30), (2, 10)))  # node2's own row must not decide
+    t2 = replace(t, nodes=(n0, n1, n2))
     assert t2.nearest_cpu_node(2) == 1
-    n2u = replace(n2, distances=((0, 20), (1, 255), (2, 10)))  # 255: unreachable
-    assert replace(t2, nodes=(t.node(0), n1, n2u)).nearest_cpu_node(2) == 0
+    assert t2.locality(2).source == "slit" and t2.locality(2).distance == 15
+    n1u = replace(n1, distances=((0, 20), (1, 10), (2, 255)))  # 255: unreachable, never nearest
+    assert replace(t2, nodes=(n0, n1u, n2)).nearest_cpu_node(2) == 0
     assert t2.nearest_cpu_node(1) == 1  # a CPU node is its own nearest
 
 

@@ -56,13 +56,15 @@ class PoolTarget:
     """One place the host pool can live: a NUMA node (``node2``) or a DAX device (``dax0.0``).
 
     ``capacity_bytes``: bytes the pool may take there (free memory of a node, size of a DAX
-    device); ``capacity_source``: where that figure was read.
+    device); ``capacity_source``: where that figure was read. ``cpu_node``: the CPU node next to
+    this target (:meth:`sactool.topology.Topology.locality`), whose CPUs prefault it.
     """
 
     name: str
     node: int | None
     capacity_bytes: int
     capacity_source: str
+    cpu_node: int | None = None
 
 
 @dataclass(frozen=True)

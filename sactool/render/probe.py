@@ -96,12 +96,13 @@ def render_probe(topo: Topology, console=None) -> None:
 
     if topo.dax_devices:
         d = Table(title="DAX devices", title_justify="left")
-        for col in ("device", "mode", "size", "target node", "align", "from"):
+        for col in ("device", "mode", "size", "target node", "align", "from", "CPU node"):
             d.add_column(col)
         for x in topo.dax_devices:
+            loc = topo.dax_locality(x.name)
             d.add_row(x.name, x.mode or (f"driver {x.driver}" if x.driver else "unbound"),
                       _b(x.size_bytes), "-" if x.target_node is None else f"node{x.target_node}",
-                      _b(x.align_bytes), x.region or x.source or "?")
+                      _b(x.align_bytes), x.region or x.source or "?", _cpu_cell(loc))
         c.print(d)
 
     for w in topo.warnings:
@@ -111,6 +112,20 @@ def render_probe(topo: Topology, console=None) -> None:
     label = "KV pool (stand-in)" if v.stand_in else "KV pool"
     nodes = ", ".join(f"node{i}" for i in v.pool_nodes) or "none"
     c.print(f"[bold]{label}: {nodes}[/] — {esc(v.reason)}")
+    if v.pool:
+        p = Table(title="Pool locality (threads for each pool node run on its CPU node)", title_justify="left")
+        for col in ("pool node", "CPU node", "SLIT CPU→node", "from", "evidence"):
+            p.add_column(col, overflow="fold")
+        for loc in v.pool:
+            p.add_row(f"node{loc.node}", _cpu_cell(loc), "-" if loc.distance is None else str(loc.distance),
+                      loc.source, esc(loc.evidence))
+        c.print(p)
+
+
+def _cpu_cell(loc) -> str:
+    if loc.cpu_node is None:
+        return "?"
+    return f"node{loc.cpu_node}" + (" (not known to be near)" if loc.source == "none" else "")
 
 
 def _memdev_line(md) -> str:

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from sactool.errors import TopologyError
 from sactool.topology.model import (
-    KINDS, SCHEMA_VERSION, CxlDecoder, CxlMemdev, CxlRegion, DaxDevice, HmatAccess, HugePages,
-    MemorySideCache, NumaNode, PcieLink, ProbeWarning, Topology, Verdict, Warning,
+    KINDS, LOCALITY_SOURCES, SCHEMA_VERSION, CxlDecoder, CxlMemdev, CxlRegion, DaxDevice, HmatAccess, HugePages,
+    Locality, MemorySideCache, NumaNode, PcieLink, ProbeWarning, Topology, Verdict, Warning,
 )
 
 __all__ = [
     "probe", "Topology", "NumaNode", "CxlMemdev", "CxlDecoder", "CxlRegion", "DaxDevice", "HmatAccess",
-    "HugePages", "MemorySideCache", "PcieLink", "ProbeWarning", "Warning", "Verdict", "TopologyError",
+    "HugePages", "Locality", "LOCALITY_SOURCES", "MemorySideCache", "PcieLink", "ProbeWarning", "Warning", "Verdict", "TopologyError",
     "KINDS", "SCHEMA_VERSION",
 ]
 
@@ -46,7 +46,7 @@ def probe(reader=None) -> Topology:
         memdevs=tuple(memdevs), decoders=tuple(decoders), regions=tuple(regions), dax_devices=tuple(dax),
         demotion_enabled=demotion, verdict=Verdict((), False, ""), cxl_bus=cxl_present,
     )
-    v = verdict(nodes, regions, dax, draft.nearest_cpu_node, memdevs, cxl_present)
+    v = verdict(nodes, regions, dax, draft.locality, memdevs, cxl_present)
     early = warnings + cxl_warnings + class_warnings
     all_warnings = early + late_warnings(r, draft, early)
     from dataclasses import replace

@@ -129,17 +129,22 @@ def _cpus(cpus: tuple[int, ...]) -> str:
 
 
 def verdict(nodes: list[NumaNode], regions: list[CxlRegion], dax: list[DaxDevice],
-            nearest, memdevs=(), cxl_bus: bool = True) -> Verdict:
-    """KV pool choice: every CXL node with memory; else the DRAM CPU node with most free memory."""
+            locality, memdevs=(), cxl_bus: bool = True) -> Verdict:
+    """KV pool choice: every CXL node with memory; else the DRAM CPU node with most free memory.
+
+    ``locality(node_id)`` gives each pool node its own CPU node (:meth:`Topology.locality`)."""
     cxl = [n for n in nodes if n.kind == "cxl" and (n.mem_total_bytes or 0) > 0]
     if cxl:
         ids = tuple(n.id for n in cxl)
-        cpu = nearest(ids[0])
+        pool = tuple(locality(i) for i in ids)
         parts = [f"{'; '.join(e for e in n.evidence if '←' in e) or n.name + ': ' + n.evidence[0]}, "
                  f"{format_bytes(n.mem_total_bytes or 0)} ({format_bytes(n.mem_free_bytes or 0)} free)"
                  for n in cxl]
+        near = ", ".join(f"node{p.node} near node{p.cpu_node} ({_SOURCE_WORDS[p.source]})" for p in pool
+                         if p.cpu_node is not None)
         return Verdict(ids, False, "CXL memory onlined as NUMA node(s) — " + " | ".join(parts)
-                       + f"; pin threads to node{cpu} (nearest CPU node by SLIT)", cpu)
+                       + (f"; pin each node's threads to its own CPU node: {near}" if near else ""),
+                       pool[0].cpu_node, pool)
     dram = [n for n in nodes if n.kind == "dram" and n.has_cpu]
     if not dram:
         return Verdict((), False, "no CXL node and no DRAM node with CPUs: nothing to use as a KV pool")
@@ -158,4 +163,8 @@ def verdict(nodes: list[NumaNode], regions: list[CxlRegion], dax: list[DaxDevice
                        f"'daxctl reconfigure-device --mode=system-ram {d.name}' would online it")
     if not any(r.committed for r in regions) and any(r for r in regions):
         why.append("a CXL region exists but is not committed")
-    return Verdict((best.id,), True, "; ".join(why), best.id)
+    return Verdict((best.id,), True, "; ".join(why), best.id, (locality(best.id),))
+
+
+_SOURCE_WORDS = {"cpus": "its own CPUs", "device-affinity": "CXL device affinity", "slit": "SLIT",
+                 "hmat": "HMAT initiators", "none": "nothing links it to a CPU node"}

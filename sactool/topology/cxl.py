@@ -69,6 +69,7 @@ def read_cxl(r: SysfsReader) -> tuple[list[CxlMemdev], list[CxlDecoder], list[Cx
             affinity_node=_node_or_none(r.int(f"{path}/numa_node")),
             endpoint=mem_endpoint.get(name),
             link=read_link(r, posixpath.dirname(path)),
+            **_host_bridge(r, path),
         ))
 
     decoders = []
@@ -139,6 +140,26 @@ def read_cxl(r: SysfsReader) -> tuple[list[CxlMemdev], list[CxlDecoder], list[Cx
         ))
     warnings.extend(_unmapped_capacity(memdevs, decoders, regions))
     return memdevs, decoders, regions, warnings, True
+
+
+_HOST_BRIDGE_RE = re.compile(r"^pci[0-9a-f]{4}:[0-9a-f]{2}$")
+_PCI_FN_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+
+
+def _host_bridge(r: SysfsReader, path: str) -> dict:
+    """``host_bridge`` (``pci0000:0c``) and its NUMA node for a device at canonical ``path``
+    (``sys/devices/pci0000:0c/0000:0c:00.0/0000:0d:00.0/mem1``). The host bridge directory has no
+    ``numa_node`` of its own on 6.12; its PCI functions inherit the bridge's node (ACPI _PXM), so
+    the root port's ``numa_node`` is read when the bridge has none."""
+    parts = path.split("/")
+    idx = next((i for i, p in enumerate(parts) if _HOST_BRIDGE_RE.match(p)), None)
+    if idx is None:
+        return {"host_bridge": None, "host_bridge_node": None}
+    hb = "/".join(parts[:idx + 1])
+    node = r.int(f"{hb}/numa_node") if r.exists(f"{hb}/numa_node") else None
+    if node is None and idx + 1 < len(parts) and _PCI_FN_RE.match(parts[idx + 1]):
+        node = r.int(f"{hb}/{parts[idx + 1]}/numa_node")
+    return {"host_bridge": parts[idx], "host_bridge_node": _node_or_none(node)}
 
 
 def _node_or_none(v: int | None) -> int | None:

@@ -165,6 +165,9 @@ class CxlMemdev:
     affinity_node: int | None       # memN/numa_node: the DEVICE's CPU affinity, not its memory's node
     endpoint: str | None            # endpoint<P> port whose uport is this memdev
     link: PcieLink | None
+    host_bridge: str | None = None  # the PCI host bridge the device sits under (``pci0000:0c``)
+    host_bridge_node: int | None = None  # numa_node of that bridge: its own attribute, else its root
+                                          # port's (``pci0000:0c/0000:0c:00.0/numa_node``); None: -1 or unread
 
 
 @dataclass(frozen=True)
@@ -224,14 +227,59 @@ class DaxDevice:
     region: str | None               # the CXL region it comes from, when known
 
 
+LOCALITY_SOURCES = ("cpus", "device-affinity", "slit", "hmat", "none")
+"""How a memory node's CPU node was found, strongest first (see :mod:`sactool.topology.locality`)."""
+
+
+@dataclass(frozen=True)
+class Locality:
+    """The CPU node that sits next to one memory node (or DAX device), and the evidence.
+
+    ``distance``: the SLIT entry read in the CPU node's row toward the memory node
+    (``node<cpu_node>/distance``), as the kernel printed it (255 = unreachable); None when the
+    kernel gave none or the memory is not an online node (a devdax device).
+    ``source``: one of :data:`LOCALITY_SOURCES`.
+    """
+
+    node: int | None                 # the memory node (None: a devdax device whose node is offline)
+    cpu_node: int | None             # None only when no node has CPUs
+    distance: int | None
+    source: str
+    evidence: str
+    device: str | None = None        # the DAX device, for devdax entries
+
+    def to_data(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.device is not None:
+            out["device"] = self.device
+        out.update({
+            "node": None if self.node is None else f"node{self.node}",
+            "cpu_node": None if self.cpu_node is None else f"node{self.cpu_node}",
+            "distance": self.distance,
+            "source": self.source,
+            "evidence": self.evidence,
+        })
+        return out
+
+
 @dataclass(frozen=True)
 class Verdict:
-    """Which node(s) sactool would use as the KV pool, and why."""
+    """Which node(s) sactool would use as the KV pool, and why.
+
+    ``pool``: one :class:`Locality` per pool node, in ``pool_nodes`` order — each node's own CPU
+    node. ``cpu_node`` is the first pool node's (kept for readers of the single field); with
+    several pool nodes use :meth:`cpu_node_of`.
+    """
 
     pool_nodes: tuple[int, ...]
     stand_in: bool                   # True: no CXL node; a DRAM node stands in
     reason: str
-    cpu_node: int | None = None      # node whose CPUs to pin threads to (nearest CPU node)
+    cpu_node: int | None = None      # the first pool node's CPU node (see ``pool`` for each)
+    pool: tuple[Locality, ...] = ()
+
+    def cpu_node_of(self, node_id: int) -> int | None:
+        """The CPU node of pool node ``node_id`` (None when it is not a pool node)."""
+        return next((p.cpu_node for p in self.pool if p.node == node_id), None)
 
 
 @dataclass(frozen=True)
@@ -280,35 +328,52 @@ class Topology:
     def region(self, name: str) -> CxlRegion | None:
         return next((r for r in self.regions if r.name == name), None)
 
+    def locality(self, node_id: int) -> Locality:
+        """The CPU node next to memory node ``node_id``, with the evidence used: the node's own
+        CPUs; else the affinity of the CXL device(s) behind it; else the CPU → memory SLIT entry;
+        else HMAT initiators (:func:`sactool.topology.locality.node_locality`)."""
+        from sactool.topology.locality import node_locality
+
+        return node_locality(self, node_id)
+
+    def dax_locality(self, name: str) -> Locality:
+        """The CPU node next to DAX device ``name`` (e.g. a devdax device, whose memory is no node)."""
+        from sactool.topology.locality import dax_locality
+
+        return dax_locality(self, name)
+
     def nearest_cpu_node(self, node_id: int) -> int:
-        """The CPU node closest to ``node_id`` by SLIT distance (itself if it has CPUs).
+        """The CPU node next to ``node_id`` (itself if it has CPUs): :meth:`locality`'s pick.
 
-        Ties are broken by the CPU affinity of the CXL memdevs behind the node, then by the lower
-        id. Used to pin threads near a CPU-less (CXL) node.
+        Used to pin threads near a CPU-less (CXL) node. Raises TopologyError when no node has CPUs.
         """
-        target = self.node(node_id)
-        if target.has_cpu:
-            return target.id
-        cpu_nodes = [n for n in self.nodes if n.has_cpu]
-        if not cpu_nodes:
+        loc = self.locality(node_id)
+        if loc.cpu_node is None:
             raise TopologyError("no node has CPUs", "is this a complete sysfs tree?")
-        affinity = {m.affinity_node for m in self.memdevs_of_node(node_id)}
-
-        def key(n: NumaNode) -> tuple[int, int, int]:
-            d = target.distance_to(n.id)
-            d = 10_000 if d is None or d == 255 else d
-            return (d, 0 if n.id in affinity else 1, n.id)
-
-        return min(cpu_nodes, key=key).id
+        return loc.cpu_node
 
     def memdevs_of_node(self, node_id: int) -> tuple[CxlMemdev, ...]:
-        """Memdevs whose regions were onlined into ``node_id`` (via DAX system-ram)."""
+        """Memdevs behind ``node_id``: of the regions onlined into it via DAX system-ram, or whose
+        address range holds the node's memory blocks."""
         names: list[str] = []
         for d in self.dax_devices:
-            if d.target_node == node_id and d.region:
+            if d.target_node == node_id and d.region and d.mode == "system-ram":
                 reg = self.region(d.region)
                 if reg:
                     names.extend(m for m in reg.memdevs if m and m not in names)
+        ranges = next((n.phys_ranges for n in self.nodes if n.id == node_id), ())
+        for reg in self.regions:
+            if reg.resource is None or not reg.size_bytes:
+                continue
+            if any(reg.resource <= a < reg.resource + reg.size_bytes for a, _ in ranges):
+                names.extend(m for m in reg.memdevs if m and m not in names)
+        return tuple(m for m in self.memdevs if m.name in names)
+
+    def memdevs_of_dax(self, name: str) -> tuple[CxlMemdev, ...]:
+        """Memdevs of the CXL region a DAX device comes from."""
+        d = next((x for x in self.dax_devices if x.name == name), None)
+        reg = self.region(d.region) if d is not None and d.region else None
+        names = [m for m in (reg.memdevs if reg else ()) if m]
         return tuple(m for m in self.memdevs if m.name in names)
 
     def to_data(self) -> dict[str, Any]:
@@ -334,7 +399,8 @@ class Topology:
                             for r in self.regions],
                 "decoders": [_hex_start(to_data(d)) for d in self.decoders if d.level != "root"],
             },
-            "dax_devices": [dict(to_data(d), resource=None if d.resource is None else f"{d.resource:#x}")
+            "dax_devices": [dict(to_data(d), resource=None if d.resource is None else f"{d.resource:#x}",
+                                 locality=self.dax_locality(d.name).to_data())
                             for d in self.dax_devices],
             "warnings": to_data(self.warnings),
             "verdict": to_data(self.verdict),

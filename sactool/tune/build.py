@@ -68,7 +68,8 @@ def build_profile(*, o, spec, kv, attn_dp, rec_bytes, budget, pool, machine, dep
         "pool.policy": _p("default", "MPOL_BIND: the pool stays on its target (SAC maps it fully)"),
         "pool.interleave_weights": _p("default", "empty: policy is bind"),
         "pool.hugepages": _p("default", "MADV_HUGEPAGE (THP): no hugetlbfs pool is reserved by default"),
-        "pool.prefault_threads": _p("derived", f"CPUs of node{pool.cpu_node}, nearest the pool"),
+        "pool.prefault_threads": _p("derived", "CPUs of each target's own CPU node (the fewest of "
+                                    + ", ".join(f"{t.name} → node{t.cpu_node}" for t in pool.targets) + ")"),
         "pool.prefault_cpus": _p("default", "auto: the CPUs nearest the pool node"),
         "pool.register_chunk_gb": _p("default", "SGLang default (256 GB chunks)"),
         "pool.strict": _p("default", "fall back to SGLang's allocator (and log it) when placement fails"),

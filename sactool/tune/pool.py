@@ -20,8 +20,9 @@ class PoolInfo:
     targets: tuple[PoolTarget, ...]
     stand_in: bool
     reason: str
-    cpu_node: int | None               # node whose CPUs are nearest the pool (prefault threads)
-    cpus_near: int                     # CPUs on that node
+    cpu_node: int | None               # the first target's CPU node (each target has its own: targets[i].cpu_node)
+    cpus_near: int                     # CPUs available to prefault every target from its own CPU node
+                                       # (the fewest any target's CPU node has)
 
 
 def pool_info(topo, reader=None) -> PoolInfo:
@@ -42,19 +43,25 @@ def pool_info(topo, reader=None) -> PoolInfo:
                     cap, src = f.bytes, f.source
             if not cap:
                 raise TopologyError(f"node{nid} reports no free memory", "check 'sactool probe'")
-            targets.append(PoolTarget(f"node{nid}", nid, int(cap), src))
-        cpu = topo.verdict.cpu_node if topo.verdict.cpu_node is not None else topo.nearest_cpu_node(nodes[0])
-        return PoolInfo("numa", tuple(targets), bool(topo.verdict.stand_in), topo.verdict.reason, cpu,
-                        len(topo.node(cpu).cpus))
+            cpu = topo.verdict.cpu_node_of(nid)
+            targets.append(PoolTarget(f"node{nid}", nid, int(cap), src,
+                                      cpu if cpu is not None else topo.nearest_cpu_node(nid)))
+        return PoolInfo("numa", tuple(targets), bool(topo.verdict.stand_in), topo.verdict.reason,
+                        targets[0].cpu_node, _cpus_near(topo, targets))
     dax = [d for d in topo.dax_devices if d.mode == "devdax" and d.size_bytes]
     if dax:
-        targets = [PoolTarget(d.name, d.target_node, int(d.size_bytes), f"{d.name}/size") for d in dax]
-        cpu_nodes = [n for n in topo.nodes if n.has_cpu]
-        cpu = cpu_nodes[0].id if cpu_nodes else None
-        return PoolInfo("devdax", tuple(targets), False, "devdax devices hold the pool", cpu,
-                        len(cpu_nodes[0].cpus) if cpu_nodes else 1)
+        targets = [PoolTarget(d.name, d.target_node, int(d.size_bytes), f"{d.name}/size",
+                              topo.dax_locality(d.name).cpu_node) for d in dax]
+        return PoolInfo("devdax", tuple(targets), False, "devdax devices hold the pool", targets[0].cpu_node,
+                        _cpus_near(topo, targets))
     raise TopologyError("no pool memory found: no CXL node, no stand-in node, no devdax device",
                         "run 'sactool probe' to see why")
+
+
+def _cpus_near(topo, targets) -> int:
+    """CPUs each target can be prefaulted with from its own CPU node: the fewest any of them has."""
+    counts = [len(topo.node(t.cpu_node).cpus) for t in targets if t.cpu_node is not None]
+    return min(counts) if counts else 1
 
 
 @dataclass(frozen=True)
