@@ -1,0 +1,212 @@
+"""Package boundaries (issue 9), checked on the source so that adding a forbidden import fails here:
+
+* library packages never import typer, click or rich, nor the command line or the renderers
+  (only ``sactool/cli/`` and ``sactool/render/`` present things);
+* ``/sys`` and ``/proc`` are read only through ``sactool/host/`` (everything else goes through a
+  :class:`sactool.host.sysfs.SysfsReader`, so a recorded tree can stand in for the machine);
+* ``tune/``, ``serve/`` and ``simulate/`` use ``hisparse/`` and never each other's modules;
+* no import cycle between modules at module level;
+* the ``sactool_cxl`` entry point, imported and registered in a fresh interpreter with the
+  stand-in SGLang of tests/standins/site, loads only profile, hisparse, memory and host (plus
+  errors, records, units, and the topology memory's free check reads) — no sactool.serve, no
+  sactool.cli, no typer, no rich, no subprocess.
+
+Each rule's checker is also run on a small module that breaks it, so the checks can fail.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PKG = REPO / "sactool"
+SITE = Path(__file__).resolve().parent / "standins" / "site"
+
+PRESENTATION = ("cli", "render", "entry")   # entry.py is the console script: it hands over to cli/
+UI_MODULES = ("typer", "click", "rich", "sactool.cli", "sactool.render")
+CONSUMERS = ("tune", "serve", "simulate")
+OS_READERS = {"open", "io.open", "os.open", "os.listdir", "os.scandir", "os.readlink", "os.stat", "os.lstat",
+              "os.path.exists", "os.path.isdir", "os.path.isfile", "os.path.islink", "os.walk", "Path",
+              "pathlib.Path", "glob.glob", "glob.iglob"}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(REPO).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def imports(source: str, module: str, *, top_level_only: bool = False) -> set[str]:
+    """Absolute names of every module ``source`` imports (relative imports resolved)."""
+    tree = ast.parse(source)
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    out: set[str] = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                pkg = module.split(".")[: -node.level] if not module.endswith("__init__") else module.split(".")
+                base = ".".join(pkg + ([base] if base else []))
+            out.add(base)
+            out |= {f"{base}.{a.name}" for a in node.names}
+    return out
+
+
+def _matches(name: str, prefixes) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def ui_violations(source: str, module: str) -> list[str]:
+    return sorted(n for n in imports(source, module) if _matches(n, UI_MODULES))
+
+
+def _call_name(func: ast.AST) -> str:
+    if isinstance(func, ast.Name):
+        return func.id
+    if isinstance(func, ast.Attribute):
+        return f"{_call_name(func.value)}.{func.attr}"
+    return ""
+
+
+def _literal_prefix(arg: ast.AST) -> str | None:
+    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+        return arg.value
+    if isinstance(arg, ast.JoinedStr) and arg.values and isinstance(arg.values[0], ast.Constant):
+        return str(arg.values[0].value)
+    return None
+
+
+def kernel_path_violations(source: str) -> list[str]:
+    """Calls that open or list an absolute /sys or /proc path directly."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and _call_name(node.func) in OS_READERS and node.args:
+            text = _literal_prefix(node.args[0])
+            if text is not None and text.startswith(("/sys", "/proc")):
+                out.append(f"line {node.lineno}: {_call_name(node.func)}({text!r}…)")
+    return out
+
+
+def consumer_violations(source: str, module: str) -> list[str]:
+    own = module.split(".")[1]
+    others = [f"sactool.{c}" for c in CONSUMERS if c != own]
+    return sorted(n for n in imports(source, module) if _matches(n, others))
+
+
+# ---- the checkers fail on a module that breaks each rule -----------------------------------------
+
+def test_checkers_catch_what_they_forbid():
+    assert ui_violations("def f():\n    import typer\n", "sactool.tune.run") == ["typer"]
+    assert ui_violations("from rich.console import Console\n", "sactool.bench.api") == ["rich.console",
+                                                                                       "rich.console.Console"]
+    assert ui_violations("from ..render import emit_data\n", "sactool.bench.api")
+    assert kernel_path_violations("open('/proc/meminfo').read()\n")
+    assert kernel_path_violations("n = 2\nos.listdir(f'/sys/devices/system/node/node{n}')\n")
+    assert not kernel_path_violations("raise ValueError('see /sys/bus/cxl')\nreader.text('proc/meminfo')\n")
+    assert consumer_violations("from sactool.serve.argv import build_command\n", "sactool.tune.build")
+    assert not consumer_violations("from sactool.hisparse import cost\n", "sactool.simulate.engine")
+
+
+# ---- the package keeps the rules --------------------------------------------------------------------
+
+@pytest.mark.parametrize("module", [m for m in _modules() if m.split(".")[1:2] and m.split(".")[1] not in PRESENTATION
+                                    or m == "sactool"])
+def test_library_never_imports_the_ui(module):
+    path = _modules()[module]
+    assert ui_violations(path.read_text(), module) == [], f"{path.relative_to(REPO)} imports the command line or rich"
+
+
+def test_sys_and_proc_only_through_host():
+    bad = {str(p.relative_to(REPO)): v for m, p in _modules().items()
+           if not m.startswith("sactool.host") and (v := kernel_path_violations(p.read_text()))}
+    assert bad == {}, "read /sys and /proc through sactool.host.sysfs.SysfsReader"
+
+
+def test_consumers_of_hisparse_do_not_import_each_other():
+    bad = {m: v for m, p in _modules().items()
+           if m.split(".")[1:2] and m.split(".")[1] in CONSUMERS and (v := consumer_violations(p.read_text(), m))}
+    assert bad == {}
+
+
+def test_no_module_level_import_cycles():
+    mods = _modules()
+    graph = {m: {n for n in imports(p.read_text(), m, top_level_only=True) if n in mods and n != m}
+             for m, p in mods.items()}
+    # a package's __init__ imported by its own submodules is not a cycle worth breaking
+    graph = {m: {n for n in deps if not m.startswith(n + ".")} for m, deps in graph.items()}
+    seen: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(m: str) -> None:
+        seen[m] = 1
+        stack.append(m)
+        for n in sorted(graph[m]):
+            if seen.get(n) == 1:
+                cycles.append(stack[stack.index(n):] + [n])
+            elif n not in seen:
+                visit(n)
+        stack.pop()
+        seen[m] = 2
+
+    for m in sorted(graph):
+        if m not in seen:
+            visit(m)
+    assert cycles == []
+
+
+# ---- the plug-in's import set, in a fresh interpreter -------------------------------------------------
+
+_PLUGIN_RUN = r"""
+import json, sys
+from importlib.metadata import entry_points
+(ep,) = [e for e in entry_points(group="sglang.srt.plugins") if e.name == "sactool_cxl"]
+register = ep.load()
+assert register() is True, "hooks not registered"
+from sglang.srt.plugins.hook_registry import HookRegistry
+HookRegistry.apply_hooks()
+from sglang.srt.managers.hisparse_coordinator import HiSparseCoordinator
+HiSparseCoordinator(None, None, top_k=2048, device_buffer_size=2048, device="cuda", tp_group=None,
+                    host_to_device_ratio=1)
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def test_plugin_loads_only_profile_hisparse_memory_host(tmp_path):
+    from dataclasses import replace
+
+    from sactool.profile import load_profile, save_profile, validate
+
+    p = load_profile(REPO / "profiles/examples/cxl-one-node.yaml")
+    p = validate(replace(p, sglang=replace(p.sglang, tp_size=1, attn_dp_size=1),
+                         pool=replace(p.pool, nodes=(0,), gpu_local_nodes=(), stand_in=True, prefault_threads=1)))
+    prof = tmp_path / "p.yaml"
+    save_profile(p, prof, force=True)
+    env = dict(os.environ, PYTHONPATH=str(SITE), SACTOOL_PROFILE=str(prof), SACTOOL_RANK="0")
+    run = subprocess.run([sys.executable, "-c", _PLUGIN_RUN], capture_output=True, text=True, env=env, timeout=120)
+    assert run.returncode == 0, run.stderr
+    loaded = json.loads(run.stdout.splitlines()[-1])
+    forbidden = [m for m in loaded if _matches(m, ("sactool.serve", "sactool.cli", "sactool.render", "sactool.tune",
+                                                    "sactool.simulate", "typer", "click", "rich", "subprocess"))]
+    assert forbidden == []
+    # topology comes with memory: allocate(check_free=True) reads node free memory from the probed
+    # topology (through host/), the same rule the launcher's capacity check applies
+    allowed = ("sactool.sglang_plugin", "sactool.profile", "sactool.hisparse", "sactool.memory", "sactool.host",
+               "sactool.topology", "sactool.errors", "sactool.records", "sactool.units")
+    ours = [m for m in loaded if m.startswith("sactool.")]
+    assert "sactool.memory.alloc" in ours and "sactool.hisparse.hostpool" in ours   # it did place the pool
+    assert [m for m in ours if not _matches(m, allowed)] == []
