@@ -186,16 +186,8 @@ print(json.dumps(sorted(sys.modules)))
 """
 
 
-def test_plugin_loads_only_profile_hisparse_memory_host(tmp_path):
-    from dataclasses import replace
-
-    from sactool.profile import load_profile, save_profile, validate
-
-    p = load_profile(REPO / "profiles/examples/cxl-one-node.yaml")
-    p = validate(replace(p, sglang=replace(p.sglang, tp_size=1, attn_dp_size=1),
-                         pool=replace(p.pool, nodes=(0,), gpu_local_nodes=(), stand_in=True, prefault_threads=1)))
-    prof = tmp_path / "p.yaml"
-    save_profile(p, prof, force=True)
+def test_plugin_loads_only_profile_hisparse_memory_host(node0_profile_file):
+    prof = node0_profile_file(prefault_threads=1)
     env = dict(os.environ, PYTHONPATH=str(SITE), SACTOOL_PROFILE=str(prof), SACTOOL_RANK="0")
     run = subprocess.run([sys.executable, "-c", _PLUGIN_RUN], capture_output=True, text=True, env=env, timeout=120)
     assert run.returncode == 0, run.stderr

@@ -21,8 +21,6 @@ from sactool.profile import load_profile, save_profile, validate
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 SITE = HERE / "standins" / "site"
-sys.path.insert(0, str(HERE / "standins"))
-import sglang_wheel  # noqa: E402
 
 
 def node0_profile(**pool):
@@ -88,7 +86,7 @@ def test_devdax_missing_device_falls_back(caplog):
 # ---- registration -----------------------------------------------------------------------------
 
 @pytest.fixture
-def sglang(monkeypatch, tmp_path):
+def sglang(monkeypatch, tmp_path, sglang_wheel):
     """Stand-in SGLang modules on sys.path, with the real 0.5.23 HookRegistry when obtainable."""
     monkeypatch.syspath_prepend(str(SITE))
     for m in [m for m in sys.modules if m == "sglang" or m.startswith("sglang.")]:

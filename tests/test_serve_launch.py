@@ -12,29 +12,16 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from sactool.cli import main
 from sactool.errors import ExitCode
-from sactool.profile import load_profile, save_profile, validate
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 SITE = HERE / "standins" / "site"
-
-
-def small_profile(tmp_path: Path, name="p.yaml", **pool) -> Path:
-    """A profile whose pool fits node 0 of this machine (node 0 stands in for CXL)."""
-    p = load_profile(REPO / "profiles/examples/cxl-one-node.yaml")
-    p = replace(p, sglang=replace(p.sglang, tp_size=1, attn_dp_size=1, max_running_requests=1),
-                hisparse=replace(p.hisparse, device_buffer_size=2048, host_to_device_ratio=1),
-                pool=replace(p.pool, nodes=(0,), gpu_local_nodes=(), stand_in=True, **pool))
-    path = tmp_path / name
-    save_profile(validate(p), path, force=True)
-    return path
 
 
 @pytest.fixture
@@ -66,8 +53,8 @@ def _wait_for(path: Path, proc, timeout=60.0):
 
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 17)])
-def test_exec_signal_and_exit_code(tmp_path, standin_env, sig, code):
-    prof = small_profile(tmp_path)
+def test_exec_signal_and_exit_code(node0_profile_file, tmp_path, standin_env, sig, code):
+    prof = node0_profile_file()
     proc = _serve(["--profile", str(prof), "--python", sys.executable, "--",
                    "--model-path", "deepseek-ai/DeepSeek-V3.2", "--port", "30123"],
                   {"STANDIN_SIGNAL_EXIT": str(code)})
@@ -83,14 +70,14 @@ def test_exec_signal_and_exit_code(tmp_path, standin_env, sig, code):
     assert "sactool serve: exec" in err and out == ""
 
 
-def test_immediate_exit_code_propagates(tmp_path, standin_env):
-    proc = _serve(["--profile", str(small_profile(tmp_path)), "--python", sys.executable], {"STANDIN_EXIT": "3"})
+def test_immediate_exit_code_propagates(node0_profile_file, tmp_path, standin_env):
+    proc = _serve(["--profile", str(node0_profile_file()), "--python", sys.executable], {"STANDIN_EXIT": "3"})
     proc.communicate(timeout=60)
     assert proc.returncode == 3 and standin_env.exists()
 
 
-def test_dry_run_json(tmp_path, standin_env, capsys):
-    prof = small_profile(tmp_path)
+def test_dry_run_json(node0_profile_file, tmp_path, standin_env, capsys):
+    prof = node0_profile_file()
     rc = main(["serve", "--profile", str(prof), "--dry-run", "--python", sys.executable, "--format", "json",
                "--", "--model-path", "deepseek-ai/DeepSeek-V3.2"])
     out = json.loads(capsys.readouterr().out)
@@ -122,13 +109,14 @@ def _site_with_version(tmp_path, version):
     return site
 
 
-def test_bad_inputs_have_distinct_exit_codes_and_launch_nothing(tmp_path, standin_env, monkeypatch, capsys):
-    good = small_profile(tmp_path)
+def test_bad_inputs_have_distinct_exit_codes_and_launch_nothing(node0_profile_file, tmp_path, standin_env, monkeypatch,
+                                                               capsys):
+    good = node0_profile_file()
     corrupt = tmp_path / "corrupt.yaml"
     corrupt.write_text("kind: profile\nschema_version: [\n")
     newer = tmp_path / "newer.yaml"
     newer.write_text(good.read_text().replace("schema_version: 1", "schema_version: 99"))
-    absent = small_profile(tmp_path, "absent.yaml")
+    absent = node0_profile_file("absent.yaml")
     absent.write_text(absent.read_text().replace("nodes:\n  - 0", "nodes:\n  - 7"))
     huge = tmp_path / "huge.yaml"
     huge.write_text(good.read_text().replace("host_to_device_ratio: 1", "host_to_device_ratio: 100000"))
@@ -159,8 +147,8 @@ def test_bad_inputs_have_distinct_exit_codes_and_launch_nothing(tmp_path, standi
     assert not standin_env.exists()                       # nothing was launched
 
 
-def test_placement_override_for_ab_runs(tmp_path, standin_env, capsys):
-    prof = small_profile(tmp_path)
+def test_placement_override_for_ab_runs(node0_profile_file, tmp_path, standin_env, capsys):
+    prof = node0_profile_file()
     runs = {}
     for placement in ("plugin", "none"):
         rc = main(["serve", "--profile", str(prof), "--dry-run", "--python", sys.executable, "-f", "json",
@@ -173,7 +161,7 @@ def test_placement_override_for_ab_runs(tmp_path, standin_env, capsys):
     assert b["placement"] == "none" and any("--placement none" in c for c in b["checks"])
 
 
-def test_serve_entrypoint_needs_the_console_script(tmp_path, standin_env, capsys):
-    rc = main(["serve", "--profile", str(small_profile(tmp_path)), "--python", sys.executable, "--entrypoint", "serve"])
+def test_serve_entrypoint_needs_the_console_script(node0_profile_file, tmp_path, standin_env, capsys):
+    rc = main(["serve", "--profile", str(node0_profile_file()), "--python", sys.executable, "--entrypoint", "serve"])
     err = capsys.readouterr().err
     assert rc == ExitCode.ENGINE_MISSING and "console script" in err and not standin_env.exists()

@@ -17,18 +17,15 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent / "standins"))
-import sglang_wheel  # noqa: E402
-
-from sactool.profile import load_profile  # noqa: E402
-from sactool.serve.argv import build_command  # noqa: E402
-from sactool import sglang_plugin  # noqa: E402
+from sactool import sglang_plugin
+from sactool.profile import load_profile
+from sactool.serve.argv import build_command
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
-def src() -> Path:
+def src(sglang_wheel) -> Path:
     root, why = sglang_wheel.source_root()
     if root is None:
         if sglang_wheel.registry_unreachable(why):

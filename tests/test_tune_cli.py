@@ -17,20 +17,22 @@ from sactool.errors import ExistsError, Interrupted
 from sactool.profile import load_profile, settings_fields
 from sactool.records import dumps, read_jsonl
 
-FAST = ["--context", "16k", "--steps", "6", "--replicates", "2"]
+FAST_ARGS = ["--context", "4k", "--steps", "6", "--replicates", "2"]
 
 
-@pytest.fixture(scope="module")
-def bench_file(tmp_path_factory) -> Path:
-    from sactool.bench import run_quick_gather
-
-    rec = run_quick_gather(0, 656, 2048, seconds=0.2)
-    p = tmp_path_factory.mktemp("bench") / "bench.json"
-    p.write_text(dumps(rec.data, "json"))
-    return p
+@pytest.fixture
+def bench_file(fast_bench_record) -> Path:
+    return fast_bench_record
 
 
-def test_tune_writes_a_valid_profile_json_on_stdout(tmp_path, bench_file, capsys):
+@pytest.fixture
+def FAST(machine) -> list[str]:
+    """Small runs whose pool is sized from a recorded node 0 (MemFree as recorded), not from this
+    host's momentary free memory."""
+    return [*FAST_ARGS, "--sysfs-root", str(machine("this-machine"))]
+
+
+def test_tune_writes_a_valid_profile_json_on_stdout(tmp_path, bench_file, capsys, FAST):
     out = tmp_path / "p.yaml"
     rc = main(["tune", *FAST, "--bench", str(bench_file), "--out", str(out), "--format", "json"])
     o, e = capsys.readouterr()
@@ -43,8 +45,8 @@ def test_tune_writes_a_valid_profile_json_on_stdout(tmp_path, bench_file, capsys
     assert p.hisparse.device_buffer_size >= 2048 and p.sglang.max_total_tokens >= p.hisparse.device_buffer_size
     assert p.bench["digest"].startswith("sha256:") and p.pool.stand_in
     row = p.predictions["per_context"][0]
-    assert row["context_tokens"] == 16384 and 0 < row["hit_rate"] <= 1
-    assert row["rdma_full_prefix_bytes_per_request"] == 16384 * 656 * 61
+    assert row["context_tokens"] == 4096 and 0 < row["hit_rate"] <= 1
+    assert row["rdma_full_prefix_bytes_per_request"] == 4096 * 656 * 61
     assert not out.with_name(out.name + ".points.jsonl").exists()   # removed once the profile is written
     # validate and show
     assert main(["profile", "validate", str(out)]) == 0
@@ -71,14 +73,14 @@ def test_tune_writes_a_valid_profile_json_on_stdout(tmp_path, bench_file, capsys
     (["--concurrency", "100000"], 6, "of pool memory"),
     (["--trace", "missing.npz"], 4, "does not exist"),
 ])
-def test_bad_input(tmp_path, bench_file, capsys, args, code, text):
+def test_bad_input(tmp_path, bench_file, capsys, FAST, args, code, text):
     rc = main(["tune", *FAST, "--bench", str(bench_file), "--out", str(tmp_path / "p.yaml"), *args])
     o, e = capsys.readouterr()
     assert rc == code, e
     assert o == "" and text in e and "hint:" in e and "Traceback" not in e
 
 
-def test_corrupt_and_foreign_bench(tmp_path, bench_file, capsys):
+def test_corrupt_and_foreign_bench(tmp_path, bench_file, capsys, FAST):
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     assert main(["tune", *FAST, "--bench", str(bad), "--out", str(tmp_path / "a.yaml")]) == 4
@@ -94,25 +96,21 @@ def test_corrupt_and_foreign_bench(tmp_path, bench_file, capsys):
     assert "warning: bench record" in e and "elsewhere" in e and "elsewhere" not in o
 
 
-def test_unwritable_output(tmp_path, bench_file, capsys):
+def test_unwritable_output(tmp_path, bench_file, capsys, FAST):
     f = tmp_path / "file"
     f.write_text("x")
     assert main(["tune", *FAST, "--bench", str(bench_file), "--out", str(f / "p.yaml")]) == 1
     assert "not a directory" in capsys.readouterr().err
 
 
-def test_interrupt_then_resume(tmp_path, bench_file):
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).parent))
-    from fixtures.trees import unpack
+def test_interrupt_then_resume(tmp_path, bench_file, machine):
     from sactool.tune.api import TuneOptions, tune
 
     out = tmp_path / "p.yaml"
     points = out.with_name(out.name + ".points.jsonl")
     # the pool's capacity comes from a recorded machine (this-machine: node 0, MemFree as recorded),
     # not from this host's momentary free memory, so both runs search the same buffer sizes
-    root = unpack("this-machine", tmp_path / "tree")
+    root = machine("this-machine")
     opts = TuneOptions(contexts=(4096, 8192), concurrency=8, attn_dp=8, gpu_kv_budget_bytes=10 << 30, steps=6,
                        replicates=2, out=out, bench=bench_file, sysfs_root=root)
     seen: list[tuple[str, int]] = []
@@ -139,32 +137,30 @@ def test_interrupt_then_resume(tmp_path, bench_file):
     assert sims and sims[-1][2] == 2
 
 
-def test_trace_replay_and_corrupt_trace(tmp_path, bench_file, capsys):
+def test_trace_replay_and_corrupt_trace(tmp_path, bench_file, capsys, machine):
     from sactool.workload import generate_topk, save_trace
 
     tr = tmp_path / "t.npz"
-    save_trace(tr, generate_topk(16384, 6, 61, 2048, seed=3), 16384, model="deepseek-v3.2", source="test")
+    save_trace(tr, generate_topk(4096, 6, 61, 2048, seed=3), 4096, model="deepseek-v3.2", source="test")
     out = tmp_path / "p.yaml"
-    assert main(["tune", "--trace", str(tr), "--bench", str(bench_file), "--out", str(out), "-f", "json"]) == 0
+    root = str(machine("this-machine"))
+    assert main(["tune", "--trace", str(tr), "--bench", str(bench_file), "--sysfs-root", root, "--out", str(out),
+                 "-f", "json"]) == 0
     o, _ = capsys.readouterr()
     d = json.loads(o)
     assert d["profile"]["request"]["trace"] == str(tr)
-    assert [r["context_tokens"] for r in d["summary"]["per_context"]] == [16384]
+    assert [r["context_tokens"] for r in d["summary"]["per_context"]] == [4096]
     bad = tmp_path / "bad.npz"
     bad.write_bytes(b"PK\x03\x04 not a zip")
-    assert main(["tune", "--trace", str(bad), "--bench", str(bench_file), "--out", str(tmp_path / "q.yaml")]) == 4
+    assert main(["tune", "--trace", str(bad), "--bench", str(bench_file), "--sysfs-root", root,
+                 "--out", str(tmp_path / "q.yaml")]) == 4
     assert "corrupt" in capsys.readouterr().err
 
 
-def test_recorded_cxl_machine(tmp_path, bench_file, capsys):
+def test_recorded_cxl_machine(tmp_path, bench_file, capsys, machine):
     """A recorded QEMU tree with CXL node2 (256 MiB): the pool goes there, not to a stand-in; the
     bench record measured node0 of this VM, which warns (or is refused with --strict)."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).parent))
-    from fixtures.trees import unpack
-
-    root = unpack("ram__30-system-ram", tmp_path / "tree")
+    root = machine("ram__30-system-ram")
     args = ["tune", "--sysfs-root", str(root), "--tp", "1", "--context", "4k", "--gpu-kv-budget", "10GiB",
             "--steps", "6", "--replicates", "1"]
     assert main([*args, "--out", str(tmp_path / "a.yaml")]) == 3          # a recording cannot be measured

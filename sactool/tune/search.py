@@ -215,7 +215,10 @@ def reason_lost(e: Evaluation, chosen: Evaluation) -> str:
         diffs.append(_resource_note(e, chosen) or "engine default preferred")
         return "identical prediction: " + "; ".join(diffs)
     rel = cmp.delta_s / chosen.mean_s * 100 if chosen.mean_s else 0.0
-    ci = "one measurement round" if math.isinf(cmp.ci_s) else f"± {cmp.ci_s / chosen.mean_s * 100:.1f}%"
+    if math.isinf(cmp.ci_s):
+        ci = "one measurement round"
+    else:   # a chosen candidate without misses (every context fits its hot buffer) fetches nothing
+        ci = f"± {cmp.ci_s / chosen.mean_s * 100:.1f}%" if chosen.mean_s else f"± {cmp.ci_s:.3g} s"
     if not cmp.significant:
         note = _resource_note(e, chosen) or "engine default preferred"
         return f"not significant ({rel:+.1f}%, {ci}); {note}"

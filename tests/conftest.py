@@ -1,0 +1,91 @@
+"""Shared fixtures: recorded machines, a fast bench record, example and node-0 profiles, and the
+SGLang-wheel helper of tests/standins.
+
+No ``sys.path`` edits: pytest puts this directory on the path for the test modules (rootdir
+conftest), which is how ``fixtures.trees`` is found; the stand-in helper is loaded from its file.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from fixtures.trees import unpack
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+EXAMPLES = REPO / "profiles" / "examples"
+STANDIN_SITE = HERE / "standins" / "site"
+
+
+@pytest.fixture
+def machine(tmp_path):
+    """``machine(name)``: a recorded sysfs tree (tests/fixtures/sysfs/<name>.tar.gz) unpacked in a
+    fresh directory; e.g. ``machine("ram__30-system-ram")`` (CXL node2) or ``machine("this-machine")``
+    (node 0 of the dev VM with MemFree as recorded, so capacity does not follow live free memory)."""
+    count = iter(range(1 << 30))
+
+    def unpack_tree(name: str) -> Path:
+        return unpack(name, tmp_path / f"tree-{next(count)}-{Path(name).name}")
+
+    return unpack_tree
+
+
+@pytest.fixture(scope="session")
+def fast_bench_record(tmp_path_factory) -> Path:
+    """A bench record of one real quick gather on node 0 (656 B records, top-k 2048), measured once."""
+    from sactool.bench import run_quick_gather
+    from sactool.records import dumps
+
+    rec = run_quick_gather(0, 656, 2048, seconds=0.2)
+    path = tmp_path_factory.mktemp("bench") / "bench.json"
+    path.write_text(dumps(rec.data, "json"))
+    return path
+
+
+@pytest.fixture
+def example_profile():
+    """``example_profile(name)``: a shipped example profile (profiles/examples/<name>.yaml), loaded."""
+    from sactool.profile import load_profile
+
+    return lambda name: load_profile(EXAMPLES / f"{name}.yaml")
+
+
+def node0_profile(tp: int = 1, **pool):
+    """The cxl-one-node example resized to fit node 0 of any test machine (node 0 stands in for CXL)."""
+    from sactool.profile import load_profile, validate
+
+    p = load_profile(EXAMPLES / "cxl-one-node.yaml")
+    pool = {"nodes": (0,), "gpu_local_nodes": (), "stand_in": True, **pool}
+    return validate(replace(p, sglang=replace(p.sglang, tp_size=tp, attn_dp_size=1, max_running_requests=1),
+                            hisparse=replace(p.hisparse, device_buffer_size=2048, host_to_device_ratio=1),
+                            pool=replace(p.pool, **pool)))
+
+
+@pytest.fixture
+def node0_profile_file(tmp_path):
+    """``node0_profile_file(name="p.yaml", tp=1, **pool)``: :func:`node0_profile` saved, its path."""
+    from sactool.profile import save_profile
+
+    def write(name: str = "p.yaml", tp: int = 1, **pool) -> Path:
+        path = tmp_path / name
+        save_profile(node0_profile(tp, **pool), path, force=True)
+        return path
+
+    return write
+
+
+def _load_sglang_wheel():
+    spec = importlib.util.spec_from_file_location("sglang_wheel", HERE / "standins" / "sglang_wheel.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="session")
+def sglang_wheel():
+    """tests/standins/sglang_wheel.py: the cached SGLang 0.5.23 release (source_root, registry_unreachable)."""
+    return _load_sglang_wheel()
