@@ -12,7 +12,6 @@ import datetime as _dt
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
@@ -74,33 +73,81 @@ def digest(data: bytes | str) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def atomic_write(path: str | os.PathLike[str], data: str | bytes, *, force: bool = False) -> Path:
-    """Write ``data`` to ``path`` via a temporary file and ``os.replace``.
+def _fsync_dir(d: Path) -> None:
+    """Make a rename in ``d`` durable (POSIX: the directory entry lives in the directory)."""
+    try:
+        fd = os.open(d, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # EINVAL on file systems that cannot sync a directory
+        pass
+    finally:
+        os.close(fd)
 
-    Refuses to overwrite an existing file unless ``force``; creates parent directories.
-    A failure leaves any previous file untouched.
+
+def _create_temp(d: Path, name: str) -> tuple[int, Path]:
+    """A new temporary file next to the target, created with mode 0666 so the umask applies
+    (``mkstemp`` would make it 0600 whatever the umask, and SGLang running as another user
+    could not read a profile)."""
+    import secrets
+
+    for _ in range(100):
+        tmp = d / f".{name}.{secrets.token_hex(4)}.tmp"
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name in {d}")  # pragma: no cover
+
+
+def atomic_write(path: str | os.PathLike[str], data: str | bytes, *, force: bool = False) -> Path:
+    """Write ``data`` to ``path`` atomically: a temporary file in the same directory, fsync, rename,
+    fsync of the directory. The one implementation for every file sactool writes.
+
+    The file gets the user's umask (mode 0666 & ~umask, like ``open()``). Refuses to overwrite an
+    existing file unless ``force`` — also when another process creates it meanwhile (the final
+    step is a ``link()``, which fails if the name exists, instead of a rename that would replace
+    it). Creates parent directories. A failure leaves any previous file untouched and no
+    temporary file behind.
     """
     p = Path(path)
     if p.exists() and not force:
         raise ExistsError(f"{p} already exists", "pass --force to overwrite it, or choose another --out")
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+        fd, tmp = _create_temp(p.parent, p.name)
     except OSError as e:
-        raise SactoolError(f"cannot write {p}: {e.strerror}", "choose a writable output path") from e
+        raise SactoolError(f"cannot write {p}: {e.strerror or e}", "choose a writable output path") from e
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode() if isinstance(data, str) else data)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, p)
+        if force:
+            os.replace(tmp, p)
+        else:
+            try:
+                os.link(tmp, p)  # fails with EEXIST if someone else wrote p meanwhile
+            except FileExistsError:
+                raise ExistsError(f"{p} was created by someone else while sactool was writing it",
+                                  "pass --force to overwrite it, or choose another --out") from None
+            except OSError:  # file systems without hard links: check, then rename
+                if p.exists():
+                    raise ExistsError(f"{p} already exists",
+                                      "pass --force to overwrite it, or choose another --out") from None
+                os.replace(tmp, p)
+            else:
+                os.unlink(tmp)
+        _fsync_dir(p.parent)
     except BaseException as e:
         try:
             os.unlink(tmp)
         except OSError:
             pass
         if isinstance(e, OSError):
-            raise SactoolError(f"cannot write {p}: {e.strerror}", "choose a writable output path") from e
+            raise SactoolError(f"cannot write {p}: {e.strerror or e}", "choose a writable output path") from e
         raise
     return p
 

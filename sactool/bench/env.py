@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from sactool.host.sysfs import SysfsReader
+from sactool.units import parse_kernel_size
 
 CPU_DIR = "sys/devices/system/cpu"
 
@@ -19,9 +20,8 @@ def llc_bytes(reader: SysfsReader, cpu: int) -> int | None:
         size = reader.str(f"{CPU_DIR}/cpu{cpu}/cache/{name}/size")
         if level is None or not size:
             continue
-        mult = {"K": 1024, "M": 1 << 20, "G": 1 << 30}.get(size[-1].upper(), 1)
         try:
-            b = int(size.rstrip("KMGkmg")) * mult
+            b = parse_kernel_size(size)
         except ValueError:
             continue
         if best is None or (level, b) > best:
@@ -29,25 +29,37 @@ def llc_bytes(reader: SysfsReader, cpu: int) -> int | None:
     return best[1] if best else None
 
 
-def _cpu_times(reader: SysfsReader) -> dict[int, tuple[int, int]]:
-    out: dict[int, tuple[int, int]] = {}
-    for line in (reader.text("proc/stat") or "").splitlines():
-        parts = line.split()
-        if parts and parts[0].startswith("cpu") and parts[0][3:].isdigit():
-            vals = [int(v) for v in parts[1:]]
-            idle = vals[3] + (vals[4] if len(vals) > 4 else 0)  # idle + iowait
-            out[int(parts[0][3:])] = (sum(vals[:8]), idle)
+def _cpu_times(reader: SysfsReader) -> dict[int, tuple[float, float]]:
+    """CPU id → (total, idle + iowait) seconds, from psutil (this live machine only).
+
+    psutil lists the online CPUs in ascending order without their ids (the kernel skips
+    offline ones), so the ids come from ``sys/devices/system/cpu/online``; a mismatch gives {}.
+    """
+    import psutil
+
+    times = psutil.cpu_times(percpu=True)
+    online = reader.cpulist("sys/devices/system/cpu/online")
+    if online is None or len(online) != len(times):
+        return {}
+    out: dict[int, tuple[float, float]] = {}
+    for cpu, t in zip(online, times):
+        busy_and_idle = (t.user + t.nice + t.system + t.idle + getattr(t, "iowait", 0.0) + getattr(t, "irq", 0.0)
+                         + getattr(t, "softirq", 0.0) + getattr(t, "steal", 0.0))
+        out[cpu] = (busy_and_idle, t.idle + getattr(t, "iowait", 0.0))
     return out
 
 
 def busy_fraction(reader: SysfsReader, cpus, seconds: float = 0.2) -> float | None:
-    """Share of time ``cpus`` were busy over ``seconds`` (``/proc/stat``), before we measure."""
+    """Share of time ``cpus`` were busy over ``seconds`` (psutil's per-CPU times), before we measure.
+
+    None for a recorded tree (psutil reads this machine, never a recording) or when unknown.
+    """
     if not reader.live:
         return None
     a = _cpu_times(reader)
     time.sleep(seconds)
     b = _cpu_times(reader)
-    tot = idle = 0
+    tot = idle = 0.0
     for c in cpus:
         if c in a and c in b:
             tot += b[c][0] - a[c][0]

@@ -9,6 +9,7 @@ generated per (record size, prefetch distance) — see :mod:`sactool.bench.gathe
 
 from __future__ import annotations
 
+import sactool.cachedir  # noqa: F401  (NUMBA_CACHE_DIR before numba loads)
 import numba as nb
 import numpy as np
 from llvmlite import ir

@@ -16,20 +16,9 @@ TEST_SETS = {"latency": ("latency",), "bandwidth": ("bandwidth",), "mlp": ("mlp"
 
 
 def _ints(text: str | None, what: str) -> tuple[int, ...] | None:
-    if text is None:
-        return None
-    out = []
-    for part in str(text).split(","):
-        part = part.strip()
-        if not part:
-            continue
-        try:
-            out.append(int(part))
-        except ValueError:
-            raise UsageError(f"{what} {text!r} is not a list of integers", f"write it like {what} 1,2") from None
-    if not out:
-        raise UsageError(f"{what} {text!r} is empty", "give one or more comma-separated values")
-    return tuple(out)
+    from sactool.units import parse_int_list
+
+    return None if text is None else parse_int_list(text, what=what)
 
 
 def parse_node(text: str | None) -> int | str | None:

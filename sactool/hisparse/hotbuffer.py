@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
+import sactool.cachedir  # noqa: F401  (NUMBA_CACHE_DIR before numba loads)
 from numba import njit
 
 from sactool.errors import UsageError

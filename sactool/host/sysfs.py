@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable, Generic, TypeVar
 
 from sactool.errors import TopologyError
+from sactool.units import expand_int_list, suffix_bytes
 
 SYSFS_ROOT_ENV = "SACTOOL_SYSFS_ROOT"
 """Environment variable naming the root directory, like ``--sysfs-root``."""
@@ -64,30 +65,7 @@ def parse_hex(text: str) -> int:
 
 def parse_cpulist(text: str) -> tuple[int, ...]:
     """Kernel range list (``0-3,8,10-11``) → sorted tuple; an empty line (CPU-less node) → ``()``."""
-    s = text.strip()
-    if not s:
-        return ()
-    out: set[int] = set()
-    for part in s.split(","):
-        part = part.strip()
-        if not part:
-            raise ValueError(f"empty element in list {text.strip()!r}")
-        if "-" in part:
-            lo_s, hi_s = part.split("-", 1)
-            stride = 1
-            if ":" in hi_s:  # "0-15:2" stride form (bitmap_parselist)
-                hi_s, stride_s = hi_s.split(":", 1)
-                stride = int(stride_s)
-            lo, hi = int(lo_s), int(hi_s)
-            if hi < lo or lo < 0 or stride < 1:
-                raise ValueError(f"bad range {part!r}")
-            out.update(range(lo, hi + 1, stride))
-        else:
-            v = int(part)
-            if v < 0:
-                raise ValueError(f"negative id {part!r}")
-            out.add(v)
-    return tuple(sorted(out))
+    return tuple(sorted(set(expand_int_list(text))))
 
 
 def format_cpulist(ids: tuple[int, ...] | list[int]) -> str:
@@ -102,9 +80,6 @@ def format_cpulist(ids: tuple[int, ...] | list[int]) -> str:
         parts.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
         i = j + 1
     return ",".join(parts)
-
-
-_UNITS = {"kB": 1024, "KB": 1024, "B": 1, "": 1}
 
 
 def parse_kv(text: str) -> dict[str, int]:
@@ -128,8 +103,11 @@ def parse_kv(text: str) -> dict[str, int]:
             num = int(fields[0])
         except ValueError:
             continue
-        unit = fields[1] if len(fields) > 1 else ""
-        out[key] = num * _UNITS.get(unit, 1)
+        try:
+            mult = suffix_bytes(fields[1], kernel=True) if len(fields) > 1 else 1
+        except ValueError:
+            mult = 1  # not a size unit: a count
+        out[key] = num * mult
     if not out:
         raise ValueError("no 'key: value' line")
     return out

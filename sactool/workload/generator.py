@@ -11,6 +11,7 @@ depend on the number of threads numba uses.
 from __future__ import annotations
 
 import numpy as np
+import sactool.cachedir  # noqa: F401  (NUMBA_CACHE_DIR before numba loads)
 from numba import njit
 
 from sactool.errors import UsageError

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import sactool.cachedir  # noqa: F401  (NUMBA_CACHE_DIR before numba loads)
 from numba import njit
 
 
