@@ -12,13 +12,14 @@ the reason is kept in :attr:`SysfsReader.reasons` (``reader.why(path)``), so cal
 
 from __future__ import annotations
 
-import errno
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Generic, TypeVar
 
 from sactool.errors import TopologyError
+from sactool.host.files import NotRead, inside, read_regular
 from sactool.units import expand_int_list, suffix_bytes
 
 SYSFS_ROOT_ENV = "SACTOOL_SYSFS_ROOT"
@@ -141,6 +142,10 @@ class SysfsReader:
         self.reasons: dict[str, str] = {}
         self.touched: set[str] = set()
         if check and not self.live:
+            self._check_root(root)
+
+    def _check_root(self, root) -> None:
+        try:
             if not self.root.exists():
                 raise TopologyError(
                     f"sysfs root {str(root)!r} does not exist",
@@ -154,6 +159,10 @@ class SysfsReader:
                     f"sysfs root {str(root)!r} has no sys/ directory",
                     "the root must mirror / (contain sys/devices/system/node …)",
                 )
+            os.listdir(self.root / "sys")
+        except PermissionError:
+            raise TopologyError(f"sysfs root {str(root)!r} cannot be read (permission denied)",
+                                "make the directory readable to you (chmod -R a+rX, or unpack it yourself)") from None
 
     # ---- paths ---------------------------------------------------------------------------
     def path(self, rel: str) -> Path:
@@ -169,33 +178,48 @@ class SysfsReader:
         """Why the last read of ``rel`` gave nothing (``None`` if it was read fine)."""
         return self.reasons.get(rel.lstrip("/"))
 
+    def _fence(self) -> Path | None:
+        """The root reads must stay under (None for the live system, where all of / is fair)."""
+        return None if self.live else self.root
+
+    def inside(self, rel: str) -> bool:
+        """Whether ``rel`` (links followed) stays under the root; a recorded tree is never read outside."""
+        return inside(self._fence(), self.path(rel))
+
+    def _parent_inside(self, rel: str) -> bool:
+        return self.live or inside(self.root, self.path(rel).parent)
+
     def exists(self, rel: str) -> bool:
+        """Whether the entry exists (a link counts, even dangling) in a directory under the root."""
         self._touch(rel)
-        return os.path.lexists(self.path(rel))
+        return self._parent_inside(rel) and os.path.lexists(self.path(rel))
 
     def is_dir(self, rel: str) -> bool:
         self._touch(rel)
-        return self.path(rel).is_dir()
+        if not self.inside(rel):
+            self._miss(rel, "resolves outside the sysfs root")
+            return False
+        try:
+            return stat.S_ISDIR(os.stat(self.path(rel)).st_mode)
+        except PermissionError:
+            self._miss(rel, "permission denied")
+        except OSError:
+            pass
+        return False
 
     # ---- raw reads -----------------------------------------------------------------------
     def text(self, rel: str) -> str | None:
-        """The file's content (stripped of the trailing newline) or None with a reason."""
+        """The file's content (stripped of the trailing newline) or None with a reason.
+
+        Only regular files under the root are read (see :func:`read_regular`): a FIFO, a device
+        or a link leading outside a recorded tree gives None with that reason, never a hang or
+        someone else's file.
+        """
         self._touch(rel)
-        p = self.path(rel)
         try:
-            with open(p, "rb") as f:
-                data = f.read(1 << 20)
-        except FileNotFoundError:
-            self._miss(rel, "missing")
-            return None
-        except PermissionError:
-            self._miss(rel, "permission denied")
-            return None
-        except IsADirectoryError:
-            self._miss(rel, "is a directory")
-            return None
-        except OSError as e:  # EIO, EINVAL, ENXIO: attributes that refuse reads
-            self._miss(rel, f"unreadable ({errno.errorcode.get(e.errno or 0, e.errno)})")
+            data = read_regular(self.path(rel), self._fence())
+        except NotRead as e:
+            self._miss(rel, e.reason)
             return None
         try:
             s = data.decode("utf-8")
@@ -238,6 +262,9 @@ class SysfsReader:
     def listdir(self, rel: str) -> list[str]:
         """Sorted entry names ([] with a reason when missing/unreadable)."""
         self._touch(rel)
+        if not self.inside(rel):
+            self._miss(rel, "resolves outside the sysfs root")
+            return []
         try:
             return sorted(os.listdir(self.path(rel)))
         except FileNotFoundError:
@@ -253,6 +280,9 @@ class SysfsReader:
     def readlink(self, rel: str) -> str | None:
         """The raw link target, or None (not a link / missing)."""
         self._touch(rel)
+        if not self._parent_inside(rel):
+            self._miss(rel, "resolves outside the sysfs root")
+            return None
         try:
             return os.readlink(self.path(rel))
         except FileNotFoundError:
@@ -276,11 +306,10 @@ class SysfsReader:
             if os.path.islink(self.path(cur)):
                 self._touch(cur)
         real = Path(os.path.realpath(self.path(rel)))
-        try:
-            out = real.relative_to(self.root)
-        except ValueError:
+        if not inside(self._fence(), real):
             self._miss(rel, "resolves outside the sysfs root")
             return None
+        out = real.relative_to(self.root)
         if not real.exists():
             self._miss(rel, "dangling link")
             return None

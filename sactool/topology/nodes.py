@@ -33,6 +33,9 @@ def node_ids(r: SysfsReader) -> list[int]:
             "record with 'sactool probe --snapshot' on the machine",
         )
     ids = sorted(int(m.group(1)) for name in r.listdir(NODE_DIR) if (m := _NODE_RE.match(name)))
+    if not ids and r.why(NODE_DIR):
+        raise TopologyError(f"{NODE_DIR} cannot be listed ({r.why(NODE_DIR)})",
+                            "run as a user who can read the tree (or make it readable: chmod -R a+rX DIR)")
     if not ids:
         raise TopologyError(f"{NODE_DIR} lists no node<N> directory",
                             "the recording is incomplete; record it again with 'sactool probe --snapshot'")

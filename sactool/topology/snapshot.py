@@ -19,9 +19,10 @@ import time
 from pathlib import Path
 
 from sactool.errors import ExistsError, SactoolError
+from sactool.host.files import MAX_READ_BYTES, NotRead, read_regular
 from sactool.host.sysfs import SysfsReader
 
-MAX_FILE_BYTES = 1 << 20  # SysfsReader.text reads at most 1 MiB; store the same
+MAX_FILE_BYTES = MAX_READ_BYTES  # what SysfsReader.text reads; store the same
 
 
 class _Collector:
@@ -48,10 +49,12 @@ class _Collector:
             full = self.root / nxt
             if os.path.islink(full):
                 target = os.readlink(full)
-                self.links[nxt] = target
-                if os.path.isabs(target):
-                    return None  # absolute links would escape the archive: not followed
                 joined = posixpath.normpath(posixpath.join(posixpath.dirname(nxt), target))
+                if os.path.isabs(target) or joined == ".." or joined.startswith("../"):
+                    # leads outside the tree (or is absolute, which would escape the archive):
+                    # neither followed nor archived
+                    return None
+                self.links[nxt] = target
                 rest = parts[i + 1:]
                 # restart from the link's target (it may contain links itself)
                 parts = [p for p in joined.split("/") if p] + rest
@@ -133,12 +136,12 @@ def build_archive(reader: SysfsReader) -> bytes:
             ti = tarfile.TarInfo(link)
             ti.type, ti.linkname, ti.mode, ti.mtime = tarfile.SYMTYPE, target, 0o777, now
             tar.addfile(ti)
+        fence = None if reader.live else reader.root
         for f in sorted(col.files):
             try:
-                with open(col.root / f, "rb") as fh:
-                    content = fh.read(MAX_FILE_BYTES)
-            except OSError:
-                continue  # unreadable (permission denied, EIO): absent in the snapshot too
+                content = read_regular(col.root / f, fence, MAX_FILE_BYTES)
+            except NotRead:
+                continue  # unreadable, not a regular file, or outside: absent in the snapshot too
             _add_bytes(tar, f, content, now)
     return buf.getvalue()
 
