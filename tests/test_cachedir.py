@@ -52,7 +52,7 @@ def test_bench_as_nobody_without_home_compiles_and_caches(shared_tmp):
 @needs_root
 def test_tune_and_simulate_kernels_import_as_nobody(shared_tmp):
     # the modules tune and simulate load decorate their kernels with cache=True at import
-    code = ("import sactool.tune.hotbuffer, sactool.workload.generator, sactool.workload.stats\n"
+    code = ("import sactool.hisparse.hotbuffer, sactool.workload.generator, sactool.workload.stats\n"
             "from sactool.bench.gathergen import gather_kernel, cache_dir\n"
             "gather_kernel(64, 0); print(cache_dir())")
     r = _as_nobody([sys.executable, "-c", code], shared_tmp)

@@ -45,7 +45,7 @@ def test_int_lists():
 
 
 def test_bench_options_use_the_shared_list_parser():
-    from sactool.bench.cliopts import _ints
+    from sactool.cli.bench import _ints
 
     assert _ints("1,2,4", "--threads") == (1, 2, 4)
     with pytest.raises(UsageError, match="not a list of integers"):

@@ -39,7 +39,7 @@ def simulate(
     fmt: str = FormatOpt,
 ) -> None:
     """What SAC/CXL vs an RDMA pool vs local DRAM would give: TTFT, TBT, throughput, memory, ratios."""
-    from sactool.units import parse_list, parse_tokens
+    from sactool.units import parse_int_list, parse_list, parse_tokens
 
     check_format(fmt)
     if platform is None and profile is None:
@@ -56,14 +56,8 @@ def simulate(
     if hotbuffer_steps < 2:
         raise UsageError(f"--hotbuffer-steps {hotbuffer_steps} must be >= 2", "e.g. 128")
 
-    def _int(s, what):
-        try:
-            return int(s)
-        except ValueError:
-            raise UsageError(f"{what} {s!r} is not an integer", "e.g. 8,16,64") from None
-
     ctxs = tuple(parse_list(context, parse_tokens, what="context")) if context else None
-    concs = tuple(parse_list(concurrency, _int, what="concurrency")) if concurrency else None
+    concs = parse_int_list(concurrency, what="--concurrency", minimum=1) if concurrency else None
     places = tuple(x.strip() for x in placements.split(",") if x.strip())
     from sactool.simulate.api import SimulationOptions, simulate as run_sim
     from sactool.simulate.platform import load_platform

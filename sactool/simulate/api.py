@@ -9,6 +9,7 @@ drivers of each ratio (bytes moved, queueing, capacity cap, compute) for ``--exp
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -35,6 +36,22 @@ class SimulationOptions:
     seed: int = 0
     miss_fn: Callable[[int, int], MissProfile] | None = None   # (context, buffer) -> profile
     notes: tuple[str, ...] = ()     # carried into the result (e.g. where a --profile's figures came from)
+
+    def __post_init__(self) -> None:
+        """Refuse what would make the event loop run forever or mean nothing (NaN, inf, <= 0)
+        before any work — the platform file's own fields are checked the same way by its loader."""
+        rate = self.arrival_rate_per_s
+        if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float))
+                                 or not math.isfinite(rate) or rate <= 0):
+            raise UsageError(f"arrival rate {rate!r} must be a finite number of requests per second above zero",
+                             "e.g. --arrival-rate 2.5, or leave it out for a closed loop at the concurrency")
+        for what, vals in (("context", self.contexts), ("concurrency", self.concurrency)):
+            for v in vals or ():
+                if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                    raise UsageError(f"{what} {v!r} must be a whole number >= 1", f"give positive {what} values")
+        for what, v, lo in (("output tokens", self.output_tokens, 1), ("hot-buffer steps", self.hotbuffer_steps, 2)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < lo):
+                raise UsageError(f"{what} {v!r} must be a whole number >= {lo}", f"give {what} of at least {lo}")
 
 
 @dataclass(frozen=True)
