@@ -191,3 +191,38 @@ def test_path_ceiling_on_a_recorded_cxl_node(tmp_path):
     unknown = path_ceiling(GpuInfo(0, "x", None, None, None, None, None, False, "NVIDIA", None), topo, 2, None, r)
     assert unknown["ceiling_bytes_per_s"] == x16 and unknown["limited_by"] == "memory_links"
     assert any("GPU link unknown" in n for n in unknown["notes"])
+
+
+def test_cli_without_a_gpu_says_so_in_one_line_and_writes_nothing(tmp_path, capsys):
+    """This machine (and CI) has no CUDA GPU: exit 3, one stderr line, empty stdout, no --out file."""
+    from sactool.bench.gpuplace import gpu_runtime
+    from sactool.cli import main
+    from sactool.errors import TopologyError
+
+    try:
+        gpu_runtime()
+    except TopologyError:
+        pass
+    else:  # pragma: no cover
+        pytest.skip("a CUDA GPU is present here")
+    out = tmp_path / "g.json"
+    code = main(["bench", "gpu-gather", "--node", "0", "--out", str(out), "--format", "json"])
+    cap = capsys.readouterr()
+    assert code == 3 and cap.out == "" and not out.exists()
+    assert len(cap.err.strip().splitlines()) == 1 and cap.err.startswith("error: no CUDA GPU")
+
+
+def test_cli_simulated_run_writes_a_loadable_record(tmp_path):
+    out = tmp_path / "g.json"
+    p = _child("from sactool.cli import main\nraise SystemExit(main(['bench', 'gpu-gather', '--node', '0', '--blocks', "
+               "'2', '--threads', '32', '--record-bytes', '1152', '--topk', '4', '--context', '16', '--size', '2MiB', "
+               f"'--pattern', 'clustered', '--preset', 'fast', '--format', 'json', '--out', {str(out)!r}]))",
+               simulator=True)
+    assert p.returncode == 0, p.stderr[-2000:]
+    data = json.loads(p.stdout)
+    from sactool.bench import load_bench
+
+    rec = load_bench(out)
+    assert rec.data["command"] == "gpu-gather" and data["results"] == list(rec.results)
+    assert [r["test"] for r in rec.results] == ["gpu_gather", "gpu_prefix_copy"]
+    assert "simulated" in p.stderr  # warnings on stderr, data on stdout

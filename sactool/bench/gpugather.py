@@ -433,7 +433,7 @@ def run_gpu_gather(o: GpuGatherOptions, *, reader: SysfsReader | None = None, pr
     warnings: list[dict] = []
     topo, mem, cpu_node, cpus = _resolve(o, reader, warnings)
     gpu = gpuplace.select_gpu(cuda, o.gpu, reader)
-    l2 = gpu.l2_bytes or L2_FALLBACK_BYTES
+    l2 = gpu.l2_bytes or (0 if sim else L2_FALLBACK_BYTES)  # the simulator has no cache to outrun
     need_steps = {(k, rb): o.steps or steps_for(k, rb, l2, max(o.blocks)) for k in o.topk for rb in o.record_bytes}
     steps_max = max(need_steps.values())
     size = o.size_bytes or default_size(o, steps_max)
@@ -443,7 +443,7 @@ def run_gpu_gather(o: GpuGatherOptions, *, reader: SysfsReader | None = None, pr
             raise UsageError(f"--size {size} holds {size // rb} records of {rb} B, fewer than {max(o.blocks)} "
                              f"requests × {region_records}-record prefixes",
                              "use a larger --size, fewer --blocks or a shorter --context")
-    if size < 4 * l2:
+    if l2 and size < 4 * l2:
         warnings.append(_warn("small_buffer", f"the buffer ({size} B) is less than 4× the GPU's L2 ({l2} B)",
                               "GPU L2 may serve repeated reads: use a larger --size"))
     if mem is not None and topo is not None and not o.dax and not sim:

@@ -15,7 +15,7 @@ from typing import List, Optional
 
 import typer
 
-from sactool.cli import bench, profile, serve, simulate, tune
+from sactool.cli import bench, gpugather, profile, serve, simulate, tune
 from sactool.cli.probe import register as register_probe
 from sactool.errors import ExitCode, run_guarded
 
@@ -46,6 +46,7 @@ def _root(
 
 
 register_probe(app)
+gpugather.register(bench.bench_app)
 app.add_typer(bench.bench_app, name="bench")
 app.command()(tune.tune)
 app.add_typer(profile.profile_app, name="profile")

@@ -1,0 +1,110 @@
+"""``sactool bench gpu-gather``: options → :class:`sactool.bench.gpugather.GpuGatherOptions`, run,
+write, render. Registered on the ``bench`` app by :mod:`sactool.cli.app`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from sactool.cli.common import FormatOpt, check_format, refuse_existing
+from sactool.errors import Interrupted, UsageError
+
+
+def _ints(text: str | None, what: str):
+    from sactool.cli.bench import _ints as ints
+
+    return ints(text, what)
+
+
+def gpu_gather(
+    node: Optional[str] = typer.Option(None, "--node", "-n", help="Pool memory: a NUMA node (2 or node2) or a devdax "
+                                       "device (dax0.0). Default: the pool node of 'sactool probe'."),
+    gpu: int = typer.Option(0, "--gpu", "-g", help="CUDA device index."),
+    cpus: Optional[str] = typer.Option(None, "--cpus", help="CPUs that pre-fault the buffer (0-3 or node0). "
+                                       "Default: the CPU node nearest the memory."),
+    size: Optional[str] = typer.Option(None, "--size", help="Host buffer (default: one prefix per request in flight "
+                                       "at the largest record size, at least 1GiB)."),
+    blocks: Optional[str] = typer.Option(None, "--blocks", "-b", help="Requests in flight, one block each "
+                                         "(default 1,2,4,8,16,32,64)."),
+    threads: Optional[str] = typer.Option(None, "--threads", "-t", help="Threads per block, swap_in_block_size "
+                                          "(default 256,512,960,1024)."),
+    record_bytes: Optional[str] = typer.Option(None, "--record-bytes", "-r", help="Record sizes (default 656,1152)."),
+    topk: Optional[str] = typer.Option(None, "--topk", "-k", help="Records per request per step (default 2048)."),
+    pattern: Optional[str] = typer.Option(None, "--pattern", help="Index patterns: uniform, clustered, trace "
+                                          "(default all three)."),
+    trace: Optional[Path] = typer.Option(None, "--trace", help="Trace for the 'trace' pattern: a workload .npz or an "
+                                         "index file (.npy/text). Default: the DSA workload model."),
+    context: int = typer.Option(32768, "--context", help="Prefix length per request, tokens (records)."),
+    full_prefix: bool = typer.Option(True, "--full-prefix/--no-full-prefix", help="Also time the bulk copy of each "
+                                     "request's whole prefix."),
+    placement: str = typer.Option("strict", "--placement", help="strict (mbind + verified, as 'bench'), or "
+                                  "best-effort (first-touch where the kernel lacks mbind/move_pages; the record says so)."),
+    hugepages: str = typer.Option("thp", "--hugepages", help="thp, none, 2MB or 1GB."),
+    preset: str = typer.Option("default", "--preset", help="Protocol: fast, default or rigorous."),
+    seed: int = typer.Option(1, "--seed", help="Seed for the index streams."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the bench record here (JSON, or YAML by suffix)."),
+    force: bool = typer.Option(False, "--force", help="Overwrite --out."),
+    fmt: str = FormatOpt,
+) -> None:
+    """GPU top-k swap-in from pool memory (HiSparse's data path): µs per step, GB/s, vs the full-prefix copy."""
+    check_format(fmt)
+    refuse_existing(out, force)
+    from sactool.bench.gpugather import DEFAULT_BLOCKS, DEFAULT_RECORDS, DEFAULT_THREADS, DEFAULT_TOPK, PATTERNS
+    from sactool.bench.gpugather import GpuGatherOptions, run_gpu_gather
+    from sactool.cli.bench import parse_cpus, parse_node
+    from sactool.units import parse_size
+
+    nd = parse_node(node)
+    if nd == "all":
+        raise UsageError("gpu-gather measures one pool target", "give --node N or --node daxX.Y")
+    pats = tuple(p.strip() for p in pattern.split(",") if p.strip()) if pattern else PATTERNS
+    opts = GpuGatherOptions(
+        node=nd if isinstance(nd, int) else None, dax=nd if isinstance(nd, str) else None, gpu=gpu,
+        cpus=None, size_bytes=parse_size(size, what="--size") if size else None,
+        blocks=_ints(blocks, "--blocks") or DEFAULT_BLOCKS, threads=_ints(threads, "--threads") or DEFAULT_THREADS,
+        record_bytes=_ints(record_bytes, "--record-bytes") or DEFAULT_RECORDS, topk=_ints(topk, "--topk") or DEFAULT_TOPK,
+        patterns=pats, trace=str(trace) if trace else None, context_tokens=context, full_prefix=full_prefix,
+        preset=preset, seed=seed, placement=placement, hugepages=hugepages)
+    from sactool.bench.gpugather import validate
+
+    validate(opts)
+    from sactool.bench.gpuplace import gpu_runtime
+
+    gpu_runtime()  # no GPU: one line, exit 3, before the topology, the buffer or any index
+    if cpus is not None:
+        from dataclasses import replace
+
+        from sactool.memory.nodes import topology
+
+        opts = replace(opts, cpus=parse_cpus(cpus, topology()))
+    from sactool.render.bench import progress_reporter
+
+    cb, close = progress_reporter()
+    try:
+        rec = run_gpu_gather(opts, progress=cb)
+    finally:
+        close()
+    from sactool import records
+
+    if out is not None:
+        records.atomic_write(out, records.dumps(rec.data, "yaml" if out.suffix in (".yaml", ".yml") else "json"),
+                             force=True)
+    if fmt == "table":
+        from sactool.render.gpugather import render_gpu_gather
+
+        render_gpu_gather(rec)
+    else:
+        from sactool.render import emit_data
+        from sactool.render.bench import render_warnings
+
+        render_warnings(rec)
+        emit_data(rec.data, fmt)
+    if not rec.complete:
+        raise Interrupted(f"interrupted: {len(rec.results)} finished results kept" + (f" in {out}" if out else ""),
+                          "rerun to complete the measurement")
+
+
+def register(bench_app) -> None:
+    bench_app.command(name="gpu-gather")(gpu_gather)
