@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.trees import unpack
 from sactool.bench.gpugather import GpuGatherOptions, validate
 from sactool.errors import UsageError
 
@@ -165,7 +164,7 @@ def test_bad_options_fail_before_any_gpu_work(kw, word):
     assert word in e.value.message + (e.value.hint or "")
 
 
-def test_path_ceiling_on_a_recorded_cxl_node(tmp_path):
+def test_path_ceiling_on_a_recorded_cxl_node(machine):
     """The CXL side comes from a real recording (QEMU CXL memdev mem0, 32 GT/s x16). No recording
     of a GPU's PCI entry exists (QEMU has no GPU), so the GPU side is a hand-written directory
     with the same attributes the kernel exposes for any PCIe function; it says x8."""
@@ -173,7 +172,7 @@ def test_path_ceiling_on_a_recorded_cxl_node(tmp_path):
     from sactool.host.sysfs import SysfsReader
     from sactool.memory.nodes import topology
 
-    root = unpack("ram__30-system-ram", tmp_path / "t")
+    root = machine("ram__30-system-ram")
     gpu_dir = root / "sys/bus/pci/devices/0000:17:00.0"
     gpu_dir.mkdir(parents=True)
     for name, text in (("current_link_speed", "32.0 GT/s PCIe"), ("current_link_width", "8"),
