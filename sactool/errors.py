@@ -90,6 +90,8 @@ def run_guarded(fn, *, debug: bool = False) -> int:
         rv = fn()
         return int(rv) if isinstance(rv, int) else int(ExitCode.OK)
     except SactoolError as e:
+        if getattr(e, "quiet", False):  # fleet mode: rank 0 reports it for every rank
+            return int(e.exit_code)
         if debug:
             import traceback
 

@@ -87,6 +87,13 @@ def run_command(test: str, *, node, cpus, size, threads, record_bytes, topk, pre
         record_bytes=_ints(record_bytes, "--record-bytes"), topk=topk, prefetch=_ints(prefetch, "--prefetch"),
         pattern=pattern, trace=str(trace) if trace else None, hugepages=hugepages, preset=preset, seed=seed,
         command=test)
+    from sactool.fleet.mpi import detect
+
+    fleet = detect()
+    if fleet is not None:  # under mpirun: the contention sweep over the ranks
+        from sactool.cli.fleet import bench_fleet
+
+        return bench_fleet(fleet, opts, nd, out, force, fmt, plot)
     from sactool.render.bench import plot_bench, progress_reporter, render_bench
 
     cb, close = progress_reporter()

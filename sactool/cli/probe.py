@@ -22,6 +22,13 @@ def run_probe(fmt: str = "table", sysfs_root: Optional[Path] = None, snapshot: O
 
     if fmt not in FORMATS:
         raise UsageError(f"unknown format {fmt!r}", f"use one of: {', '.join(FORMATS)}")
+    from sactool.fleet.mpi import detect
+
+    fleet = detect()  # under mpirun: every rank probes, rank 0 writes the fleet record
+    if fleet is not None:
+        from sactool.cli.fleet import probe_fleet
+
+        return probe_fleet(fleet, fmt, sysfs_root, snapshot)
     if snapshot is not None and snapshot.exists() and not force:
         raise ExistsError(f"{snapshot} exists", "pass --force to overwrite it, or choose another name")
     reader = SysfsReader(sysfs_root)

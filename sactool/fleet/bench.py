@@ -1,0 +1,429 @@
+"""``mpirun -n N … sactool bench gather|latency|bandwidth|loaded``: the same kernels on every rank,
+each sample starting at an MPI barrier, swept over 1, 2, 4, … N active ranks.
+
+Order of work (every stage is one :meth:`Fleet.agree`, so an error on any rank stops all of them
+at the same point, before anything expensive where possible):
+
+1. options: every rank's options must be identical (node, sizes, seeds, preset, …) — refused
+   otherwise, before measuring;
+2. local checks: the node exists here and holds memory, CPUs, free memory for this machine's ranks;
+3. placement: each rank maps and verifies its own buffer on the node (ranks of one machine split
+   its CPU node's CPUs; when there are fewer CPUs than ranks they share them, and the record says so);
+4. the sweep: for k = 1, 2, 4, … N the first k ranks of the activation order (round-robin over
+   machines, so 2 active ranks are on 2 machines when there are 2) calibrate together and agree
+   on one repetition count (the largest), then run ``rounds`` rounds of every configuration in
+   rotated order; before every sample all N ranks meet at a barrier and the k active ones start
+   together while the others wait. After each step rank 0 gathers the samples and (with ``--out``)
+   rewrites the record, so a step once finished is on disk whatever happens next.
+
+Ctrl-C on any rank: the running sample ends, the next barrier stops every rank, rank 0 writes the
+finished steps (``complete: false``) and all exit 130.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any, Callable
+
+from sactool import records
+from sactool.errors import Interrupted, SactoolError, TopologyError, UsageError
+from sactool.fleet.mpi import Fleet, FleetError, FleetInterrupted, Terminated
+from sactool.fleet.sweep import step_entry, sweep_sizes
+
+FLEET_TESTS = ("gather", "latency", "bandwidth", "loaded")
+
+Writer = Callable[[dict], None]
+
+
+def canonical_options(opts) -> dict[str, Any]:
+    """Every option that changes what is measured (a trace by its content)."""
+    d = asdict(opts)
+    d.pop("protocol", None)
+    if opts.trace:
+        try:
+            d["trace"] = "sha256:" + hashlib.sha256(Path(opts.trace).read_bytes()).hexdigest()
+        except OSError as e:
+            d["trace"] = f"unreadable: {e.strerror}"
+    return d
+
+
+def check_agreement(canon: list[dict[str, Any]]) -> None:
+    """UsageError naming the first option and rank that differ from rank 0's."""
+    for r, c in enumerate(canon[1:], start=1):
+        for k in canon[0]:
+            if c.get(k) != canon[0].get(k):
+                raise UsageError(f"ranks disagree on the options: rank {r} has {k}={c.get(k)!r}, "
+                                 f"rank 0 has {k}={canon[0].get(k)!r}",
+                                 "give every rank the same sactool bench arguments")
+
+
+def activation_order(local_ranks: list[int]) -> list[int]:
+    """Ranks in the order the sweep activates them: first rank of every machine, then the second…"""
+    return sorted(range(len(local_ranks)), key=lambda r: (local_ranks[r], r))
+
+
+def split_cpus(cpus: tuple[int, ...], local_rank: int, local_size: int) -> tuple[tuple[int, ...], bool]:
+    """This rank's share of its machine's CPUs; (cpus, shared) — shared when ranks outnumber CPUs."""
+    n = len(cpus)
+    if n >= local_size:
+        lo, hi = local_rank * n // local_size, (local_rank + 1) * n // local_size
+        return tuple(cpus[lo:hi]), False
+    return (cpus[local_rank % n],), True
+
+
+class _Local:
+    """What one rank holds: its placement, its measures, its samples of the running step."""
+
+    def __init__(self):
+        self.buf = None
+        self.measures: list = []
+        self.warnings: list[dict] = []
+        self.info: dict[str, Any] = {}
+
+
+def _prepare(fleet: Fleet, opts, reader) -> tuple[_Local, Any]:
+    from sactool.bench import api, env
+    from sactool.bench.protocol import PRESETS
+    from sactool.memory.nodes import check_fits, check_memory_node, free_estimate, topology
+
+    if len(opts.tests) != 1 or opts.tests[0] not in FLEET_TESTS:
+        raise UsageError(f"a fleet bench runs one test, not {opts.command!r}",
+                         f"use one of: {', '.join(FLEET_TESTS)} (each contention sweep measures one test)")
+    if opts.dax:
+        raise UsageError("a fleet bench measures a NUMA node (--node N)",
+                         "devdax devices are not swept across ranks yet: bench them one host at a time")
+    loc = _Local()
+    topo = topology(reader)
+    if not topo.live:
+        raise TopologyError(f"the topology comes from a recording ({topo.sysfs_root}), not this system",
+                            "sactool bench measures the running machine: drop --sysfs-root")
+    mem = opts.node if opts.node is not None else topo.verdict.pool_nodes[0]
+    check_memory_node(topo, mem)
+    cpu_node, node_cpus = api.resolve_cpus(topo, mem, opts.cpus)
+    cpus, shared = split_cpus(node_cpus, fleet.local_rank, fleet.local_size)
+    threads = opts.threads or (len(cpus),)
+    if max(threads) > len(cpus):
+        raise UsageError(f"{max(threads)} threads per rank but this rank has {len(cpus)} CPUs "
+                         f"({fleet.local_size} ranks share node{cpu_node}'s {len(node_cpus)})",
+                         "pass fewer --threads, or start fewer ranks per machine")
+    llc = env.llc_bytes(reader, cpus[0]) or (32 << 20)
+    size = opts.size_bytes or api.PRESET_SIZES.get(opts.preset, 1 << 30)
+    api._validate(opts, size, llc)
+    check_fits(free_estimate(topo, reader, mem), size * fleet.local_size,
+               what=f"{fleet.local_size} buffers of {size} bytes (one per rank on this machine)")
+    if shared:
+        loc.warnings.append({"code": "cpus_shared", "message": f"{fleet.local_size} ranks share the "
+                             f"{len(node_cpus)} CPUs of node{cpu_node} on {fleet.machine}: rank {fleet.rank} runs "
+                             f"on CPU {cpus[0]} with other ranks", "hint": "figures with more active ranks than CPUs "
+                             "include CPU time-sharing (see on_cpu_fraction); use one rank per CPU"})
+    kind = topo.node(mem).kind
+    stand_in = None
+    if topo.verdict.stand_in or kind != "cxl":
+        stand_in = {"node": f"node{mem}", "kind": kind, "stands_in_for": "cxl",
+                    "reason": topo.verdict.reason if topo.verdict.stand_in else f"node{mem} is {kind}, not CXL memory"}
+    gather_idx = api._prepare_gather(opts, size, llc) if opts.tests[0] == "gather" else []
+    loc.info = {"rank": fleet.rank, "host": fleet.host, "machine": fleet.machine, "local_rank": fleet.local_rank,
+                "memory_node": f"node{mem}", "cpu_node": f"node{cpu_node}", "cpus": list(cpus),
+                "threads": list(threads), "size_bytes": size, "llc_bytes": llc, "stand_in": stand_in,
+                "pool_device": pool_device(topo, reader, mem, fleet.machine)}
+    proto = opts.protocol or PRESETS[opts.preset]
+    return loc, (topo, mem, cpus, threads, llc, size, gather_idx, proto)
+
+
+def pool_device(topo, reader, mem: int, machine: str) -> dict[str, Any]:
+    """What physical memory node ``mem`` is, so hosts sharing it can be told: the serials of the CXL
+    memdevs behind it, or — for DRAM standing in — this machine (boot id) and node."""
+    from sactool.fleet.poolmap import norm_serial
+    from sactool.memory.nodes import free_estimate
+
+    node = topo.node(mem)
+    free = free_estimate(topo, reader, mem)
+    serials = sorted({s for s in (norm_serial(m.serial) for m in topo.memdevs_of_node(mem)) if s})
+    if serials:
+        return {"kind": "cxl", "key": "cxl:" + "+".join(serials), "memdev_serials": serials,
+                "node": f"node{mem}", "capacity_bytes": node.mem_total_bytes, "free_bytes": free.bytes,
+                "capacity_source": f"node{mem}/meminfo MemTotal"}
+    boot = reader.str("proc/sys/kernel/random/boot_id") or "unknown-boot"
+    return {"kind": node.kind, "key": f"{node.kind}:{machine}:{boot}:node{mem}", "memdev_serials": [],
+            "node": f"node{mem}", "capacity_bytes": node.mem_total_bytes, "free_bytes": free.bytes,
+            "capacity_source": f"node{mem}/meminfo MemTotal; free: {free.source}"}
+
+
+def _place(loc: _Local, prep, opts) -> None:
+    from sactool.bench.api import _buffer_warnings
+    from sactool.memory import allocate
+
+    topo, mem, cpus, threads, llc, size, gather_idx, proto = prep
+    loc.buf = allocate(size, node=mem, hugepages=opts.hugepages, prefault_threads=len(cpus), prefault_cpus=cpus,
+                       topo=topo)
+    bdesc = loc.buf.describe()
+    loc.info["buffer"] = bdesc
+    loc.warnings.extend(_buffer_warnings(bdesc, opts, mem, size, llc))
+    loc.measures = build_measures(loc.buf, opts, list(cpus), threads, gather_idx, loc.warnings)
+
+
+def build_measures(buf, opts, cpus: list[int], threads, gather_idx, warnings: list) -> list:
+    """The configurations of the one test, built as ``sactool bench`` builds them."""
+    from sactool.bench import suite
+
+    test = opts.tests[0]
+    if test == "bandwidth":
+        words = buf.array("uint64")
+        return [suite.sequential(words, cpus, t, op) for op in ("read", "write", "copy") for t in threads]
+    if test == "gather":
+        src = buf.array("uint8")
+        return [suite.gather(src, cpus, t, rb, opts.topk, d, idx, opts.pattern)
+                for rb, idx in gather_idx for d in (opts.prefetch or (suite.default_prefetch(rb),)) for t in threads]
+    words = buf.array("uint64")
+    half = words.size // suite.WPL // 2
+    if test == "latency":
+        pl = suite.build_chain(words, 0, half, page_local=True, seed=opts.seed)
+        rnd = suite.build_chain(words, half, half, page_local=False, seed=opts.seed + 1)
+        return [suite.latency(words, pl, cpus[0], "page_local"), suite.latency(words, rnd, cpus[0], "random")]
+    rnd = suite.build_chain(words, half, half, page_local=False, seed=opts.seed + 1)
+    if len(cpus) < 2:
+        warnings.append({"code": "loaded_needs_cpus", "message": "loaded latency needs >= 2 CPUs per rank (one "
+                         "chaser, the rest readers): this rank chases only; the load comes from the other ranks",
+                         "hint": "give each rank at least two CPUs (fewer ranks per machine, or --cpus)"})
+    return [suite.loaded(words, rnd, cpus, 0 if len(cpus) > 1 else None)]
+
+
+def _sample(m) -> dict[str, Any]:
+    """One timed sample of measure ``m`` at its agreed repetitions."""
+    n_cpu, n_extra = len(m.cpu), len(m.extra)
+    t0 = time.perf_counter_ns()
+    work = m.cfg.run(m.cfg.reps)
+    secs = (time.perf_counter_ns() - t0) / 1e9
+    s: dict[str, Any] = {"seconds": secs, "work": float(work)}
+    if len(m.cpu) > n_cpu:
+        s["thread_cpu_seconds"] = list(m.cpu[-1])
+    if len(m.extra) > n_extra:
+        s["extra"] = float(m.extra[-1])
+    return s
+
+
+def _params(m) -> dict[str, Any]:
+    """A configuration's parameters without this rank's CPU ids (those are per rank)."""
+    out = {k: v for k, v in m.params.items() if k not in ("cpus", "reader_cpus", "chaser_cpu")}
+    if m.test in ("read", "write", "copy"):
+        out["op"] = m.test
+    return out
+
+
+def run_fleet_bench(fleet: Fleet, opts, *, reader=None, write: Writer | None = None,
+                    progress: Callable[[str, int, int], None] | None = None) -> dict | None:
+    """Run the sweep; rank 0 returns the record (``write`` is called with it after every finished
+    step and at the end), other ranks None. Raises FleetError / Interrupted on every rank alike."""
+    from sactool.host.sysfs import SysfsReader
+
+    reader = reader or SysfsReader()
+    canon = fleet.agree(lambda: canonical_options(opts))
+    check_agreement(canon)
+    state: dict[str, Any] = {"steps": [], "complete": False, "ranks": None}
+    loc: _Local | None = None
+    try:
+        with fleet.signals():
+            loc, prep = _prepare_local(fleet, opts, reader)
+            state["ranks"] = fleet.agree(lambda: _place(loc, prep, opts) or dict(loc.info, warnings=loc.warnings))
+            keys = fleet.agree(lambda: [m.cfg.key for m in loc.measures])
+            if any(k != keys[0] for k in keys):
+                raise FleetError("ranks built different configurations", "give every rank the same options")
+            _sweep(fleet, opts, loc, prep[-1], state, write, progress)
+            state["complete"] = True
+    except FleetInterrupted:
+        _finish(fleet, opts, loc, state, write)
+        if fleet.is_root:
+            raise Interrupted(_kept(state, write), "rerun to complete the sweep") from None
+        raise
+    except Terminated:
+        _finish(fleet, opts, loc, state, write)
+        if loc is not None:
+            loc.buf = None  # a kernel thread may still read it: leave the mapping to the process's end
+        raise Interrupted("terminated (SIGTERM): " + _kept(state, write), "rerun to complete the sweep") from None
+    except FleetError as e:
+        if state["ranks"] is not None:
+            _finish(fleet, opts, loc, state, write)
+        if e.local:  # this rank gave up waiting: the others may hang, end the job
+            fleet.abort(int(e.exit_code))
+        raise
+    finally:
+        if loc is not None and loc.buf is not None:
+            loc.buf.close()
+    return _finish(fleet, opts, loc, state, write)
+
+
+def _prepare_local(fleet: Fleet, opts, reader):
+    holder: dict[str, Any] = {}
+
+    def prep():
+        holder["loc"], holder["prep"] = _prepare(fleet, opts, reader)
+        return True
+
+    fleet.agree(prep)
+    return holder["loc"], holder["prep"]
+
+
+def _kept(state: dict, write) -> str:
+    n = len({s["active_ranks"] for s in state["steps"]})
+    return f"{n} finished contention step{'s' if n != 1 else ''} kept" + ("" if write else " (no --out given)")
+
+
+def _sweep(fleet: Fleet, opts, loc: _Local, proto, state: dict, write, progress) -> None:
+    from sactool.bench.protocol import _timed, calibrate
+
+    order = activation_order([r["local_rank"] for r in state["ranks"]])
+    sizes = sweep_sizes(fleet.size)
+    single: dict[str, float] = {}
+    done, total = 0, len(sizes) * proto.rounds * len(loc.measures)
+    clock = time.perf_counter_ns
+    for k in sizes:
+        active = fleet.rank in order[:k]
+        for m in loc.measures:  # calibrate together: the contended sample must still be long enough
+            fleet.exchange()
+            if active:
+                try:
+                    if m.cfg.first_call_seconds is None:
+                        m.cfg.first_call_seconds, _ = _timed(m.cfg, 1, clock)
+                    for _ in range(proto.warmup):
+                        _timed(m.cfg, 1, clock)
+                    calibrate(m.cfg, proto, clock)
+                except Exception as e:
+                    raise fleet.fail(e) from e
+            reps = fleet.exchange(m.cfg.reps if active else 0)
+            m.cfg.reps = max(reps)
+        mine: dict[str, list] = {m.cfg.key: [] for m in loc.measures}
+        for r in range(proto.rounds):
+            j = r % len(loc.measures)
+            for m in loc.measures[j:] + loc.measures[:j]:
+                fleet.exchange()  # the barrier every sample starts at (and where Ctrl-C stops all)
+                if active:
+                    try:
+                        mine[m.cfg.key].append(_sample(m))
+                    except Exception as e:
+                        raise fleet.fail(e) from e
+                done += 1
+                if progress and fleet.is_root:
+                    progress(f"{k} active rank{'s' if k > 1 else ''}: {m.cfg.key}", done, total)
+        if k == 1 and fleet.is_root:
+            state["results"] = [standard_result(m, mine[m.cfg.key], state["ranks"][0]) for m in loc.measures]
+        got = fleet.exchange({"samples": mine, "params": {m.cfg.key: _params(m) for m in loc.measures},
+                              "tests": {m.cfg.key: m.test for m in loc.measures}} if active else None)
+        if fleet.is_root:
+            _record_step(state, k, [order[i] for i in range(k)], got, single)
+            if write:
+                write(_record(state, opts, proto, complete=False))
+
+
+def _record_step(state: dict, k: int, active: list[int], got: list, single: dict[str, float]) -> None:
+    ranks = state["ranks"]
+    first = got[active[0]]
+    for key, params in first["params"].items():
+        per = [{"rank": r, "host": ranks[r]["host"], "cpus": ranks[r]["cpus"], "samples": got[r]["samples"][key]}
+               for r in sorted(active)]
+        entry = step_entry(k, _test_of(first["tests"][key]), key, params, per, single.get(key))
+        if k == 1:
+            single[key] = entry["aggregate_bytes_per_s"]
+        state["steps"].append(entry)
+
+
+def _test_of(measure_test: str) -> str:
+    """Measures of the bandwidth test are named by their operation (read/write/copy)."""
+    return "bandwidth" if measure_test in ("read", "write", "copy") else measure_test
+
+
+def standard_result(m, samples: list[dict], info: dict) -> dict:
+    """Rank 0's one-rank result in the plain ``sactool bench`` form (so the record also reads as a
+    single-host bench record: ``load_bench``, ``gather_figure``, ``tune --bench``)."""
+    from sactool.bench.runner import result_of
+
+    saved = (m.cfg.samples, m.cpu, m.extra)
+    try:
+        m.cfg.samples = [(s["seconds"], s["work"]) for s in samples]
+        m.cpu = [s["thread_cpu_seconds"] for s in samples] if all("thread_cpu_seconds" in s for s in samples) else []
+        m.extra = [s.get("extra", 0.0) for s in samples]
+        r = result_of(m)
+    finally:
+        m.cfg.samples, m.cpu, m.extra = saved
+    r["memory_node"], r["cpu_node"] = info["memory_node"], info["cpu_node"]
+    return r
+
+
+def _hosts(ranks: list[dict]) -> list[dict]:
+    out: dict[str, dict] = {}
+    for r in ranks:
+        h = out.setdefault(r["host"], {"host": r["host"], "ranks": [], "machines": [], "memory_node": r["memory_node"],
+                                       "pool_device": r["pool_device"], "stand_in": r["stand_in"]})
+        h["ranks"].append(r["rank"])
+        if r["machine"] not in h["machines"]:
+            h["machines"].append(r["machine"])
+    return list(out.values())
+
+
+def _warnings(state: dict) -> list[dict]:
+    seen, out = set(), []
+    ranks = state["ranks"]
+    extra = []
+    if any(r["stand_in"] for r in ranks):
+        nodes = sorted({f"{r['host']}:{r['memory_node']}" for r in ranks if r["stand_in"]})
+        extra.append({"code": "stand_in", "message": f"{', '.join(nodes)}: not CXL memory, standing in for it",
+                      "hint": "figures describe this memory, not a CXL device"})
+    for st in state["steps"]:
+        for pr in st["per_rank"]:
+            oc = pr.get("on_cpu_fraction")
+            if oc is not None and oc < 0.9:
+                extra.append({"code": "descheduled", "message": f"{st['config']} at {st['active_ranks']} active ranks: "
+                              f"rank {pr['rank']}'s threads ran {oc:.0%} of the sample time",
+                              "hint": "other processes (or other ranks) had its CPUs: the figure includes waiting"})
+    for w in [w for r in ranks for w in r.get("warnings", [])] + extra:
+        k = (w["code"], w["message"].split(": rank ")[0] if w["code"] == "cpus_shared" else w["message"])
+        if k not in seen:
+            seen.add(k)
+            out.append(w)
+    return out
+
+
+def _record(state: dict, opts, proto, complete: bool) -> dict:
+    from sactool.bench import record as R
+    from sactool.host.machine import machine_block
+
+    ranks = state["ranks"]
+    r0 = ranks[0]
+    warnings = _warnings(state)
+    if not complete:
+        warnings.append({"code": "interrupted", "message": "the sweep stopped early: finished steps are kept",
+                         "hint": "rerun to complete it"})
+    data = records.header(R.KIND, R.SCHEMA_VERSION)
+    data.update({
+        "machine": machine_block(), "command": opts.command, "tests": list(opts.tests), "protocol": proto.to_data(),
+        "memory_node": r0["memory_node"], "cpu_node": r0["cpu_node"], "cpus": r0["cpus"], "stand_in": r0["stand_in"],
+        "llc_bytes": r0["llc_bytes"], "buffer": r0.get("buffer") or {}, "results": state.get("results", []),
+        "warnings": warnings, "complete": complete,
+        "fleet": {
+            "world_size": len(ranks),
+            "sync": "every sample starts at an MPI barrier of all ranks (MPI_Ibarrier polled with sleeps, then "
+                    "an allgather); inactive ranks wait there",
+            "activation_order": activation_order([r["local_rank"] for r in ranks]),
+            "hosts": _hosts(ranks),
+            "ranks": [{k: v for k, v in r.items() if k != "warnings"} for r in ranks],
+            "sweep": state["steps"],
+        },
+    })
+    return data
+
+
+def _finish(fleet: Fleet, opts, loc, state: dict, write) -> dict | None:
+    if not fleet.is_root or state["ranks"] is None:
+        return None
+    from sactool.bench.protocol import PRESETS
+
+    rec = _record(state, opts, opts.protocol or PRESETS[opts.preset], state["complete"])
+    if write:
+        write(rec)
+    return rec
+
+
+__all__ = ["run_fleet_bench", "FLEET_TESTS", "canonical_options", "check_agreement", "activation_order",
+           "split_cpus", "pool_device", "build_measures"]

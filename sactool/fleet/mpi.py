@@ -1,0 +1,224 @@
+"""Fleet mode: detect an MPI launch and run sactool's collectives over ``mpi4py``'s COMM_WORLD.
+
+Detection, not configuration: a process started by ``mpirun``/``mpiexec`` (or ``srun`` with PMI)
+finds its world size in the launcher's environment. Only when that says more than one rank is
+``mpi4py`` imported (importing it initialises MPI; a singleton initialisation costs ~1 s here and
+is pointless without a launcher). No launcher variable, or a world of one: :func:`detect` returns
+``None`` and sactool behaves exactly as without MPI.
+
+Every collective of a fleet command is one :meth:`Fleet.exchange`: a non-blocking barrier polled
+with short sleeps (idle ranks sleep instead of spinning on a CPU the active ranks need, and signals
+reach Python while waiting), then an ``allgather`` of ``(status, payload)``. Because there is only
+one kind of collective, a rank that failed locally joins whatever exchange the others are at with
+status ``ERROR``, and every rank stops at that same exchange — no rank waits for a partner that
+will never come. Ctrl-C (SIGINT) on any rank sets a flag; the next exchange carries it to all.
+SIGTERM (what ``mpirun`` sends every rank when the job is torn down: Ctrl-C on ``mpirun``, a rank
+that died) raises :class:`Terminated` at once, so rank 0 can leave its finished steps on disk
+before the launcher's SIGKILL.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping
+
+from sactool.errors import ExitCode, SactoolError, TopologyError
+
+SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MV2_COMM_WORLD_SIZE", "MPI_LOCALNRANKS")
+"""World-size variables MPI launchers export: Open MPI (``OMPI_COMM_WORLD_SIZE``), MPICH/Hydra and
+Intel MPI (``PMI_SIZE``), PMIx launchers, MVAPICH2. ``MPI_LOCALNRANKS`` (Hydra) only when no other is set."""
+
+RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "MV2_COMM_WORLD_RANK")
+
+HOST_ENV = "SACTOOL_FLEET_HOST"
+"""Overrides the host name a rank reports in fleet records. For tests and for hosts whose
+``hostname`` is not the name operators use; ranks that share a machine are still recognised as
+such through MPI (``COMM_TYPE_SHARED``), whatever they are called."""
+
+TIMEOUT_ENV = "SACTOOL_FLEET_TIMEOUT"
+DEFAULT_TIMEOUT_S = 300.0
+"""Longest wait for the other ranks at one exchange before this rank gives up (policy: longer than
+any calibrated sample or buffer placement of the rigorous preset, short enough not to hang a job)."""
+
+OK, INTERRUPTED, ERROR = 0, 1, 2
+
+
+class FleetError(SactoolError):
+    """A fleet-wide failure. ``quiet`` on ranks other than 0: rank 0 reports it once for all."""
+
+    def __init__(self, message: str, hint: str | None = None, *, exit_code: int = ExitCode.ERROR,
+                 quiet: bool = False, local: bool = False):
+        super().__init__(message, hint)
+        self.exit_code = ExitCode(exit_code)
+        self.quiet = quiet
+        self.local = local  # raised by this rank alone (a timeout): the others did not see it
+
+
+class FleetInterrupted(FleetError):
+    """Some rank was interrupted (Ctrl-C); every rank stops at the same exchange."""
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived (the launcher is tearing the job down)."""
+
+
+def launched_size(env: Mapping[str, str] | None = None) -> int | None:
+    """World size an MPI launcher announced in the environment, or None when none did."""
+    env = os.environ if env is None else env
+    for var in SIZE_VARS:
+        v = env.get(var)
+        if v is not None and v.strip().isdigit():
+            return int(v)
+    if any(v in env for v in RANK_VARS):
+        return 0  # a launcher without a size variable: ask MPI
+    return None
+
+
+def detect(env: Mapping[str, str] | None = None) -> "Fleet | None":
+    """The fleet this process belongs to, or None (no launcher, or a world of one rank)."""
+    n = launched_size(env)
+    if n is None or n == 1:
+        return None
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        raise TopologyError(
+            f"started by an MPI launcher ({n or 'unknown number of'} ranks) but mpi4py is not importable",
+            "install the MPI extra in this environment: pip install 'sactool[mpi]'; or run without mpirun") from None
+    comm = MPI.COMM_WORLD
+    if comm.Get_size() <= 1:
+        return None
+    return Fleet(comm)
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    rank: int
+    host: str            # label: SACTOOL_FLEET_HOST, else the machine's host name
+    machine: str         # MPI processor name: ranks with the same machine share its memory
+    local_rank: int      # rank among the ranks of the same machine (COMM_TYPE_SHARED)
+    local_size: int
+
+
+class Fleet:
+    """COMM_WORLD with sactool's one collective (:meth:`exchange`) and signal handling."""
+
+    def __init__(self, comm, *, timeout_s: float | None = None):
+        from mpi4py import MPI
+
+        self.comm = comm
+        self.MPI = MPI
+        self.rank = comm.Get_rank()
+        self.size = comm.Get_size()
+        self.interrupted = False
+        env_t = os.environ.get(TIMEOUT_ENV)
+        self.timeout_s = timeout_s if timeout_s is not None else (float(env_t) if env_t else DEFAULT_TIMEOUT_S)
+        self.exchanges = 0
+        local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
+        self.local_rank, self.local_size = local.Get_rank(), local.Get_size()
+        local.Free()
+        self.machine = MPI.Get_processor_name()
+        self.host = os.environ.get(HOST_ENV) or os.uname().nodename or self.machine
+
+    @property
+    def is_root(self) -> bool:
+        return self.rank == 0
+
+    def info(self) -> RankInfo:
+        return RankInfo(self.rank, self.host, self.machine, self.local_rank, self.local_size)
+
+    # ---- the one collective ------------------------------------------------------------------
+    def exchange(self, payload: Any = None, status: int | None = None) -> list[Any]:
+        """Wait for every rank (sleeping), then allgather ``payload``; returns every rank's payload
+        in rank order. Raises on every rank alike when any rank sent ``ERROR`` (:class:`FleetError`
+        with each failing rank's message) or was interrupted (:class:`FleetInterrupted`)."""
+        st = status if status is not None else (INTERRUPTED if self.interrupted else OK)
+        self._wait_all()
+        got = self.comm.allgather((st, payload))
+        self.exchanges += 1
+        errors = [(r, p) for r, (s, p) in enumerate(got) if s == ERROR]
+        if errors:
+            raise self._error_of(errors)
+        stopped = [r for r, (s, _) in enumerate(got) if s == INTERRUPTED]
+        if stopped:
+            self.interrupted = True
+            raise FleetInterrupted(f"interrupted on rank {', '.join(map(str, stopped))}: all ranks stopped",
+                                   "rerun to complete the measurement", exit_code=ExitCode.INTERRUPTED,
+                                   quiet=not self.is_root)
+        return [p for _, p in got]
+
+    def fail(self, exc: BaseException) -> FleetError:
+        """Join the next exchange with this rank's error; returns the fleet-wide error to raise."""
+        if isinstance(exc, SactoolError):
+            info = {"message": exc.message, "hint": exc.hint, "exit_code": int(exc.exit_code)}
+        else:
+            info = {"message": f"{type(exc).__name__}: {exc}", "hint": "rerun with --debug for a traceback",
+                    "exit_code": int(ExitCode.ERROR)}
+        try:
+            self.exchange(info, status=ERROR)
+        except FleetError as e:
+            return e
+        raise AssertionError("an exchange carrying an error did not raise")  # pragma: no cover
+
+    def agree(self, fn) -> list[Any]:
+        """Run ``fn()`` on every rank and exchange the results; an error on any rank stops all."""
+        try:
+            value = fn()
+        except Terminated:
+            raise
+        except (Exception, KeyboardInterrupt) as e:
+            if isinstance(e, KeyboardInterrupt):
+                self.interrupted = True
+                return self.exchange(None)  # raises FleetInterrupted everywhere
+            raise self.fail(e) from e
+        return self.exchange(value)
+
+    def _error_of(self, errors: list[tuple[int, dict]]) -> FleetError:
+        parts = [f"rank {r}: {p.get('message')}" for r, p in errors]
+        first = errors[0][1]
+        return FleetError("; ".join(parts), first.get("hint"), exit_code=int(first.get("exit_code", 1)),
+                          quiet=not self.is_root)
+
+    def _wait_all(self) -> None:
+        req = self.comm.Ibarrier()
+        t0 = time.monotonic()
+        nap = 5e-5
+        while not req.Test():
+            time.sleep(nap)
+            nap = min(2e-3, nap * 2)
+            if time.monotonic() - t0 > self.timeout_s:
+                raise FleetError(f"rank {self.rank}: the other ranks did not arrive within {self.timeout_s:.0f} s "
+                                 "(a rank hangs, or died without the launcher noticing)",
+                                 f"check every rank's host; raise {TIMEOUT_ENV} if a step legitimately takes longer",
+                                 local=True)
+
+    def abort(self, code: int) -> None:  # pragma: no cover - ends the process
+        self.comm.Abort(int(code))
+
+    # ---- signals -------------------------------------------------------------------------------
+    @contextmanager
+    def signals(self) -> Iterator[None]:
+        """SIGINT sets :attr:`interrupted` (the running sample finishes; the next exchange stops
+        every rank); SIGTERM raises :class:`Terminated`. Previous handlers are restored."""
+
+        def on_int(signum, frame):
+            self.interrupted = True
+
+        def on_term(signum, frame):
+            raise Terminated()
+
+        old_int = signal.signal(signal.SIGINT, on_int)
+        old_term = signal.signal(signal.SIGTERM, on_term)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, old_int)
+            signal.signal(signal.SIGTERM, old_term)
+
+
+__all__ = ["Fleet", "FleetError", "FleetInterrupted", "Terminated", "RankInfo", "detect", "launched_size",
+           "HOST_ENV", "OK", "INTERRUPTED", "ERROR"]
