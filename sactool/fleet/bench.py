@@ -84,10 +84,10 @@ class _Local:
         self.info: dict[str, Any] = {}
 
 
-def _prepare(fleet: Fleet, opts, reader) -> tuple[_Local, Any]:
-    from sactool.bench import api, env
-    from sactool.bench.protocol import PRESETS
-    from sactool.memory.nodes import check_fits, check_memory_node, free_estimate, topology
+def _resolve(opts, reader) -> dict[str, Any]:
+    """Stage 1 on every rank: the memory node here and the CPUs this process may use near it."""
+    from sactool.bench import api
+    from sactool.memory.nodes import check_memory_node, topology
 
     if len(opts.tests) != 1 or opts.tests[0] not in FLEET_TESTS:
         raise UsageError(f"a fleet bench runs one test, not {opts.command!r}",
@@ -95,7 +95,6 @@ def _prepare(fleet: Fleet, opts, reader) -> tuple[_Local, Any]:
     if opts.dax:
         raise UsageError("a fleet bench measures a NUMA node (--node N)",
                          "devdax devices are not swept across ranks yet: bench them one host at a time")
-    loc = _Local()
     topo = topology(reader)
     if not topo.live:
         raise TopologyError(f"the topology comes from a recording ({topo.sysfs_root}), not this system",
@@ -103,7 +102,27 @@ def _prepare(fleet: Fleet, opts, reader) -> tuple[_Local, Any]:
     mem = opts.node if opts.node is not None else topo.verdict.pool_nodes[0]
     check_memory_node(topo, mem)
     cpu_node, node_cpus = api.resolve_cpus(topo, mem, opts.cpus)
-    cpus, shared = split_cpus(node_cpus, fleet.local_rank, fleet.local_size)
+    return {"topo": topo, "mem": mem, "cpu_node": cpu_node, "node_cpus": tuple(node_cpus)}
+
+
+def rank_cpus(mine: tuple[int, ...], same_machine: list[tuple[int, ...]], local_rank: int) -> tuple[tuple[int, ...], bool]:
+    """This rank's CPUs. ``same_machine``: the CPU sets of all ranks on this machine, by local rank.
+    Pairwise disjoint sets mean the launcher bound each rank (``mpirun`` without
+    ``--oversubscribe`` binds to cores): keep them. Otherwise split the set among the local ranks."""
+    sets = [set(c) for c in same_machine]
+    if all(not (a & b) for i, a in enumerate(sets) for b in sets[i + 1:]):
+        return mine, False
+    return split_cpus(mine, local_rank, len(same_machine))
+
+
+def _prepare(fleet: Fleet, opts, reader, res: dict, cpus: tuple[int, ...], shared: bool) -> tuple[_Local, Any]:
+    """Stage 2: threads, sizes, free memory for this machine's ranks, indices."""
+    from sactool.bench import api, env
+    from sactool.bench.protocol import PRESETS
+    from sactool.memory.nodes import check_fits, free_estimate
+
+    topo, mem, cpu_node, node_cpus = res["topo"], res["mem"], res["cpu_node"], res["node_cpus"]
+    loc = _Local()
     threads = opts.threads or (len(cpus),)
     if max(threads) > len(cpus):
         raise UsageError(f"{max(threads)} threads per rank but this rank has {len(cpus)} CPUs "
@@ -116,9 +135,9 @@ def _prepare(fleet: Fleet, opts, reader) -> tuple[_Local, Any]:
                what=f"{fleet.local_size} buffers of {size} bytes (one per rank on this machine)")
     if shared:
         loc.warnings.append({"code": "cpus_shared", "message": f"{fleet.local_size} ranks share the "
-                             f"{len(node_cpus)} CPUs of node{cpu_node} on {fleet.machine}: rank {fleet.rank} runs "
-                             f"on CPU {cpus[0]} with other ranks", "hint": "figures with more active ranks than CPUs "
-                             "include CPU time-sharing (see on_cpu_fraction); use one rank per CPU"})
+                             f"{len(node_cpus)} CPUs of node{cpu_node} on {fleet.machine}",
+                             "hint": "figures with more active ranks than CPUs include CPU time-sharing "
+                                     "(see on_cpu_fraction); use one rank per CPU"})
     kind = topo.node(mem).kind
     stand_in = None
     if topo.verdict.stand_in or kind != "cxl":
@@ -221,7 +240,10 @@ def run_fleet_bench(fleet: Fleet, opts, *, reader=None, write: Writer | None = N
 
     reader = reader or SysfsReader()
     canon = fleet.agree(lambda: canonical_options(opts))
-    check_agreement(canon)
+    try:
+        check_agreement(canon)
+    except UsageError as e:
+        raise fleet.everywhere(e) from None
     state: dict[str, Any] = {"steps": [], "complete": False, "ranks": None}
     loc: _Local | None = None
     try:
@@ -230,18 +252,21 @@ def run_fleet_bench(fleet: Fleet, opts, *, reader=None, write: Writer | None = N
             state["ranks"] = fleet.agree(lambda: _place(loc, prep, opts) or dict(loc.info, warnings=loc.warnings))
             keys = fleet.agree(lambda: [m.cfg.key for m in loc.measures])
             if any(k != keys[0] for k in keys):
-                raise FleetError("ranks built different configurations", "give every rank the same options")
+                raise fleet.everywhere(FleetError("ranks built different configurations",
+                                                  "give every rank the same options"))
             _sweep(fleet, opts, loc, prep[-1], state, write, progress)
             state["complete"] = True
     except FleetInterrupted:
         _finish(fleet, opts, loc, state, write)
         if fleet.is_root:
-            raise Interrupted(_kept(state, write), "rerun to complete the sweep") from None
+            raise Interrupted("interrupted: " + _kept(state, write), "rerun to complete the sweep") from None
         raise
     except Terminated:
         _finish(fleet, opts, loc, state, write)
         if loc is not None:
             loc.buf = None  # a kernel thread may still read it: leave the mapping to the process's end
+        if not fleet.is_root:
+            raise FleetError("terminated", exit_code=130, quiet=True) from None
         raise Interrupted("terminated (SIGTERM): " + _kept(state, write), "rerun to complete the sweep") from None
     except FleetError as e:
         if state["ranks"] is not None:
@@ -258,8 +283,17 @@ def run_fleet_bench(fleet: Fleet, opts, *, reader=None, write: Writer | None = N
 def _prepare_local(fleet: Fleet, opts, reader):
     holder: dict[str, Any] = {}
 
+    def resolve():
+        holder["res"] = _resolve(opts, reader)
+        return (fleet.machine, fleet.local_rank, holder["res"]["node_cpus"])
+
+    seen = fleet.agree(resolve)
+    mine = holder["res"]["node_cpus"]
+    local = [c for m, _, c in sorted((x for x in seen if x[0] == fleet.machine), key=lambda x: x[1])]
+    cpus, shared = rank_cpus(mine, local, fleet.local_rank)
+
     def prep():
-        holder["loc"], holder["prep"] = _prepare(fleet, opts, reader)
+        holder["loc"], holder["prep"] = _prepare(fleet, opts, reader, holder["res"], cpus, shared)
         return True
 
     fleet.agree(prep)
@@ -370,13 +404,19 @@ def _warnings(state: dict) -> list[dict]:
         nodes = sorted({f"{r['host']}:{r['memory_node']}" for r in ranks if r["stand_in"]})
         extra.append({"code": "stand_in", "message": f"{', '.join(nodes)}: not CXL memory, standing in for it",
                       "hint": "figures describe this memory, not a CXL device"})
+    low: dict[int, list[tuple[int, float]]] = {}
     for st in state["steps"]:
         for pr in st["per_rank"]:
             oc = pr.get("on_cpu_fraction")
             if oc is not None and oc < 0.9:
-                extra.append({"code": "descheduled", "message": f"{st['config']} at {st['active_ranks']} active ranks: "
-                              f"rank {pr['rank']}'s threads ran {oc:.0%} of the sample time",
-                              "hint": "other processes (or other ranks) had its CPUs: the figure includes waiting"})
+                low.setdefault(st["active_ranks"], []).append((pr["rank"], oc))
+    for k, lows in low.items():
+        rs = sorted({r for r, _ in lows})
+        fr = [f for _, f in lows]
+        extra.append({"code": "descheduled", "message": f"at {k} active rank{'s' if k > 1 else ''}: the threads of "
+                      f"rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))} ran {min(fr):.0%}–{max(fr):.0%} "
+                      "of the sample time", "hint": "other processes (or ranks sharing CPUs) had the CPUs: those "
+                      "figures include waiting; per-rank on_cpu_fraction is in the record"})
     for w in [w for r in ranks for w in r.get("warnings", [])] + extra:
         k = (w["code"], w["message"].split(": rank ")[0] if w["code"] == "cpus_shared" else w["message"])
         if k not in seen:
@@ -426,4 +466,4 @@ def _finish(fleet: Fleet, opts, loc, state: dict, write) -> dict | None:
 
 
 __all__ = ["run_fleet_bench", "FLEET_TESTS", "canonical_options", "check_agreement", "activation_order",
-           "split_cpus", "pool_device", "build_measures"]
+           "split_cpus", "rank_cpus", "pool_device", "build_measures"]

@@ -177,8 +177,15 @@ class Fleet:
             raise self.fail(e) from e
         return self.exchange(value)
 
+    def everywhere(self, err: SactoolError) -> FleetError:
+        """``err``, raised by every rank alike (a check on exchanged data): rank 0 reports it."""
+        return FleetError(err.message, err.hint, exit_code=int(err.exit_code), quiet=not self.is_root)
+
     def _error_of(self, errors: list[tuple[int, dict]]) -> FleetError:
-        parts = [f"rank {r}: {p.get('message')}" for r, p in errors]
+        by_msg: dict[str, list[int]] = {}
+        for r, p in errors:
+            by_msg.setdefault(str(p.get("message")), []).append(r)
+        parts = [f"rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))}: {m}" for m, rs in by_msg.items()]
         first = errors[0][1]
         return FleetError("; ".join(parts), first.get("hint"), exit_code=int(first.get("exit_code", 1)),
                           quiet=not self.is_root)

@@ -8,7 +8,10 @@ Per sample index j (every active rank started sample j at the same MPI barrier):
   active ranks together over the window from the common start until the last rank finished (the
   honest figure for "N hosts load the pool at once"; a rank that finishes early leaves the others
   less contended for the rest of the window, which this counts against the aggregate);
-* ``aggregate_sum_of_rates_bytes_per_s`` = Σ_ranks bytes_ij / seconds_ij, the optimistic bound.
+* ``aggregate_sum_of_rates_bytes_per_s`` = Σ_ranks bytes_ij / seconds_ij, the optimistic bound;
+* ``aggregate_on_cpu_bytes_per_s`` = Σ_ranks bytes_ij / (on-CPU seconds of rank i's threads): with
+  the time other processes (or ranks sharing a CPU) held the CPUs taken out, what the memory
+  itself delivered — on a shared or oversubscribed machine the wall-clock figures mix the two.
 
 The step's ``aggregate_bytes_per_s`` is the median over samples. Per rank: its own median and
 p95 (bandwidth, and latency: ns per load for chases, µs per top-k step for gathers), on-CPU share.
@@ -56,11 +59,21 @@ def rank_figures(test: str, params: dict, samples: Sequence[dict]) -> dict[str, 
     if lat and lat[0] is not None:
         st = summarize([v for _, v in lat])
         out[lat[0][0]] = {"median": st.median, "p95": st.p95, "min": st.min, "max": st.max, "n": st.n}
-    cpu = [s["thread_cpu_seconds"] for s in samples if s.get("thread_cpu_seconds")]
-    if cpu:
-        out["on_cpu_fraction"] = summarize([sum(c) / (len(c) * s["seconds"]) for s, c in
-                                            zip([s for s in samples if s.get("thread_cpu_seconds")], cpu)]).median
+    timed = [s for s in samples if s.get("thread_cpu_seconds")]
+    if timed:
+        out["on_cpu_fraction"] = summarize([sum(s["thread_cpu_seconds"]) / (len(s["thread_cpu_seconds"]) * s["seconds"])
+                                            for s in timed]).median
+        out["on_cpu_bandwidth_bytes_per_s"] = summarize([on_cpu_rate(test, params, s) for s in timed]).median
     return out
+
+
+def on_cpu_rate(test: str, params: dict, s: dict) -> float:
+    """A sample's bytes/s over its threads' on-CPU time (each thread did an equal share of the
+    work): what the memory gave while the rank actually ran — time other processes or ranks held
+    its CPUs is left out."""
+    cpu = s["thread_cpu_seconds"]
+    b = sample_bytes(test, params, s["seconds"], s["work"], s.get("extra"))
+    return sum(b / len(cpu) / c for c in cpu if c > 0)
 
 
 def step_entry(active: int, test: str, key: str, params: dict, per_rank: Sequence[dict],
@@ -68,12 +81,14 @@ def step_entry(active: int, test: str, key: str, params: dict, per_rank: Sequenc
     """One ``fleet.sweep`` entry. ``per_rank``: ``[{rank, host, cpus, samples: [...]}]`` of the active
     ranks; ``single``: the aggregate of the one-rank step of this configuration (for the speed-up)."""
     n = min(len(r["samples"]) for r in per_rank)
-    agg, rates = [], []
+    agg, rates, on_cpu = [], [], []
     for j in range(n):
         parts = [(sample_bytes(test, params, r["samples"][j]["seconds"], r["samples"][j]["work"],
                                r["samples"][j].get("extra")), r["samples"][j]["seconds"]) for r in per_rank]
         agg.append(sum(b for b, _ in parts) / max(s for _, s in parts))
         rates.append(sum(b / s for b, s in parts))
+        if all(r["samples"][j].get("thread_cpu_seconds") for r in per_rank):
+            on_cpu.append(sum(on_cpu_rate(test, params, r["samples"][j]) for r in per_rank))
     ranks = []
     for r in per_rank:
         fig = rank_figures(test, params, r["samples"])
@@ -85,6 +100,7 @@ def step_entry(active: int, test: str, key: str, params: dict, per_rank: Sequenc
         "aggregate_bytes_per_s": st.median, "aggregate_stats": stats_dict(st),
         "aggregate_samples_bytes_per_s": agg,
         "aggregate_sum_of_rates_bytes_per_s": summarize(rates).median,
+        "aggregate_on_cpu_bytes_per_s": summarize(on_cpu).median if on_cpu else None,
         "speedup_vs_one_rank": (st.median / single) if single else None,
         "per_rank": ranks,
     }
@@ -108,4 +124,4 @@ def sweep_sizes(n: int) -> list[int]:
     return out + [n]
 
 
-__all__ = ["step_entry", "rank_figures", "sample_bytes", "latency_of", "sweep_sizes"]
+__all__ = ["step_entry", "rank_figures", "on_cpu_rate", "sample_bytes", "latency_of", "sweep_sizes"]

@@ -1,0 +1,171 @@
+"""Fleet logic without MPI: the pool map from recorded machines, host grouping, the sweep's
+arithmetic, CPU sharing between co-located ranks, option agreement, launcher detection.
+
+The QEMU recordings share serial numbers across runs (the same ``sn=`` on the QEMU command line):
+``ram__*`` and ``ram-k6.1__*`` all hold memdev serial 0x1001 (volatile 256 MiB), the ``pmem__*``
+runs 0x1002 (persistent 256 MiB). Read as three hosts, ram__10-region and ram-k6.1__10-region
+therefore share one physical device and pmem__10-region has its own.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from fixtures.trees import unpack
+from sactool.errors import TopologyError, UsageError
+from sactool.fleet import mpi
+from sactool.fleet.bench import activation_order, check_agreement, rank_cpus, split_cpus
+from sactool.fleet.poolmap import norm_serial, pool_map, shared_devices
+from sactool.fleet.probe import build_record, group_hosts
+from sactool.fleet.sweep import step_entry, sweep_sizes
+from sactool.host.sysfs import SysfsReader
+from sactool.topology import probe
+
+
+def _topo(name, tmp_path):
+    return probe(SysfsReader(unpack(name, tmp_path / name))).to_data()
+
+
+@pytest.fixture(scope="module")
+def hosts(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("fleet")
+    return [(n, _topo(n, tmp)) for n in ("ram__10-region", "ram-k6.1__10-region", "pmem__10-region",
+                                         "ram__20-devdax")]
+
+
+def test_pool_map_matches_memdevs_by_serial(hosts):
+    pm = pool_map(hosts[:3])
+    by = {d["serial"]: d for d in pm["memdevs"]}
+    assert set(by) == {"0x1001", "0x1002"}
+    assert by["0x1001"]["shared"] and by["0x1001"]["host_names"] == ["ram-k6.1__10-region", "ram__10-region"]
+    assert not by["0x1002"]["shared"] and by["0x1002"]["host_names"] == ["pmem__10-region"]
+    assert [d["serial"] for d in shared_devices(pm)] == ["0x1001"]
+    ram = {h["host"]: h for h in by["0x1001"]["hosts"]}
+    # on 6.12 the volatile region was onlined by kmem as node2; on 6.1 no region could be created
+    assert ram["ram__10-region"]["nodes"] == ["node2"] and ram["ram__10-region"]["dax_devices"] == ["dax0.0"]
+    assert ram["ram-k6.1__10-region"]["regions"] == [] and ram["ram-k6.1__10-region"]["nodes"] == []
+    assert {h["capacity_bytes"] for h in by["0x1001"]["hosts"]} == {256 << 20}
+    assert pm["unmatched"] == [] and pm["warnings"] == []
+
+
+def test_pool_map_matches_dax_devices_by_backing_memdev(hosts):
+    pm = pool_map([hosts[0], hosts[3], hosts[2]])  # the same device onlined (system-ram) and as devdax
+    groups = {tuple(g["memdev_serials"]): g for g in pm["dax_devices"]}
+    g = groups[("0x1001",)]
+    assert g["shared"] and sorted((h["host"], h["mode"]) for h in g["hosts"]) == [
+        ("ram__10-region", "system-ram"), ("ram__20-devdax", "devdax")]
+    assert not groups[("0x1002",)]["shared"]
+
+
+def test_pool_map_duplicate_and_missing_serials(hosts):
+    name, topo = hosts[0]
+    twin = {**topo, "cxl": {**topo["cxl"], "memdevs": topo["cxl"]["memdevs"] + [
+        {**topo["cxl"]["memdevs"][0], "name": "mem9"}, {**topo["cxl"]["memdevs"][0], "name": "mem8", "serial": "0x0"}]}}
+    pm = pool_map([(name, twin)])
+    assert [w["code"] for w in pm["warnings"]] == ["duplicate_serial"]
+    assert pm["unmatched"] == [{"host": name, "memdev": "mem8", "reason": "serial '0x0' identifies no device"}]
+
+
+@pytest.mark.parametrize("text,want", [("0x1001", "0x1001"), ("0X01001", "0x1001"), ("1001", "0x1001"),
+                                       ("0x0", None), (None, None), ("zz", None)])
+def test_norm_serial(text, want):
+    assert norm_serial(text) == want
+
+
+def test_fleet_record_groups_ranks_into_hosts(hosts):
+    entries = [{"rank": r, "host": h, "host_source": "x", "machine": "m", "live": False, "sysfs_root": f"/{h}",
+                "topology": t} for r, (h, t) in enumerate(hosts[:2])]
+    entries.append({**entries[0], "rank": 2})  # a second rank on the first host
+    rec = build_record(entries, 3)
+    assert rec["kind"] == "fleet_topology" and rec["world_size"] == 3
+    assert [(h["host"], h["ranks"]) for h in rec["hosts"]] == [("ram__10-region", [0, 2]), ("ram-k6.1__10-region", [1])]
+    assert shared_devices(rec["pool_map"])[0]["serial"] == "0x1001"
+
+
+def test_same_name_different_topology_is_two_hosts(hosts):
+    entries = [{"rank": r, "host": "vm", "host_source": "hostname", "machine": "vm", "live": False,
+                "sysfs_root": f"/{h}", "topology": t} for r, (h, t) in enumerate(hosts[:2])]
+    out, warns = group_hosts(entries)
+    assert [h["host"] for h in out] == ["vm/rank0", "vm/rank1"]
+    assert [w["code"] for w in warns] == ["host_name_ambiguous"]
+
+
+# ---- sweep arithmetic -------------------------------------------------------------------------
+def _s(seconds, work, cpu=None):
+    d = {"seconds": seconds, "work": work}
+    if cpu:
+        d["thread_cpu_seconds"] = cpu
+    return d
+
+
+def test_step_entry_aggregate_is_bytes_over_the_slowest_rank():
+    params = {"record_bytes": 1000, "topk": 100, "threads": 1}
+    per = [{"rank": 0, "host": "a", "cpus": [0], "samples": [_s(1.0, 1e6, [1.0]), _s(2.0, 1e6, [1.0])]},
+           {"rank": 1, "host": "b", "cpus": [1], "samples": [_s(0.5, 1e6, [0.5]), _s(1.0, 1e6, [0.5])]}]
+    e = step_entry(2, "gather", "gather/1000B", params, per, single=1e9)
+    # sample 0: 2e9 bytes over 1.0 s; sample 1: 2e9 over 2.0 s -> median 1.5e9
+    assert e["aggregate_samples_bytes_per_s"] == [2e9, 1e9]
+    assert e["aggregate_bytes_per_s"] == pytest.approx(1.5e9)
+    assert e["aggregate_sum_of_rates_bytes_per_s"] == pytest.approx((3e9 + 1.5e9) / 2)
+    assert e["speedup_vs_one_rank"] == pytest.approx(1.5)
+    r0, r1 = e["per_rank"]
+    assert r0["bandwidth_bytes_per_s"] == pytest.approx(0.75e9) and r1["bandwidth_bytes_per_s"] == pytest.approx(1.5e9)
+    assert r0["on_cpu_fraction"] == pytest.approx(0.75)  # 1 s of CPU in a 1 s and a 2 s sample
+    assert e["fairness"] == {"metric": "bandwidth_bytes_per_s", "min": pytest.approx(0.75e9),
+                             "max": pytest.approx(1.5e9), "min_over_max": pytest.approx(0.5)}
+    # top-k step time: 100 records of a 1e6-record sample of 1 s = 100 µs
+    assert r0["topk_step_us"]["median"] == pytest.approx(150.0) and e["topk_step_us"]["worst_p95"] > 190
+
+
+def test_step_entry_latency_fairness_uses_latency():
+    per = [{"rank": 0, "host": "a", "samples": [_s(1e-3, 1e4)] * 3},
+           {"rank": 1, "host": "a", "samples": [_s(2e-3, 1e4)] * 3}]
+    e = step_entry(2, "latency", "latency/random", {"variant": "random"}, per, None)
+    assert e["latency_ns"]["median_of_ranks"] == pytest.approx(150.0)
+    assert e["fairness"]["metric"] == "latency_ns" and e["fairness"]["min_over_max"] == pytest.approx(0.5)
+    assert e["aggregate_bytes_per_s"] == pytest.approx(2e4 * 64 / 2e-3)
+
+
+@pytest.mark.parametrize("n,want", [(1, [1]), (2, [1, 2]), (3, [1, 2, 3]), (4, [1, 2, 4]), (6, [1, 2, 4, 6])])
+def test_sweep_sizes(n, want):
+    assert sweep_sizes(n) == want
+
+
+# ---- ranks, CPUs, options --------------------------------------------------------------------
+def test_activation_order_round_robins_machines():
+    # ranks 0,1 on machine A (local 0,1), ranks 2,3 on machine B (local 0,1)
+    assert activation_order([0, 1, 0, 1]) == [0, 2, 1, 3]
+
+
+def test_cpus_split_among_colocated_ranks():
+    assert split_cpus((0, 1, 2, 3), 1, 2) == ((2, 3), False)
+    assert split_cpus((0, 1), 3, 4) == ((1,), True)
+    # the launcher bound each rank to its own core: keep the binding
+    assert rank_cpus((1,), [(0,), (1,)], 1) == ((1,), False)
+    # no binding (mpirun --oversubscribe): the same set everywhere, split by local rank
+    assert rank_cpus((0, 1), [(0, 1), (0, 1)], 1) == ((1,), False)
+    assert rank_cpus((0, 1), [(0, 1)] * 4, 2) == ((0,), True)
+
+
+def test_ranks_disagreeing_on_options_are_refused():
+    a = {"node": 0, "topk": 2048}
+    check_agreement([a, dict(a)])
+    with pytest.raises(UsageError, match="rank 1 has node=1, rank 0 has node=0"):
+        check_agreement([a, dict(a), {"node": 1, "topk": 2048}][0::2])
+
+
+# ---- detection -----------------------------------------------------------------------------
+def test_no_launcher_or_one_rank_is_plain():
+    assert mpi.launched_size({}) is None and mpi.detect({}) is None
+    assert mpi.detect({"OMPI_COMM_WORLD_SIZE": "1"}) is None
+    assert mpi.detect({"PMI_SIZE": "1"}) is None
+    assert mpi.launched_size({"PMI_SIZE": "8"}) == 8 and mpi.launched_size({"PMIX_RANK": "0"}) == 0
+
+
+def test_launcher_without_mpi4py_says_how_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "mpi4py", None)  # what an environment without the package gives
+    with pytest.raises(TopologyError, match="mpi4py is not importable") as e:
+        mpi.detect({"OMPI_COMM_WORLD_SIZE": "4"})
+    assert "sactool[mpi]" in e.value.hint

@@ -1,0 +1,141 @@
+"""Fleet mode under a real ``mpirun`` (Open MPI from PyPI, the ``mpi`` extra), all ranks on this
+machine's node 0 (one memory controller: real contention). Few and small: each mpirun costs seconds.
+
+Distinct hosts are simulated for the probe by giving each rank its own recorded machine
+(``--sysfs-root``, MPMD syntax ``mpirun -n 1 A : -n 1 B``); the QEMU recordings ram__* and
+ram-k6.1__* share memdev serial 0x1001, pmem__* has 0x1002 (see test_fleet.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fixtures.trees import unpack
+
+BIN = Path(sys.executable).parent
+MPIRUN = shutil.which("mpirun", path=str(BIN)) or shutil.which("mpirun")
+SACTOOL = str(BIN / "sactool")
+
+pytestmark = pytest.mark.skipif(MPIRUN is None, reason="no mpirun: install the mpi extra (pip install -e '.[mpi]')")
+
+SMALL = ["--node", "0", "--size", "32MiB", "--topk", "256"]
+
+
+def _launcher() -> list[str]:
+    return [MPIRUN, "--oversubscribe"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
+
+
+def _mpmd(*apps: list[str]) -> list[str]:
+    cmd = _launcher()
+    for i, app in enumerate(apps):
+        cmd += ([":"] if i else []) + ["-n", "1", SACTOOL] + app
+    return cmd
+
+
+def _run(cmd, tmp_path, timeout=120):
+    env = {**os.environ, "SACTOOL_CACHE_DIR": os.environ.get("SACTOOL_CACHE_DIR", str(tmp_path / "cache"))}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=tmp_path, env=env)
+
+
+def test_bench_gather_sweep_on_four_ranks(tmp_path):
+    from sactool.bench import gather_figure, load_bench
+
+    out = tmp_path / "fleet.json"
+    p = _run(_launcher() + ["-n", "4", SACTOOL, "bench", "gather", "--preset", "fast", "-r", "656", *SMALL,
+                            "--out", str(out)], tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "Contention sweep: gather/656B/1t" in p.stdout and p.stdout.count("sactool bench gather") == 1
+    rec = load_bench(out)  # a bench record like any other, plus the fleet block
+    fl = rec.data["fleet"]
+    assert rec.complete and fl["world_size"] == 4 and [h["host"] for h in fl["hosts"]] == [os.uname().nodename]
+    assert [s["active_ranks"] for s in fl["sweep"]] == [1, 2, 4]
+    for s in fl["sweep"]:
+        assert sorted(r["rank"] for r in s["per_rank"]) == list(range(s["active_ranks"]))
+        assert all(r["host"] and r["bandwidth_bytes_per_s"] > 0 and r["topk_step_us"]["p95"] > 0 for r in s["per_rank"])
+        assert s["aggregate_bytes_per_s"] > 0 and 0 < s["fairness"]["min_over_max"] <= 1
+    # 4 ranks on 2 CPUs: the record says they shared CPUs
+    assert "cpus_shared" in {w["code"] for w in rec.warnings}
+    assert gather_figure(rec, 656).bandwidth_bytes_per_s > 0  # rank 0's one-rank result
+
+
+def test_probe_of_recorded_hosts_shows_shared_devices(tmp_path):
+    roots = {n: unpack(n, tmp_path / n) for n in ("ram__10-region", "ram-k6.1__10-region", "pmem__10-region")}
+    p = _run(_mpmd(*[["probe", "--format", "json", "--sysfs-root", str(r)] for r in roots.values()]), tmp_path)
+    assert p.returncode == 0, p.stderr
+    rec = json.loads(p.stdout)
+    assert rec["kind"] == "fleet_topology" and [h["host"] for h in rec["hosts"]] == list(roots)
+    assert [h["topology"]["kind"] for h in rec["hosts"]] == ["topology"] * 3
+    shared = [d for d in rec["pool_map"]["memdevs"] if d["shared"]]
+    assert [(d["serial"], d["host_names"]) for d in shared] == [("0x1001", ["ram-k6.1__10-region", "ram__10-region"])]
+
+
+def test_ranks_disagreeing_are_refused_before_measuring(tmp_path):
+    out = tmp_path / "f.json"
+    app = ["bench", "gather", "--preset", "fast", "-r", "656", "--out", str(out)]
+    p = _run(_mpmd(app + ["--node", "0"], app + ["--node", "1"]), tmp_path)
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.count("error: ranks disagree on the options: rank 1 has node=1, rank 0 has node=0") == 1
+    assert not out.exists()
+
+
+def test_world_of_one_is_plain_sactool(tmp_path):
+    p = _run(_launcher() + ["-n", "1", SACTOOL, "bench", "gather", "--preset", "fast", "-r", "656", *SMALL,
+                            "--format", "json"], tmp_path)
+    assert p.returncode == 0, p.stderr
+    rec = json.loads(p.stdout)
+    assert rec["kind"] == "bench" and "fleet" not in rec
+
+
+def _rank_pids(launcher_pid: int) -> dict[int, int]:
+    out = {}
+    kids = subprocess.run(["pgrep", "-P", str(launcher_pid)], capture_output=True, text=True).stdout.split()
+    for pid in kids:
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        for kv in env:
+            if kv.startswith(b"OMPI_COMM_WORLD_RANK="):
+                out[int(kv.split(b"=", 1)[1])] = int(pid)
+    return out
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "killed"])
+def test_a_rank_interrupted_or_killed_stops_all_and_rank0_keeps_finished_steps(tmp_path, sig):
+    """Three ranks (steps 1, 2, 3); once rank 0 has written step 1, rank 1 gets the signal."""
+    out = tmp_path / "fleet.json"
+    cmd = _launcher() + ["-n", "3", SACTOOL, "bench", "gather", "--preset", "fast", "-r", "64,656,1152,4096",
+                         *SMALL, "--out", str(out)]
+    env = {**os.environ, "SACTOOL_CACHE_DIR": os.environ.get("SACTOOL_CACHE_DIR", str(tmp_path / "cache"))}
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env)
+    try:
+        deadline = time.monotonic() + 90
+        while not out.exists() and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert out.exists(), "step 1 never finished"
+        os.kill(_rank_pids(p.pid)[1], sig)
+        t0 = time.monotonic()
+        _, err = p.communicate(timeout=60)
+        stopped_after = time.monotonic() - t0
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert stopped_after < 30  # no hang: the others stop within a bounded time
+    rec = json.loads(out.read_text())
+    steps = sorted({s["active_ranks"] for s in rec["fleet"]["sweep"]})
+    assert not rec["complete"] and steps and steps[0] == 1 and 3 not in steps
+    assert "interrupted" in {w["code"] for w in rec["warnings"]}
+    if sig == signal.SIGINT:
+        assert p.returncode == 130, err
+        assert err.count("error: interrupted: ") == 1
+    else:
+        assert p.returncode != 0
