@@ -116,7 +116,7 @@ def test_simulate_many_equals_single():
 
 def test_fast_path_and_newest_slot():
     # context 8, buffer 10: steps 0..2 have seq_len <= 10 -> no misses at all
-    ctx, H, k = 8, 10, 3
+    ctx, H = 8, 10     # top-k of 3 per step below
     idx = np.array([[[ctx + s - 1, 0, 1]] for s in range(5)], dtype=np.int32)
     r = simulate(idx, H, context_tokens=ctx)
     assert r.misses[:3, 0].tolist() == [0, 0, 0]

@@ -12,7 +12,6 @@ import argparse
 import ast
 import dataclasses
 import os
-import sys
 from pathlib import Path
 
 import pytest

@@ -15,7 +15,7 @@ import yaml
 from sactool.cli import main
 from sactool.errors import ExistsError, Interrupted
 from sactool.profile import load_profile, settings_fields
-from sactool.records import dumps, read_jsonl
+from sactool.records import read_jsonl
 
 FAST_ARGS = ["--context", "4k", "--steps", "6", "--replicates", "2"]
 

@@ -10,7 +10,6 @@ Errors: library code raises :class:`sactool.errors.SactoolError`; :func:`main` p
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import List, Optional
 
 import typer

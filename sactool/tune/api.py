@@ -74,7 +74,8 @@ def tune(options: TuneOptions, progress: Progress | None = None) -> TuneResult:
     from sactool.tune import run  # heavy part (numpy, simulation) lives there
 
     try:
-        return run.execute(o, spec, kv, attn_dp, rec_bytes, path, points_path, progress, t0)
+        return run.execute(run.Job(o=o, spec=spec, kv=kv, attn_dp=attn_dp, rec_bytes=rec_bytes, path=path,
+                                   points_path=points_path, progress=progress, t0=t0))
     except KeyboardInterrupt:
         raise Interrupted("tune interrupted; finished evaluation points are kept"
                           + (f" in {points_path}" if points_path else ""),

@@ -27,30 +27,46 @@ def _p(source: str, detail: str) -> Provenance:
     return Provenance(source, detail)
 
 
-def build_profile(*, o, spec, kv, attn_dp, rec_bytes, budget, pool, machine, dep, contexts, design,
-                  concurrency, chosen, ranked, evals, gather, cap_kw, warnings, replicates):
+def build_profile(d, *, chosen, ranked, evals, gather):
+    """(profile, summary, alternatives) for the chosen evaluation of design point ``d``
+    (:class:`sactool.tune.run.DesignPoint`)."""
     c = chosen.candidate
-    layers, top_k = spec.num_layers, spec.index_topk
-    req = dep.requests_per_rank(concurrency)
-    plan = rank_plan(req, c.device_buffer_size, c.host_to_device_ratio, layers=layers, record_bytes=rec_bytes,
-                     indexer_bytes=spec.indexer_bytes)
-    user = o.given
-    measured = "measured" if gather.info.get("source") else "derived"
-    bench_ref = gather.info.get("digest") or f"quick gather on {gather.info.get('memory_node')}"
-    stand = " (node standing in for CXL: DRAM figures)" if pool.stand_in else ""
+    req = d.dep.requests_per_rank(d.concurrency)
+    plan = rank_plan(req, c.device_buffer_size, c.host_to_device_ratio, layers=d.spec.num_layers,
+                     record_bytes=d.rec_bytes, indexer_bytes=d.spec.indexer_bytes)
+    pool_s, hs, sg = _settings(d, c, plan)
+    prov = _provenance(d, c, req, gather)
+    predictions = _predictions(d, chosen, ranked, plan, req)
+    profile = new_profile(model=d.spec.to_model_ref(), pool=pool_s, hisparse=hs, sglang=sg, machine=d.machine,
+                          request=_request(d), predictions=predictions, bench=dict(gather.info), provenance=prov)
+    return profile, _summary(d, c, hs, gather, predictions), _alternatives(chosen, evals)
 
+
+def _settings(d, c, plan):
+    """The profile's pool, hisparse and sglang blocks for candidate ``c``."""
+    pool, o = d.pool, d.o
     pool_s = PoolSettings(
         placement="plugin", mode=pool.mode,
         nodes=tuple(t.node for t in pool.targets) if pool.mode == "numa" else (),
         dax_devices=tuple(t.name for t in pool.targets) if pool.mode == "devdax" else (),
         rank_assignment=c.placement.strategy, rank_targets=c.placement.rank_targets,
         hugepages="thp", prefault_threads=max(1, pool.cpus_near), stand_in=pool.stand_in)
-    hs = HiSparseSettings(top_k=top_k, device_buffer_size=c.device_buffer_size,
+    hs = HiSparseSettings(top_k=d.spec.index_topk, device_buffer_size=c.device_buffer_size,
                           host_to_device_ratio=c.host_to_device_ratio, swap_in_block_size=c.swap_in_block_size,
                           prefetch=c.prefetch)
-    sg = SglangSettings(tp_size=o.tp, attn_dp_size=attn_dp, kv_cache_dtype=kv, page_size=DSA_PAGE_SIZE_CUDA,
-                        mem_fraction_static=budget.mem_fraction_static, max_running_requests=concurrency,
-                        context_length=max(design), max_total_tokens=plan.device_slots)
+    sg = SglangSettings(tp_size=o.tp, attn_dp_size=d.attn_dp, kv_cache_dtype=d.kv, page_size=DSA_PAGE_SIZE_CUDA,
+                        mem_fraction_static=d.budget.mem_fraction_static, max_running_requests=d.concurrency,
+                        context_length=max(d.design), max_total_tokens=plan.device_slots)
+    return pool_s, hs, sg
+
+
+def _provenance(d, c, req: int, gather) -> dict[str, Provenance]:
+    """Where every settings value came from (all of :func:`settings_fields`)."""
+    o, spec, pool, design = d.o, d.spec, d.pool, d.design
+    user = o.given
+    measured = "measured" if gather.info.get("source") else "derived"
+    bench_ref = gather.info.get("digest") or f"quick gather on {gather.info.get('memory_node')}"
+    stand = " (node standing in for CXL: DRAM figures)" if pool.stand_in else ""
 
     def who(opt: str, default_detail: str) -> Provenance:
         return _p("user", f"--{opt}") if opt in user else _p("default", default_detail)
@@ -100,15 +116,21 @@ def build_profile(*, o, spec, kv, attn_dp, rec_bytes, budget, pool, machine, dep
     }
     missing = set(settings_fields()) - set(prov)
     assert not missing, missing  # every settings field has a provenance (a programming error otherwise)
+    return prov
 
-    part = pool_bytes_per_rank(c.placement, pool.targets)
+
+def _per_context(d, chosen, plan) -> list[dict[str, Any]]:
+    """One row per asked context: fit, RDMA full-prefix bytes, the most it holds, the prediction."""
+    c, layers, rec_bytes, concurrency, dep = chosen.candidate, d.spec.num_layers, d.rec_bytes, d.concurrency, d.dep
+    attn_dp, design = d.attn_dp, d.design
+    part = pool_bytes_per_rank(c.placement, d.pool.targets)
     per_ctx = []
-    for ctx in contexts:
+    for ctx in d.contexts:
         row: dict[str, Any] = {"context_tokens": ctx, "fits": ctx in design,
                                "rdma_full_prefix_bytes_per_request": rdma_full_prefix_bytes(ctx, rec_bytes, layers),
                                "rdma_full_prefix_bytes": rdma_full_prefix_bytes(ctx, rec_bytes, layers)
                                * concurrency * dep.replication}
-        kw = dict(cap_kw, pool_bytes_per_rank=part)
+        kw = dict(d.cap_kw, pool_bytes_per_rank=part)
         row["max_concurrency"] = attn_dp * max_requests_per_rank(c.device_buffer_size, ctx, **kw)
         row["profile_holds"] = attn_dp * min(plan.device_slots // (c.device_buffer_size + DSA_PAGE_SIZE_CUDA),
                                              plan.host_tokens // pages(ctx))
@@ -116,7 +138,13 @@ def build_profile(*, o, spec, kv, attn_dp, rec_bytes, budget, pool, machine, dep
             row.update({k: v for k, v in chosen.per_context[ctx].items()})
             row["fetch_bytes_per_step"] = row["fetch_bytes_per_token"] * concurrency * dep.replication
         per_ctx.append(row)
+    return per_ctx
 
+
+def _predictions(d, chosen, ranked, plan, req: int) -> dict[str, Any]:
+    o, budget, concurrency, design, top_k = d.o, d.budget, d.concurrency, d.design, d.spec.index_topk
+    part = pool_bytes_per_rank(chosen.candidate.placement, d.pool.targets)
+    per_ctx = _per_context(d, chosen, plan)
     best = ranked[0]
     cmp = search.compare(chosen, best) if best is not chosen else None
     predictions = {
@@ -140,10 +168,16 @@ def build_profile(*, o, spec, kv, attn_dp, rec_bytes, budget, pool, machine, dep
                                                     "significant": cmp.significant},
         "engine_constraints": [dict(e, value=top_k if e["setting"] == "hisparse.top_k" else e["value"])
                                for e in ENGINE_CONSTRAINTS],
-        "replicates": replicates,
-        "warnings": list(warnings),
+        "replicates": d.replicates,
+        "warnings": list(d.warnings),
     }
-    request = {"model": o.model, "contexts": list(contexts), "concurrency": o.concurrency, "tp": o.tp,
+    return predictions
+
+
+def _request(d) -> dict[str, Any]:
+    """What was asked, as recorded in the profile."""
+    o, budget, pool, kv, contexts, replicates = d.o, d.budget, d.pool, d.kv, d.contexts, d.replicates
+    return {"model": o.model, "contexts": list(contexts), "concurrency": o.concurrency, "tp": o.tp,
                "attn_dp": o.attn_dp, "gpu": budget.gpu, "gpu_kv_budget_bytes": o.gpu_kv_budget_bytes,
                "gpu_kv_budget": {"bytes_per_gpu": budget.bytes_per_gpu, "source": budget.source,
                                  "detail": budget.detail},
@@ -151,10 +185,12 @@ def build_profile(*, o, spec, kv, attn_dp, rec_bytes, budget, pool, machine, dep
                "trace": str(o.trace) if o.trace else None, "bench": str(o.bench) if o.bench else None,
                "pool_targets": [{"name": t.name, "capacity_bytes": t.capacity_bytes, "source": t.capacity_source}
                                 for t in pool.targets]}
-    profile = new_profile(model=spec.to_model_ref(), pool=pool_s, hisparse=hs, sglang=sg, machine=machine,
-                          request=request, predictions=predictions, bench=dict(gather.info), provenance=prov)
-    alternatives = _alternatives(chosen, evals)
-    summary = {"model": spec.name, "kv_cache_dtype": kv, "record_bytes": rec_bytes, "layers": layers,
+
+
+def _summary(d, c, hs, gather, predictions) -> dict[str, Any]:
+    """What the table shows (also in JSON)."""
+    o, spec, pool, kv, rec_bytes, attn_dp, layers = d.o, d.spec, d.pool, d.kv, d.rec_bytes, d.attn_dp, d.spec.num_layers
+    return {"model": spec.name, "kv_cache_dtype": kv, "record_bytes": rec_bytes, "layers": layers,
                "pool": [{"name": t.name, "capacity_bytes": t.capacity_bytes} for t in pool.targets],
                "stand_in": pool.stand_in, "pool_reason": pool.reason,
                "gather_bandwidth_bytes_per_s": gather.info.get("bandwidth_bytes_per_s"),
@@ -165,7 +201,6 @@ def build_profile(*, o, spec, kv, attn_dp, rec_bytes, budget, pool, machine, dep
                    "fetch_time_per_token_s", "design_concurrency", "gpu_bytes_per_rank", "hot_buffer_bytes_per_rank",
                    "index_key_bytes_per_rank", "gpu_kv_budget_bytes", "host_pool_bytes_per_rank", "host_pool_bytes",
                    "per_context", "engine_constraints")}}
-    return profile, summary, alternatives
 
 
 def _alternatives(chosen, evals, n_feasible: int = 4, n_infeasible: int = 2) -> list[dict[str, Any]]:

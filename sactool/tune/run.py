@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,44 +38,112 @@ def _gib(n: float) -> str:
     return f"{n / 2**30:.2f} GiB"
 
 
-def execute(o, spec, kv: str, attn_dp: int, rec_bytes: int, path: Path, points_path: Path | None,
-            progress, t0: float):
-    from sactool.host.machine import machine_block
-    from sactool.host.sysfs import SysfsReader
-    from sactool.records import append_jsonl, digest, read_jsonl
-    from sactool.topology import probe
+@dataclass(frozen=True)
+class Job:
+    """What :func:`sactool.tune.api.tune` hands over once the options are checked."""
+
+    o: Any                          # TuneOptions
+    spec: Any                       # sactool.models.ModelSpec
+    kv: str                         # normalised KV dtype
+    attn_dp: int
+    rec_bytes: int                  # KV record bytes per token per layer
+    path: Path                      # profile to write
+    points_path: Path | None        # resumable evaluation points (None: not written)
+    progress: Any                   # callable(label, done, total) or None
+    t0: float                       # perf_counter() at the start, for elapsed_s
+
+
+@dataclass
+class DesignPoint:
+    """Everything the search and :func:`sactool.tune.build.build_profile` read about one tune."""
+
+    o: Any
+    spec: Any
+    kv: str
+    attn_dp: int
+    rec_bytes: int
+    budget: Any                     # hisparse.gpus.GpuBudget
+    pool: Any                       # tune.pool.PoolInfo
+    machine: dict
+    dep: Deployment
+    contexts: tuple[int, ...]       # asked for
+    design: tuple[int, ...]         # those the deployment holds
+    concurrency: int
+    cap_kw: dict
+    replicates: int
+    warnings: list
+
+
+def execute(job: Job) -> TuneResult:
+    """Budget → workload → pool → design point → gather figures → hot-buffer simulation →
+    search → profile (written unless ``o.write`` is false)."""
     from sactool.tune.build import build_profile
-    from sactool.tune.pool import from_bench, measure_rounds, pool_info
 
     warnings: list[dict[str, str]] = []
-    top_k, layers, idx = spec.index_topk, spec.num_layers, spec.indexer_bytes
-    budget = gpus.kv_budget(model_name=spec.name, tp=o.tp, gpu=o.gpu, budget_bytes=o.gpu_kv_budget_bytes,
-                            weights_bytes=o.weights_bytes)
+    budget = gpus.kv_budget(model_name=job.spec.name, tp=job.o.tp, gpu=job.o.gpu,
+                            budget_bytes=job.o.gpu_kv_budget_bytes, weights_bytes=job.o.weights_bytes)
+    contexts, replicates, trace = _workload(job, warnings)
+    _check_one_request(job, budget, contexts)
+    machine, pool = _probe_pool(job, warnings)
+    fit = _Fit(job, budget, pool)
+    design, concurrency = fit.design_point(contexts, warnings)
+    points = _Points(job, [t.name for t in pool.targets])
+    gather = _gather(job, pool, machine, replicates, points)
+    warnings += list(gather.warnings)
+    d = DesignPoint(o=job.o, spec=job.spec, kv=job.kv, attn_dp=job.attn_dp, rec_bytes=job.rec_bytes, budget=budget,
+                    pool=pool, machine=machine, dep=fit.dep, contexts=contexts, design=design,
+                    concurrency=concurrency, cap_kw=fit.cap_kw, replicates=replicates, warnings=warnings)
+    sims = _HotBuffer(job, design, replicates, trace, points)
+    chosen, ranked, evals, space = _search(d, fit.placements, gather, sims)
+    profile, summary, alternatives = build_profile(d, chosen=chosen, ranked=ranked, evals=evals, gather=gather)
+    written = _write(job, profile)
+    return TuneResult(profile=profile, path=written, summary=summary, alternatives=tuple(alternatives),
+                      evaluated=len(evals), space=space, warnings=tuple(warnings),
+                      elapsed_s=time.perf_counter() - job.t0, chosen_objective_s=chosen.mean_s,
+                      best_objective_s=ranked[0].mean_s)
 
+
+def _workload(job: Job, warnings: list) -> tuple[tuple[int, ...], int, Any]:
+    """Contexts, replicates and the trace (``--trace`` replays its own context, once)."""
+    o, spec = job.o, job.spec
     contexts, replicates, trace = tuple(sorted(set(o.contexts))), o.replicates, None
-    if o.trace is not None:
-        from sactool.workload import load_trace
+    if o.trace is None:
+        return contexts, replicates, trace
+    from sactool.workload import load_trace
 
-        trace = load_trace(o.trace)
-        if trace.top_k != top_k:
-            raise RecordError(f"trace {o.trace} has top_k {trace.top_k}, {spec.name} selects {top_k}",
-                              "pass a trace of this model")
-        if trace.context_tokens > spec.max_position_embeddings:
-            raise RecordError(f"trace {o.trace} context {trace.context_tokens} exceeds max positions "
-                              f"{spec.max_position_embeddings}", "pass a trace of this model")
-        contexts, replicates = (trace.context_tokens,), 1
-        if "contexts" in o.given:
-            warnings.append({"code": "trace_context", "message": f"--trace replays its own context "
-                             f"({trace.context_tokens} tokens); --context is ignored", "hint": ""})
+    trace = load_trace(o.trace)
+    if trace.top_k != spec.index_topk:
+        raise RecordError(f"trace {o.trace} has top_k {trace.top_k}, {spec.name} selects {spec.index_topk}",
+                          "pass a trace of this model")
+    if trace.context_tokens > spec.max_position_embeddings:
+        raise RecordError(f"trace {o.trace} context {trace.context_tokens} exceeds max positions "
+                          f"{spec.max_position_embeddings}", "pass a trace of this model")
+    if "contexts" in o.given:
+        warnings.append({"code": "trace_context", "message": f"--trace replays its own context "
+                         f"({trace.context_tokens} tokens); --context is ignored", "hint": ""})
+    return (trace.context_tokens,), 1, trace
 
-    one = rank_plan(1, top_k, min_ratio(1, top_k, min(contexts)), layers=layers, record_bytes=rec_bytes,
-                    indexer_bytes=idx)
+
+def _check_one_request(job: Job, budget, contexts) -> None:
+    """The GPU budget must hold one request with top_k hot-buffer slots."""
+    top_k = job.spec.index_topk
+    one = rank_plan(1, top_k, min_ratio(1, top_k, min(contexts)), layers=job.spec.num_layers,
+                    record_bytes=job.rec_bytes, indexer_bytes=job.spec.indexer_bytes)
     if one.gpu_bytes > budget.bytes_per_gpu:
         raise CapacityError(
             f"the GPU KV budget ({_gib(budget.bytes_per_gpu)} per GPU: {budget.detail}) is too small for one "
             f"request with top_k={top_k} hot-buffer slots: it needs {_gib(one.gpu_bytes)}",
             "give a larger --gpu-kv-budget, a larger --gpu, or more GPUs (--tp)")
 
+
+def _probe_pool(job: Job, warnings: list):
+    """(machine block, pool info) of this host or of the recording ``--sysfs-root`` names."""
+    from sactool.host.machine import machine_block
+    from sactool.host.sysfs import SysfsReader
+    from sactool.topology import probe
+    from sactool.tune.pool import pool_info
+
+    o = job.o
     reader = SysfsReader(o.sysfs_root)
     topo = probe(reader)
     machine = machine_block(reader)
@@ -84,120 +153,170 @@ def execute(o, spec, kv: str, attn_dp: int, rec_bytes: int, path: Path, points_p
                             "tune cannot measure its pool", "pass --bench FILE measured on that machine")
     if pool.stand_in:
         warnings.append({"code": "stand_in", "message": pool.reason, "hint": "figures describe DRAM, not CXL"})
-    dep = Deployment(o.tp, attn_dp)
-    names = [t.name for t in pool.targets]
-    placements = placement_candidates(o.tp, names)
-    part = pool_bytes_per_rank(round_robin(o.tp, names), pool.targets)
-    cap_kw = dict(gpu_budget_bytes=budget.bytes_per_gpu, pool_bytes_per_rank=part, layers=layers,
-                  record_bytes=rec_bytes, indexer_bytes=idx)
-    max_req = {c: max_requests_per_rank(top_k, c, **cap_kw) for c in contexts}
-    total_cap = sum(t.capacity_bytes for t in pool.targets)
+    return machine, pool
 
-    def no_fit(conc: int, ctx: int) -> CapacityError:
-        need = pool_bytes_needed(conc, ctx, dep, layers=layers, record_bytes=rec_bytes)
+
+class _Fit:
+    """What fits one rank at each context: GPU budget, pool partition, placements."""
+
+    def __init__(self, job: Job, budget, pool):
+        self.job, self.budget, self.pool = job, budget, pool
+        o, spec = job.o, job.spec
+        self.dep = Deployment(o.tp, job.attn_dp)
+        self.names = [t.name for t in pool.targets]
+        self.placements = placement_candidates(o.tp, self.names)
+        self.part = pool_bytes_per_rank(round_robin(o.tp, self.names), pool.targets)
+        self.cap_kw = dict(gpu_budget_bytes=budget.bytes_per_gpu, pool_bytes_per_rank=self.part,
+                           layers=spec.num_layers, record_bytes=job.rec_bytes, indexer_bytes=spec.indexer_bytes)
+        self.max_req: dict[int, int] = {}
+
+    def requests(self, ctx: int) -> int:
+        """Most requests of ``ctx`` tokens one rank holds with top_k-slot hot buffers."""
+        if ctx not in self.max_req:
+            self.max_req[ctx] = max_requests_per_rank(self.job.spec.index_topk, ctx, **self.cap_kw)
+        return self.max_req[ctx]
+
+    def no_fit(self, conc: int, ctx: int) -> CapacityError:
+        job, dep, spec, top_k = self.job, self.dep, self.job.spec, self.job.spec.index_topk
+        layers, rec = spec.num_layers, job.rec_bytes
+        need = pool_bytes_needed(conc, ctx, dep, layers=layers, record_bytes=rec)
         req = dep.requests_per_rank(conc)
-        gpu_need = rank_plan(req, top_k, min_ratio(req, top_k, ctx), layers=layers, record_bytes=rec_bytes,
-                             indexer_bytes=idx).gpu_bytes
+        gpu_need = rank_plan(req, top_k, min_ratio(req, top_k, ctx), layers=layers, record_bytes=rec,
+                             indexer_bytes=spec.indexer_bytes).gpu_bytes
         rep = f" x {dep.replication} TP copies" if dep.replication > 1 else ""
+        total_cap = sum(t.capacity_bytes for t in self.pool.targets)
         return CapacityError(
-            f"{conc} requests of {ctx} tokens need {_gib(need)} of pool memory ({spec.kv_bytes_per_token(kv)} B "
-            f"per token{rep}; {_gib(need / o.tp)} per rank) and {_gib(gpu_need)} of GPU memory per rank; the pool "
-            f"has {_gib(total_cap)} ({', '.join(names)}; {_gib(part)} per rank) and the GPU budget is "
-            f"{_gib(budget.bytes_per_gpu)}; at most {attn_dp * max_req[ctx]} such requests fit",
+            f"{conc} requests of {ctx} tokens need {_gib(need)} of pool memory ({spec.kv_bytes_per_token(job.kv)} B "
+            f"per token{rep}; {_gib(need / job.o.tp)} per rank) and {_gib(gpu_need)} of GPU memory per rank; the "
+            f"pool has {_gib(total_cap)} ({', '.join(self.names)}; {_gib(self.part)} per rank) and the GPU budget "
+            f"is {_gib(self.budget.bytes_per_gpu)}; at most {job.attn_dp * self.requests(ctx)} such requests fit",
             "lower --concurrency or --context, add pool memory, or use DP attention (--attn-dp = --tp)")
 
-    if o.concurrency is not None:
-        concurrency = o.concurrency
+    def design_point(self, contexts, warnings: list) -> tuple[tuple[int, ...], int]:
+        """(design contexts, concurrency): ``--concurrency`` must fit every context; auto takes the
+        contexts that hold one request per rank and SAC's 64, or what the longest of them holds."""
+        attn_dp = self.job.attn_dp
         for c in contexts:
-            if max_req[c] < dep.requests_per_rank(concurrency):
-                raise no_fit(concurrency, c)
-        design = contexts
-    else:
-        design = tuple(c for c in contexts if max_req[c] >= 1)
+            self.requests(c)
+        if self.job.o.concurrency is not None:
+            concurrency = self.job.o.concurrency
+            for c in contexts:
+                if self.requests(c) < self.dep.requests_per_rank(concurrency):
+                    raise self.no_fit(concurrency, c)
+            return contexts, concurrency
+        design = tuple(c for c in contexts if self.requests(c) >= 1)
         if not design:
-            raise no_fit(attn_dp, contexts[0])
-        concurrency = min(SAC_CONCURRENCY, attn_dp * max_req[max(design)])
+            raise self.no_fit(attn_dp, contexts[0])
+        concurrency = min(SAC_CONCURRENCY, attn_dp * self.requests(max(design)))
         for c in contexts:
             if c not in design:
-                warnings.append({"code": "context_does_not_fit",
-                                 "message": str(no_fit(attn_dp, c).message),
+                warnings.append({"code": "context_does_not_fit", "message": str(self.no_fit(attn_dp, c).message),
                                  "hint": "the profile's context_length stops below it"})
         if concurrency < SAC_CONCURRENCY:
             warnings.append({"code": "concurrency_lowered", "message": f"design concurrency {concurrency}: "
                              f"the pool holds no more at {max(design)} tokens (SAC's 64 would not fit)",
                              "hint": "give --concurrency to choose another design point"})
+        return design, concurrency
 
-    # ---- resumable points ----------------------------------------------------------------
-    key = digest(json.dumps({"model": spec.name, "kv": kv, "steps": o.steps, "seed": o.seed,
-                             "trace": digest(Path(o.trace).read_bytes()) if o.trace else None,
-                             "gather_seconds": o.gather_seconds, "bench": str(o.bench) if o.bench else None,
-                             "targets": names}, sort_keys=True))[:23]
-    done: list[dict] = []
-    if points_path is not None:
-        if o.resume:
-            done = [p for p in read_jsonl(points_path) if p.get("key") == key]
-        elif points_path.exists():
-            points_path.unlink()
 
-    def on_point(p: dict) -> None:
-        if points_path is not None:
-            points_path.parent.mkdir(parents=True, exist_ok=True)
-            append_jsonl(points_path, {**p, "key": key})
+class _Points:
+    """The resumable evaluation points file: what an earlier, interrupted run finished."""
 
+    def __init__(self, job: Job, target_names: list[str]):
+        from sactool.records import digest, read_jsonl
+
+        o = job.o
+        self.path = job.points_path
+        self.key = digest(json.dumps({"model": job.spec.name, "kv": job.kv, "steps": o.steps, "seed": o.seed,
+                                      "trace": digest(Path(o.trace).read_bytes()) if o.trace else None,
+                                      "gather_seconds": o.gather_seconds,
+                                      "bench": str(o.bench) if o.bench else None,
+                                      "targets": target_names}, sort_keys=True))[:23]
+        self.done: list[dict] = []
+        if self.path is not None:
+            if o.resume:
+                self.done = [p for p in read_jsonl(self.path) if p.get("key") == self.key]
+            elif self.path.exists():
+                self.path.unlink()
+
+    def of_kind(self, kind: str) -> list[dict]:
+        return [p for p in self.done if p.get("kind") == kind]
+
+    def add(self, p: dict) -> None:
+        from sactool.records import append_jsonl
+
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            append_jsonl(self.path, {**p, "key": self.key})
+
+
+def _gather(job: Job, pool, machine, replicates: int, points: _Points):
+    """Gather figures: from ``--bench``, or interleaved quick measurements (resumable)."""
+    from sactool.tune.pool import from_bench, measure_rounds
+
+    o = job.o
     if o.bench is not None:
-        gather = from_bench(o.bench, rec_bytes, pool, machine, strict=o.strict)
-    else:
-        gather = measure_rounds(pool, rec_bytes, top_k, replicates, seconds=o.gather_seconds,
-                                done=[p for p in done if p.get("kind") == "gather"], on_point=on_point,
-                                progress=progress)
-    warnings += list(gather.warnings)
+        return from_bench(o.bench, job.rec_bytes, pool, machine, strict=o.strict)
+    return measure_rounds(pool, job.rec_bytes, job.spec.index_topk, replicates, seconds=o.gather_seconds,
+                          done=points.of_kind("gather"), on_point=points.add, progress=job.progress)
 
-    # ---- hot-buffer simulation over the workload ------------------------------------------
-    misses: dict[int, list[dict[int, float]]] = {c: [{} for _ in range(replicates)] for c in design}
-    hits: dict[int, list[dict[int, float]]] = {c: [{} for _ in range(replicates)] for c in design}
-    for p in done:
-        if p.get("kind") == "sim" and p["context"] in misses and p["rep"] < replicates:
-            for b, (m, h) in p["buffers"].items():
-                misses[p["context"]][p["rep"]][int(b)] = m
-                hits[p["context"]][p["rep"]][int(b)] = h
 
-    def simulate(buffers: list[int], label: str) -> None:
+class _HotBuffer:
+    """Misses and hit rates per context, replicate and buffer size, simulated once each."""
+
+    def __init__(self, job: Job, design, replicates: int, trace, points: _Points):
+        self.job, self.design, self.replicates, self.trace, self.points = job, design, replicates, trace, points
+        self.misses: dict[int, list[dict[int, float]]] = {c: [{} for _ in range(replicates)] for c in design}
+        self.hits: dict[int, list[dict[int, float]]] = {c: [{} for _ in range(replicates)] for c in design}
+        for p in points.of_kind("sim"):
+            if p["context"] in self.misses and p["rep"] < replicates:
+                for b, (m, h) in p["buffers"].items():
+                    self.misses[p["context"]][p["rep"]][int(b)] = m
+                    self.hits[p["context"]][p["rep"]][int(b)] = h
+
+    def _indices(self, ctx: int, rep: int):
+        if self.trace is not None:
+            return self.trace.indices
+        from sactool.workload import generate_topk
+
+        spec, o = self.job.spec, self.job.o
+        return generate_topk(ctx, o.steps, spec.num_layers, spec.index_topk, seed=o.seed + rep)
+
+    def simulate(self, buffers: list[int], label: str) -> None:
         import numpy as np
 
         from sactool.hisparse.hotbuffer import simulate_many
 
-        todo = [(c, r) for c in design for r in range(replicates)
-                if any(b not in misses[c][r] for b in buffers)]
+        top_k, progress = self.job.spec.index_topk, self.job.progress
+        todo = [(c, r) for c in self.design for r in range(self.replicates)
+                if any(b not in self.misses[c][r] for b in buffers)]
         for i, (c, r) in enumerate(todo):
-            want = [b for b in buffers if b not in misses[c][r]]
-            if trace is not None:
-                ind = trace.indices
-            else:
-                from sactool.workload import generate_topk
-
-                ind = generate_topk(c, o.steps, layers, top_k, seed=o.seed + r)
-            res = simulate_many(ind, want, context_tokens=c)
+            want = [b for b in buffers if b not in self.misses[c][r]]
+            res = simulate_many(self._indices(c, r), want, context_tokens=c)
             pt = {}
             for b, hb in zip(want, res):
                 m = misses_per_token(np.asarray(hb.misses))
                 pt[str(b)] = [m, 1.0 - m / top_k]
-                misses[c][r][b], hits[c][r][b] = m, 1.0 - m / top_k
-            on_point({"kind": "sim", "context": c, "rep": r, "buffers": pt})
+                self.misses[c][r][b], self.hits[c][r][b] = m, 1.0 - m / top_k
+            self.points.add({"kind": "sim", "context": c, "rep": r, "buffers": pt})
             if progress:
                 progress(label, i + 1, len(todo))
 
-    x_kw = dict(contexts=design, concurrency=concurrency, deployment=dep, targets=pool.targets, layers=layers,
-                record_bytes=rec_bytes, indexer_bytes=idx, top_k=top_k, gpu_budget_bytes=budget.bytes_per_gpu,
-                misses=misses, hit_rate=hits, bandwidth=gather.rounds)
-    x = search.Inputs(**x_kw)
+
+def _search(d: DesignPoint, placements, gather, sims: _HotBuffer):
+    """(chosen, ranked, evaluations, size of the candidate space)."""
+    o, top_k = d.o, d.spec.index_topk
+    x = search.Inputs(contexts=d.design, concurrency=d.concurrency, deployment=d.dep, targets=d.pool.targets,
+                      layers=d.spec.num_layers, record_bytes=d.rec_bytes, indexer_bytes=d.spec.indexer_bytes,
+                      top_k=top_k, gpu_budget_bytes=d.budget.bytes_per_gpu, misses=sims.misses,
+                      hit_rate=sims.hits, bandwidth=gather.rounds)
     if o.exhaustive:
         stage1 = search.all_buffers(top_k)
     else:  # the coarse grid plus the largest sizes that fit (arithmetic only), simulated in one pass
         fine = [b for b in search.largest_feasible(x, placements) if b not in search.coarse_buffers(top_k)]
         stage1 = sorted(set(search.coarse_buffers(top_k)) | set(fine))
-    simulate(stage1, "simulate")
-    evals = [search.evaluate(c, x) for c in search.candidates_for(stage1, x, placements,
-                                                                  knobs=o.exhaustive)]
+    sims.simulate(stage1, "simulate")
+    evals = [search.evaluate(c, x) for c in search.candidates_for(stage1, x, placements, knobs=o.exhaustive)]
     best = search.best_feasible_buffer(evals)
     if best is None:
         raise CapacityError("no configuration fits the design point: "
@@ -208,23 +327,19 @@ def execute(o, spec, kv: str, attn_dp: int, rec_bytes: int, path: Path, points_p
                   if c.swap_in_block_size != search.DEFAULT_SWAP_IN_BLOCK or not c.prefetch]
     chosen, ranked = search.choose(evals)
     space = len(search.all_buffers(top_k)) * 2 * len(search.SWAP_IN_BLOCK_SIZES) * 2 * len(placements)
-
-    profile, summary, alternatives = build_profile(
-        o=o, spec=spec, kv=kv, attn_dp=attn_dp, rec_bytes=rec_bytes, budget=budget, pool=pool, machine=machine,
-        dep=dep, contexts=contexts, design=design, concurrency=concurrency, chosen=chosen, ranked=ranked,
-        evals=evals, gather=gather, cap_kw=cap_kw, warnings=warnings, replicates=replicates)
-    written = None
-    if o.write:
-        from sactool.profile import save_profile
-
-        written = save_profile(profile, path, force=o.force)
-        if points_path is not None and points_path.exists():
-            points_path.unlink()
-
-    return TuneResult(profile=profile, path=written, summary=summary, alternatives=tuple(alternatives),
-                      evaluated=len(evals), space=space, warnings=tuple(warnings),
-                      elapsed_s=time.perf_counter() - t0, chosen_objective_s=chosen.mean_s,
-                      best_objective_s=ranked[0].mean_s)
+    return chosen, ranked, evals, space
 
 
-__all__ = ["execute", "misses_per_token", "OUTPUT_TOKENS", "Any"]
+def _write(job: Job, profile) -> Path | None:
+    """Save the profile (atomically) and drop the points file it supersedes."""
+    if not job.o.write:
+        return None
+    from sactool.profile import save_profile
+
+    written = save_profile(profile, job.path, force=job.o.force)
+    if job.points_path is not None and job.points_path.exists():
+        job.points_path.unlink()
+    return written
+
+
+__all__ = ["DesignPoint", "Job", "execute", "misses_per_token", "OUTPUT_TOKENS"]
