@@ -16,8 +16,9 @@ from sactool.bench.protocol import PRESETS, Protocol
 from sactool.errors import TopologyError, UsageError
 from sactool.host.sysfs import SysfsReader
 
-TESTS = ("latency", "mlp", "loaded", "gather", "bandwidth")
-"""All tests, in the order ``all`` runs them (write/copy bandwidth last: it overwrites the chains)."""
+TESTS = ("latency", "mlp", "loaded", "gather", "bandwidth", "convert")
+"""All tests, in the order ``all`` runs them (write/copy bandwidth and the RDMA layout conversion
+last: they overwrite the chains)."""
 
 PRESET_SIZES = {"fast": 512 << 20, "default": 1 << 30, "rigorous": 4 << 30}
 """Default buffer per preset; each is ≥ 8× a 32 MiB L3 so each half (one chase chain) is ≥ 4× LLC."""
@@ -99,6 +100,10 @@ def _validate(opts: BenchOptions, size: int, llc: int) -> None:
         if opts.topk > size // r:
             raise UsageError(f"top-k {opts.topk} is larger than the {size // r} records of {r} B in the buffer",
                              "use a smaller --topk or a larger --size")
+    if "convert" in opts.tests:
+        for r in opts.record_bytes or ():
+            if r % 8:
+                raise UsageError(f"convert needs records of whole 8-byte words, got {r} B", "e.g. --record-bytes 1152")
     if opts.topk <= 0:
         raise UsageError(f"top-k {opts.topk} must be positive", "e.g. --topk 2048")
     for d in opts.prefetch or ():

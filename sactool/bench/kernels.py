@@ -132,4 +132,51 @@ KERNEL_SPECS = {
     "loaded": {"bytes_read_per_element": 8, "bytes_written_per_element": 0, "element": "dependent load",
                "access_pattern": "one pointer chase while other threads read sequentially (one load per line) "
                                  "with an injected delay", "load_width_bytes": 8},
+    "convert": {"bytes_read_per_element": 3, "bytes_written_per_element": 3, "element": "byte of prefix KV",
+                "access_pattern": "three passes over one request's prefix (the RDMA baseline's CPU work after "
+                                  "its NIC read): gather page-first rows by host index into a staging buffer, "
+                                  "transpose page-first -> layer-first, scatter layer-first rows by host index",
+                "load_width_bytes": 8},
 }
+
+
+# ---- RDMA-baseline layout conversion (``sactool bench convert``) -------------------------------
+# The authors' RDMA pool (magicYang1573/sglang, branch hisparse-cxl-prefix-cache-opt-rdma,
+# python/sglang/srt/mem_cache/rdma_memory_pool.py, ``_prefetch_for_decode_single``) runs three
+# CPU passes over every fetched prefix: a gather copy ``staging[:n] = remote[valid]``, the
+# page-first -> layer-first transpose ``staging.permute(1, 0, 2, 3).contiguous()`` and an index
+# scatter ``kv_buffer[:, valid] = src``. Rows are one token's record of one layer (``w`` words).
+
+@nb.njit(cache=True, nogil=True)
+def convert_gather(remote, staging, idx, lo, hi):
+    """Pass 1: ``staging[i] = remote[idx[i]]`` for tokens ``lo <= i < hi`` (page-first rows of
+    ``layers × w`` words: one token's KV of every layer, contiguous)."""
+    row = remote.shape[1]
+    for i in range(np.uint64(lo), np.uint64(hi)):
+        s = np.uint64(idx[i])
+        for k in range(row):
+            staging[i, k] = remote[s, k]
+
+
+@nb.njit(cache=True, nogil=True)
+def convert_transpose(staging, tmp, layers, w, lo, hi):
+    """Pass 2: page-first ``staging[token, layer, :]`` -> layer-first ``tmp[layer, token, :]``
+    (the ``permute(1, 0, 2, 3).contiguous()`` copy), tokens ``lo <= i < hi``."""
+    for i in range(np.uint64(lo), np.uint64(hi)):
+        for layer in range(layers):
+            base = np.uint64(layer) * np.uint64(w)
+            for k in range(w):
+                tmp[layer, i, k] = staging[i, base + np.uint64(k)]
+
+
+@nb.njit(cache=True, nogil=True)
+def convert_scatter(tmp, kv, idx, lo, hi):
+    """Pass 3: ``kv[layer, idx[i], :] = tmp[layer, i, :]`` (the layer-first host pool), tokens
+    ``lo <= i < hi``."""
+    layers = tmp.shape[0]
+    w = tmp.shape[2]
+    for layer in range(layers):
+        for i in range(np.uint64(lo), np.uint64(hi)):
+            d = np.uint64(idx[i])
+            for k in range(w):
+                kv[layer, d, k] = tmp[layer, i, k]

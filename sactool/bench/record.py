@@ -152,3 +152,26 @@ def gather_figure(record: BenchRecord, record_bytes: int, threads: int | None = 
     return fig(cn * L, "extrapolated",
                f"derived: not measured; scaled from {rn} B ({ln:g} lines) by cache lines per record "
                f"({L:g}), outside the measured sizes")
+
+
+def convert_figure(record: BenchRecord, record_bytes: int = 1152, impl: str | None = None) -> tuple[float, str]:
+    """(prefix bytes per second, source) of the layout-conversion test (``sactool bench convert``):
+    the fastest thread count measured for ``record_bytes`` (``impl`` numba/numpy, None: numpy
+    when measured — the fork's passes are tensor expressions — else numba)."""
+    cs = [r for r in record.results if r.get("test") == "convert" and r.get("derived")
+          and int(r["params"]["record_bytes"]) == record_bytes]
+    if not cs:
+        raise RecordError(f"the bench record has no convert results for {record_bytes} B records"
+                          + (f" ({record.path})" if record.path else ""),
+                          f"run 'sactool bench convert --record-bytes {record_bytes} --out FILE'")
+    impls = {r["params"].get("implementation", "numba") for r in cs}
+    want = impl or ("numpy" if "numpy" in impls else "numba")
+    cs = [r for r in cs if r["params"].get("implementation", "numba") == want]
+    if not cs:
+        raise RecordError(f"the bench record has no {want} convert results", f"measured: {', '.join(sorted(impls))}")
+    best = max(cs, key=lambda r: r["derived"]["bandwidth_bytes_per_s"])
+    bw = float(best["derived"]["bandwidth_bytes_per_s"])
+    src = (f"sactool bench convert ({want}, {best['params']['threads']} thread(s), {record_bytes} B x "
+           f"{best['params']['layers']} layers, {best['params']['tokens']} tokens, {best.get('memory_node') or record.memory_node})"
+           f": {bw / 1e9:.2f} GB/s")
+    return bw, src

@@ -82,7 +82,7 @@ def measure_all(buf, opts, proto: Protocol, cpus, threads, llc: int, gather_idx,
         # every walker of the random chain gets its own start slot (latency, each MLP chain, each
         # loaded-latency chaser), so no walker re-reads lines another one just brought into the LLC
         slots, mlp_first, loaded_first = walker_slots()
-        for test in [t for t in ("latency", "mlp", "loaded", "gather", "bandwidth") if t in opts.tests]:
+        for test in [t for t in ("latency", "mlp", "loaded", "gather", "bandwidth", "convert") if t in opts.tests]:
             if test == "latency":
                 ms = [suite.latency(words, chains["page_local"], cpu, "page_local"),
                       suite.latency(words, chains["random"], cpu, "random", slot=0, slots=slots)]
@@ -103,6 +103,15 @@ def measure_all(buf, opts, proto: Protocol, cpus, threads, llc: int, gather_idx,
                     for d in (opts.prefetch or (suite.default_prefetch(rb),)):
                         for t in threads if opts.threads or len(threads) <= 2 else (1, threads[-1]):
                             ms.append(suite.gather(src, list(cpus), t, rb, opts.topk, d, idx, opts.pattern))
+            elif test == "convert":
+                from sactool.models import get_model
+
+                layers = get_model("deepseek-v3.2").num_layers
+                src = buf.array("uint8")
+                rbs = opts.record_bytes or (get_model("deepseek-v3.2").record_bytes("bfloat16"),)
+                ms = [suite.convert(src, list(cpus), t, layers, rb, opts.seed) for rb in rbs
+                      for t in (threads if opts.threads or len(threads) <= 2 else (1, threads[-1]))]
+                ms += [suite.convert(src, list(cpus), 1, layers, rb, opts.seed, impl="numpy") for rb in rbs]
             else:
                 ms = [suite.sequential(words, list(cpus), t, op) for op in ("read", "write", "copy") for t in threads]
             if not _run(ms, proto, results, progress, clock, test):

@@ -8,6 +8,7 @@ sequential reads span the whole buffer; write/copy run last (they overwrite the 
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -258,4 +259,110 @@ def loaded(words, chase_order, cpus: list[int], delay: int | None, slot: int = 0
     m = Measure(Config(f"loaded/{label}", run), "loaded",
                 {"inject_delay_iterations": delay, "reader_cpus": readers, "chaser_cpu": cpus[0]},
                 K.KERNEL_SPECS["loaded"], "ns", lambda s, w: s * 1e9 / w, derive)
+    return m
+
+
+def convert(src_bytes, cpus: list[int], threads: int, layers: int, record_bytes: int, seed: int,
+            impl: str = "numba") -> Measure:
+    """The RDMA baseline's page-first -> layer-first conversion of one request's prefix.
+
+    The buffer is cut into four equal regions: ``remote`` (page-first ``[tokens, layers, w]``),
+    ``staging`` (page-first), ``tmp`` (layer-first ``[layers, tokens, w]``) and ``kv`` (the
+    layer-first host pool), ``w = record_bytes / 8`` words, as many tokens as fit. Host indices are
+    a seeded random permutation (the fork takes them from the host pool's allocator, no order is
+    guaranteed). One call = the three passes over the whole prefix, each split over ``threads``
+    pinned threads by token range; the figure is prefix bytes per second (the rate the serving
+    model's ``rdma.layout_conversion_bytes_per_s`` takes), and each pass's share is kept.
+
+    ``impl="numba"``: explicit row-copy loops (:mod:`sactool.bench.kernels`); ``impl="numpy"``:
+    the fork's three tensor expressions written in numpy (fancy-index gather into the staging
+    slice, ``transpose(1, 0, 2).copy()``, fancy-index assignment), one thread (numpy has no
+    intra-op thread pool; the fork's torch may use several).
+    """
+    if record_bytes % 8:
+        from sactool.errors import UsageError
+
+        raise UsageError(f"convert needs records of whole 8-byte words, got {record_bytes} B", "e.g. --record-bytes 1152")
+    w = record_bytes // 8
+    words = src_bytes[: (src_bytes.size // 8) * 8].view(np.uint64)
+    tokens = words.size // (4 * layers * w)
+    if tokens < threads or tokens < 2:
+        from sactool.errors import UsageError
+
+        raise UsageError(f"the buffer holds {tokens} tokens of {layers} × {record_bytes} B in each of the four "
+                         "convert regions", "use a larger --size")
+    n = tokens * layers * w
+    remote = words[:n].reshape(tokens, layers * w)
+    staging = words[n:2 * n].reshape(tokens, layers * w)
+    tmp = words[2 * n:3 * n].reshape(layers, tokens, w)
+    kv = words[3 * n:4 * n].reshape(layers, tokens, w)
+    idx = np.random.default_rng([seed, record_bytes]).permutation(tokens).astype(np.uint64)
+    use = cpus[:threads]
+    parts = split(tokens, threads)
+    t0 = time.perf_counter()
+    K.convert_gather(remote, staging, idx, 0, 1)    # compile or load from cache
+    K.convert_transpose(staging, tmp, layers, w, 0, 1)
+    K.convert_scatter(tmp, kv, idx, 0, 1)
+    compile_s = time.perf_counter() - t0
+    barrier = threading.Barrier(len(use))
+
+    sidx = idx.astype(np.intp)
+    st3 = staging.reshape(tokens, layers, w)
+    kv_flat = kv.reshape(layers, tokens, w)
+
+    def np_passes(lo, hi):
+        def g():
+            staging[lo:hi] = remote[sidx[lo:hi]]
+
+        def t():
+            tmp[:, lo:hi] = st3[lo:hi].transpose(1, 0, 2).copy()
+
+        def sc():
+            kv_flat[:, sidx[lo:hi]] = tmp[:, lo:hi]
+        return g, t, sc
+
+    if impl not in ("numba", "numpy"):
+        from sactool.errors import UsageError
+
+        raise UsageError(f"unknown convert implementation {impl!r}", "use numba or numpy")
+    if impl == "numpy" and threads != 1:
+        from sactool.errors import UsageError
+
+        raise UsageError("the numpy convert runs on one thread", "use threads=1")
+
+    def one(i: int, reps: int) -> list[float]:
+        lo, hi = parts[i]
+        wall = [0.0, 0.0, 0.0]
+        c0 = time.thread_time_ns()
+        fns = (np_passes(lo, hi) if impl == "numpy" else
+               (lambda: K.convert_gather(remote, staging, idx, lo, hi),
+                lambda: K.convert_transpose(staging, tmp, layers, w, lo, hi),
+                lambda: K.convert_scatter(tmp, kv, idx, lo, hi)))
+        for _ in range(reps):
+            for k, fn in enumerate(fns):
+                barrier.wait()     # passes run one after the other, as in the fork
+                s = time.perf_counter()
+                fn()
+                wall[k] += time.perf_counter() - s
+        return [(time.thread_time_ns() - c0) / 1e9] + wall
+
+    def run(reps: int) -> float:
+        out = run_pinned(use, lambda i: one(i, reps))
+        m.cpu.append([o[0] for o in out])
+        m.extra.append([max(o[1 + k] for o in out) / reps for k in range(3)])
+        return reps * tokens * layers * record_bytes
+
+    def derive(s: Stats, mm: Measure) -> dict:
+        ex = mm.extra[-s.n:] if mm.extra else [[0.0, 0.0, 0.0]]
+        tot = [sum(e) for e in ex]
+        mid = ex[sorted(range(len(ex)), key=lambda j: tot[j])[len(ex) // 2]]
+        share = {name: (v / sum(mid) if sum(mid) else None) for name, v in zip(("gather", "transpose", "scatter"), mid)}
+        return {"bandwidth_bytes_per_s": s.median, "seconds_per_gb": 1e9 / s.median, "pass_share": share}
+
+    params = {"record_bytes": record_bytes, "layers": layers, "tokens": tokens, "threads": threads, "cpus": use,
+              "implementation": impl,
+              "prefix_bytes": tokens * layers * record_bytes, "index_order": "random permutation",
+              "kernel_compile_seconds": round(compile_s, 4)}
+    m = Measure(Config(f"convert/{impl}/{record_bytes}B/{layers}L/{threads}t", run), "convert", params,
+                K.KERNEL_SPECS["convert"], "bytes_per_s", lambda s, wk: wk / s, derive, threads=threads)
     return m

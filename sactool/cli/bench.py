@@ -12,7 +12,8 @@ from sactool.cli.common import FormatOpt, check_format
 from sactool.errors import Interrupted, UsageError
 
 TEST_SETS = {"latency": ("latency",), "bandwidth": ("bandwidth",), "mlp": ("mlp",), "gather": ("gather",),
-             "loaded": ("loaded",), "all": ("latency", "mlp", "loaded", "gather", "bandwidth")}
+             "loaded": ("loaded",), "convert": ("convert",),
+             "all": ("latency", "mlp", "loaded", "gather", "bandwidth", "convert")}
 
 
 def _ints(text: str | None, what: str) -> tuple[int, ...] | None:
@@ -172,6 +173,8 @@ for _t, _doc in (("latency", "Idle latency: pointer chase over page-local and fu
                  ("mlp", "Memory-level parallelism: 1 … 32 independent chases (latency and bandwidth)."),
                  ("gather", "KV top-k gather of R-byte records at uniform/clustered/trace indices."),
                  ("loaded", "Loaded latency: one chaser while throttled readers sweep from full load to idle."),
+                 ("convert", "The RDMA baseline's CPU work per fetched prefix: gather, page-first -> layer-first "
+                             "transpose, scatter (DeepSeek-V3.2 shape, 61 layers; --record-bytes 1152 BF16)."),
                  ("all", "Every test above, in one record.")):
     _bench_cmd(_t, _doc)
 

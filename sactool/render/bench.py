@@ -92,6 +92,20 @@ def render_bench(rec, console=None, err=None) -> None:
                       str(p["prefetch_distance"]), p["index_pattern"], format_rate(dv["bandwidth_bytes_per_s"]),
                       _ns(dv["ns_per_record"]), f"{dv['topk_step_us']:.1f}")
         c.print(t)
+    if "convert" in by:
+        t = Table(title="RDMA-baseline layout conversion of one prefix (g/t/s: time shares of the gather, "
+                        "page-first -> layer-first transpose and scatter passes)", title_justify="left")
+        for col in (["cpu→mem"] if multi else []) + ["impl", "rec B", "L", "tokens", "thr", "rate",
+                                                     "s/GB", "g/t/s"]:
+            t.add_column(col, justify="right", no_wrap=True)
+        for r in by["convert"]:
+            p, dv = r["params"], r["derived"]
+            sh = dv.get("pass_share") or {}
+            t.add_row(*([_pair(r)] if multi else []), p.get("implementation", "numba"), str(p["record_bytes"]),
+                      str(p["layers"]), str(p["tokens"]), str(p["threads"]), format_rate(dv["bandwidth_bytes_per_s"]),
+                      f"{dv['seconds_per_gb']:.2f}",
+                      "/".join("-" if sh.get(k) is None else f"{sh[k]:.0%}" for k in ("gather", "transpose", "scatter")))
+        c.print(t)
     seq = [r for k in ("read", "write", "copy") for r in by.get(k, [])]
     if seq:
         t = Table(title="Sequential bandwidth", title_justify="left")
