@@ -20,6 +20,7 @@ from sactool.simulate.misses import DEFAULT_STEPS, MissProfile, lru_profile
 from sactool.simulate.platform import CASES, Platform
 from sactool.bench.record import lines_touched
 from sactool.hisparse.cost import rdma_full_prefix_bytes
+from sactool.units import format_tokens
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class SimulationOptions:
     seed: int = 0
     miss_fn: Callable[[int, int], MissProfile] | None = None   # (context, buffer) -> profile
     notes: tuple[str, ...] = ()     # carried into the result (e.g. where a --profile's figures came from)
+    progress: Callable[[str, int, int], None] | None = None    # (what, done, total) per simulated point
 
     def __post_init__(self) -> None:
         """Refuse what would make the event loop run forever or mean nothing (NaN, inf, <= 0)
@@ -146,6 +148,7 @@ def simulate(opts: SimulationOptions) -> SimulationResult:
     from sactool.models import get_model
 
     p = opts.platform
+    notes: list[str] = list(opts.notes)
     spec = get_model(p.model)
     R = spec.record_bytes(p.kv_dtype)
     L = spec.num_layers
@@ -184,12 +187,21 @@ def simulate(opts: SimulationOptions) -> SimulationResult:
         compute = roofline_model(p.gpu.name, model_name=spec.name, tp=p.gpus, layers=L, top_k=p.top_k,
                                  record_bytes=R, index_key_bytes=spec.indexer_bytes)
     mode = "pd" if case == "cache_hit" else "colocated"
+    from sactool.workload.layers import DATASETS
+
+    targets = spec.name if (spec.name in DATASETS and L == 61 and p.top_k == 2048) else None
     miss_fn = opts.miss_fn or (lambda ctx, buf: lru_profile(ctx, buf, p.top_k, L, steps=opts.hotbuffer_steps,
-                                                             seed=opts.seed, mode=mode))
+                                                             seed=opts.seed, mode=mode, layer_targets=targets))
+    harness = p.harness == "e2e_bench" and case == "cache_hit" and rate is None
+    if p.harness == "e2e_bench" and not harness:
+        notes.append("the benchmark harness models the cache-hit round in a closed loop: "
+                     f"{'cache_populate' if case != 'cache_hit' else 'Poisson arrivals'} use the steady model")
+    total_points = len(contexts) * len(concs) * len(opts.placements)
+    done_points = 0
     ranks = p.attn_dp_size
-    notes: list[str] = list(opts.notes)
     points: list[PlacementPoint] = []
     miss_used: dict[str, dict[str, float]] = {}
+    overheads: dict[int, dict[int, float]] = {}
     for ctx in contexts:
         kv = rdma_full_prefix_bytes(ctx, R, L)     # one request's full KV (all layers)
         idx_bytes = ctx * L * spec.indexer_bytes
@@ -215,9 +227,12 @@ def simulate(opts: SimulationOptions) -> SimulationResult:
                 miss_used[f"{ctx}/{buf}"] = {"cold_misses_per_layer": prof.at(0), "steady_misses_per_layer": prof.steady,
                                              "hit_rate": prof.hit_rate}
                 write_bw = p.cxl_write_bytes_per_s if pl == "sac" else p.dram_write_bytes_per_s
+                rpc = p.requests_per_concurrency
+                if harness and pl == "rdma" and p.rdma_requests_per_concurrency:
+                    rpc = p.rdma_requests_per_concurrency
                 sc = engine.Scenario(
                     placement=pl, ranks=ranks, layers=L, record_bytes=R, context=ctx, output_tokens=out,
-                    concurrency=conc, limit=limit, requests=max(conc, int(round(p.requests_per_concurrency * conc))),
+                    concurrency=conc, limit=limit, requests=max(conc, int(round(rpc * conc))),
                     arrival_rate_per_s=rate, case=case, compute=compute,
                     hisparse_overhead_s=p.gpu.hisparse_overhead_s, prefetch=prefetch, path=_path(p, pl, R),
                     misses=prof, gpus_per_switch=p.gpus_per_switch,
@@ -227,7 +242,20 @@ def simulate(opts: SimulationOptions) -> SimulationResult:
                     conversion_bytes_per_s=p.rdma_conversion_bytes_per_s,
                     prefill_s=prefill_s(p.prefill_points, ctx) if p.prefill_points else 0.0,
                     pool_write_bytes_per_s=write_bw, seed=opts.seed)
-                res = engine.run(sc)
+                if p.gpu.dram_step_points:
+                    ovh_fn, ovh_table = _overhead_fn(p, sc, compute, miss_fn(ctx, p.device_buffer_size), ctx)
+                    sc = dataclasses.replace(sc, overhead_fn=ovh_fn)
+                    overheads[ctx] = ovh_table
+                if opts.progress:
+                    opts.progress(f"{format_tokens(ctx)} c={conc} {pl}", done_points, total_points)
+                if harness:
+                    from sactool.simulate.harness import HarnessInputs, run_harness
+
+                    res = run_harness(sc, HarnessInputs(p.frontend_s_per_prompt_token * ctx,
+                                                        prefill_s(p.extend_points, ctx) if p.extend_points else 0.0))
+                else:
+                    res = engine.run(sc)
+                done_points += 1
                 points.append(PlacementPoint(
                     pl, ctx, conc, True, limit < conc, cap, local, per_gpu_hot,
                     ttft_mean_s=sum(res.ttft_s) / len(res.ttft_s), ttft_p99_s=_pct(res.ttft_s, 0.99),
@@ -253,9 +281,24 @@ def simulate(opts: SimulationOptions) -> SimulationResult:
                      "replicated swap-ins of its attention-TP peers are not added to the shared links")
     notes.append(f"hot-buffer misses from {opts.hotbuffer_steps} simulated decode steps per context; "
                  "later steps use the steady mean")
+    if opts.progress:
+        opts.progress("done", total_points, total_points)
+    if harness:
+        rq = {pl: max(1, int(round((p.rdma_requests_per_concurrency if pl == "rdma" and p.rdma_requests_per_concurrency
+                                    else p.requests_per_concurrency) * c))) for pl in opts.placements for c in concs[:1]}
+        notes.append("harness e2e_bench (the platform's default, as the authors' runs): the first concurrency requests "
+                     "are dispatched in one burst, each completion sends the next; throughput = output tokens / round "
+                     "duration; TTFT = first streamed chunk; run set sizes at concurrency "
+                     f"{concs[0]}: " + ", ".join(f"{pl} {n}" for pl, n in rq.items()))
     inputs = {
         "compute": compute.detail,
         "hisparse_overhead_s": p.gpu.hisparse_overhead_s,
+        "hisparse_overhead_by_requests_per_rank_s": {str(k): v for k, v in overheads.items()},
+        "harness": p.harness if harness else "steady",
+        "frontend_s_per_prompt_token": p.frontend_s_per_prompt_token,
+        "extend_s": {str(c): prefill_s(p.extend_points, c) for c in contexts} if p.extend_points else {},
+        "rdma_conversion_bytes_per_s": p.rdma_conversion_bytes_per_s,
+        "layer_targets": targets,
         "prefetch": prefetch,
         "arrival": f"poisson {rate}/s" if rate else "closed loop",
         "paths": {pl: dataclasses.asdict(_path(p, pl, R)) for pl in ("sac", "dram")},
@@ -265,6 +308,43 @@ def simulate(opts: SimulationOptions) -> SimulationResult:
     }
     return SimulationResult(p.name, p.origin, spec.name, p.kv_dtype, R, case, out, opts.hotbuffer_steps, inputs,
                             tuple(points), tuple(ratios), dict(p.validation), tuple(notes))
+
+
+def dram_step_s(points, requests_per_rank: float, context: int) -> float:
+    """Measured DRAM-HiSparse decode step at a batch and context: piecewise linear in requests per
+    rank at each measured context (end segments extended), then linear in context between them."""
+    from sactool.simulate.gpu import _line
+
+    by: dict[int, list[tuple[int, float]]] = {}
+    for q in points:
+        by.setdefault(q.context_tokens, []).append((q.requests_per_rank, q.step_time_s))
+    per = tuple(sorted((c, _line(tuple(sorted(v)), requests_per_rank)) for c, v in by.items()))
+    if context <= per[0][0]:
+        return per[0][1]
+    if context >= per[-1][0]:
+        return per[-1][1]
+    return _line(per, context)
+
+
+def _overhead_fn(p: Platform, sc, compute, dram_misses: MissProfile, ctx: int):
+    """HiSparse per-step cost at b requests per rank: the measured DRAM-HiSparse step minus GPU
+    compute minus the modelled swap-in of the DRAM path at the same batch (steady misses), >= 0."""
+    dsc = dataclasses.replace(sc, placement="dram", path=_path(p, "dram", sc.record_bytes), hisparse_overhead_s=0.0,
+                              overhead_fn=None, prefetch=False)
+    R = sc.ranks
+    cache: dict[int, float] = {}
+    table: dict[int, float] = {}
+
+    def fn(b: int) -> float:
+        if b not in cache:
+            st = dram_misses.steady
+            _, comp, _, swap = engine._step_time(dsc, [b] * R, [b * st] * R, [st] * R, [], {})
+            cache[b] = max(0.0, dram_step_s(p.gpu.dram_step_points, b, ctx) - comp - swap)
+        return cache[b]
+
+    for b in sorted({q.requests_per_rank for q in p.gpu.dram_step_points}):
+        table[b] = fn(b)
+    return fn, table
 
 
 def _div(a, b):

@@ -77,6 +77,7 @@ class Scenario:
     prefill_s: float               # cache_populate: prefill seconds of one request
     pool_write_bytes_per_s: float  # cache_populate: write of the prefix KV to the pool / host
     seed: int = 0
+    overhead_fn: object = None     # requests per rank -> HiSparse per-step cost (else hisparse_overhead_s)
 
 
 @dataclass
@@ -92,6 +93,13 @@ class Breakdown:
     ttft_fetch_s: float = 0.0
     ttft_prefill_s: float = 0.0
     ttft_first_step_s: float = 0.0
+    # the benchmark harness (``harness.run_harness``)
+    extend_stall_s: float = 0.0
+    ttft_frontend_s: float = 0.0
+    ttft_lockstep_wait_s: float = 0.0
+    ttft_extend_s: float = 0.0
+    ttft_delivery_s: float = 0.0
+    fetch_after_first_token_s: float = 0.0
     pool_bytes_per_token: float = 0.0
     nic_bytes_per_request: float = 0.0
 
@@ -147,9 +155,10 @@ def _step_time(sc: Scenario, counts: list[int], rec: list[float], mx: list[float
         else:
             swap = sc.layers * layer
             total = comp + swap
-        total += sc.hisparse_overhead_s
+        ovh = sc.overhead_fn(b) if sc.overhead_fn is not None else sc.hisparse_overhead_s
+        total += ovh
         if total > best[0]:
-            best = (total, comp, sc.hisparse_overhead_s, swap)
+            best = (total, comp, ovh, swap)
     return best
 
 

@@ -46,23 +46,27 @@ _TRACES: dict[tuple, object] = {}
 
 
 def lru_profile(context_tokens: int, buffer_slots: int, top_k: int, layers: int, *,
-                steps: int = DEFAULT_STEPS, seed: int = 0, mode: str = "pd") -> MissProfile:
+                steps: int = DEFAULT_STEPS, seed: int = 0, mode: str = "pd",
+                layer_targets: str | None = None) -> MissProfile:
     """Miss profile from ``generate_topk`` + ``hisparse.hotbuffer.simulate`` (cached).
 
     ``mode="pd"``: the buffer starts empty, as for a request whose KV is already in the pool (the
     SAC fork's prefix-hit path initializes the buffer to -1, paper-sac.md §4; SGLang PD mode);
     ``"colocated"``: it starts with the prompt's first slots, as after a local prefill.
     """
-    key = (context_tokens, buffer_slots, top_k, layers, steps, seed, mode)
+    key = (context_tokens, buffer_slots, top_k, layers, steps, seed, mode, layer_targets)
     if key in _CACHE:
         return _CACHE[key]
     from sactool.hisparse.hotbuffer import simulate as lru
     from sactool.workload import generate_topk
 
-    tkey = (context_tokens, top_k, layers, steps, seed)
+    from sactool.workload import WorkloadParams
+
+    tkey = (context_tokens, top_k, layers, steps, seed, layer_targets)
     if tkey not in _TRACES:
         _TRACES.clear()   # one context's trace at a time: [steps, layers, top_k] int32 is large
-        _TRACES[tkey] = generate_topk(context_tokens, steps, layers, top_k, seed=seed)
+        _TRACES[tkey] = generate_topk(context_tokens, steps, layers, top_k, seed=seed,
+                                      params=WorkloadParams(layer_targets=layer_targets))
     idx = _TRACES[tkey]
     res = lru(idx, buffer_slots, context_tokens=context_tokens, reserve_newest=True, mode=mode)
     per = res.misses.mean(axis=1)            # [steps] mean over layers
@@ -70,7 +74,8 @@ def lru_profile(context_tokens: int, buffer_slots: int, top_k: int, layers: int,
     steady = float(tail.mean()) if len(tail) else float(per.mean())
     prof = MissProfile(context_tokens, buffer_slots, top_k, tuple(float(x) for x in per), steady,
                        1.0 - steady / top_k,
-                       f"sactool.workload.generate_topk + hisparse.hotbuffer.simulate ({mode}), {steps} steps, seed {seed}")
+                       f"sactool.workload.generate_topk + tune.hotbuffer.simulate ({mode}), {steps} steps, seed {seed}"
+                       + (f", per-layer targets {layer_targets}" if layer_targets else ""))
     _CACHE[key] = prof
     return prof
 

@@ -24,6 +24,11 @@ from sactool.records import load_structured, upgrade
 KIND = "platform"
 SCHEMA_VERSION = 1
 CASES = ("cache_hit", "cache_populate")
+HARNESSES = ("e2e_bench", "steady")
+"""``e2e_bench``: the authors' benchmark client and SGLang's loop (``harness.py``: burst dispatch,
+round-duration throughput, first-chunk TTFT, front-end queue, lockstep extends and RDMA fetches);
+``steady``: closed loop with first arrivals spread over one request lifetime and the saturated
+throughput (``engine.run``)."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,9 @@ class GpuSection:
     hisparse_overhead_s: float = 0.0            # measured per-step cost of the HiSparse path
     kv_budget_bytes: float | None = None        # per-GPU bytes for hot buffers + index keys
     source: str = ""
+    # measured decode step of the HiSparse path with a DRAM host pool (requests per rank, context);
+    # the HiSparse per-step cost at a batch is this minus GPU compute minus the modelled DRAM swap-in
+    dram_step_points: tuple[StepPoint, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -123,6 +131,10 @@ class Platform:
     requests_per_concurrency: float
     case: str
     arrival_rate_per_s: float | None
+    harness: str = "steady"
+    rdma_requests_per_concurrency: float | None = None   # the RDMA run set's own request count
+    frontend_s_per_prompt_token: float = 0.0             # serial tokenization in the server's loop
+    extend_points: tuple[tuple[int, float], ...] = ()    # (context, s): one extend forward (first token)
     sources: dict[str, str] = field(default_factory=dict)
     validation: dict[str, Any] = field(default_factory=dict)
     origin: str = ""
@@ -252,7 +264,26 @@ def from_data(data: Mapping[str, Any], *, origin: str = "platform") -> Platform:
         steps.append(StepPoint(_int(p, "requests_per_rank", label=f"{q}.requests_per_rank"),
                                _int(p, "context_tokens", label=f"{q}.context_tokens"),
                                _num(p, "step_time_s", label=f"{q}.step_time_s")))
+    dsteps = []
+    for i, p in enumerate(_get(d, "gpu.hisparse_dram_step.measured", optional=True, default=[]) or []):
+        if not isinstance(p, Mapping):
+            _bad(f"gpu.hisparse_dram_step.measured[{i}]")
+        q = f"gpu.hisparse_dram_step.measured[{i}]"
+        dsteps.append(StepPoint(_int(p, "requests_per_rank", label=f"{q}.requests_per_rank"),
+                                _int(p, "context_tokens", label=f"{q}.context_tokens"),
+                                _num(p, "step_time_s", label=f"{q}.step_time_s")))
+    extend = []
+    for i, p in enumerate(_get(d, "first_token.extend.measured", optional=True, default=[]) or []):
+        if not isinstance(p, Mapping):
+            _bad(f"first_token.extend.measured[{i}]")
+        q = f"first_token.extend.measured[{i}]"
+        extend.append((_int(p, "context_tokens", label=f"{q}.context_tokens"),
+                       _num(p, "time_s", label=f"{q}.time_s")))
+    harness = _get(d, "workload.harness", optional=True, default="steady")
+    if harness not in HARNESSES:
+        raise _err("workload.harness", f"must be one of {', '.join(HARNESSES)}, got {harness!r}")
     gpu = GpuSection(
+        dram_step_points=tuple(dsteps),
         name=str(_get(d, "gpu.name")),
         step_points=tuple(steps),
         hisparse_overhead_s=_num(d, "gpu.hisparse_overhead_s", optional=True, default=0.0, allow_zero=True),
@@ -307,6 +338,11 @@ def from_data(data: Mapping[str, Any], *, origin: str = "platform") -> Platform:
         requests_per_concurrency=_num(d, "workload.requests_per_concurrency", optional=True, default=2.0),
         case=case,
         arrival_rate_per_s=rate,
+        harness=harness,
+        rdma_requests_per_concurrency=_num(d, "rdma.requests_per_concurrency", optional=True),
+        frontend_s_per_prompt_token=_num(d, "frontend.s_per_prompt_token", optional=True, default=0.0,
+                                         allow_zero=True),
+        extend_points=tuple(sorted(extend)),
         sources={str(k): str(v) for k, v in (d.get("sources") or {}).items()},
         validation=dict(d.get("validation") or {}),
         origin=origin,

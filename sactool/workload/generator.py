@@ -276,7 +276,15 @@ def generate_topk(context_tokens: int, steps: int, layers: int, top_k: int, *, s
     scale = (context_tokens / 16384.0) ** p.churn_context_exponent
     out = np.empty((steps, layers, top_k), dtype=np.int32)
     cdf = importance_field(context_tokens, p.importance_shape, seed)
-    factors = layer_factors(layers, p.layer_spread, seed) * scale
+    if p.layer_targets:
+        from sactool.workload.layers import factors_for, layer_targets
+        from sactool.workload.params import DSV32_STEPS
+
+        factors = np.array(factors_for(layer_targets(context_tokens, layers, p.layer_targets),
+                                       context_tokens=context_tokens, top_k=top_k, steps=DSV32_STEPS,
+                                       params=p)) * scale
+    else:
+        factors = layer_factors(layers, p.layer_spread, seed) * scale
     seed = int(seed) & 0x7FFFFFFFFFFFFFFF
 
     def one(layer: int) -> int:

@@ -112,6 +112,11 @@ class WorkloadParams:
     Not constrained by published statistics; it sets the reuse distance of revisits, so it is the
     knob the hot-buffer hit rate between top_k and 4 × top_k slots is most sensitive to."""
 
+    layer_targets: str | None = None
+    """Name of a per-layer locality profile (``sactool.workload.layers``, e.g. ``"deepseek-v3.2"``):
+    each layer's rate factor is then derived from its published union at the context, so layers
+    keep their identity; None: the random log-normal spread of ``layer_spread``."""
+
     importance_shape: float = 1.18
     """Gamma shape of the token-importance field shared by all layers (mean 1): smaller → more
     tokens no layer selects. Fitted to the all-layers union (100/99.6/95.2/90.6%)."""
