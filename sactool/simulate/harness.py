@@ -63,6 +63,8 @@ def run_harness(sc: Scenario, hx: HarnessInputs) -> RunResult:
     fin_ready: dict[int, float] = {}
     fin_t: dict[int, float] = {}
     fetch_wait: dict[int, float] = {}
+    admit_wait: dict[int, float] = {}
+    capped: set[int] = set()
     issued = 0
     fe_free = 0.0
     tokenized: list[tuple[float, int]] = []        # heap (done, request)
@@ -78,6 +80,7 @@ def run_harness(sc: Scenario, hx: HarnessInputs) -> RunResult:
     bd = Breakdown()
     sums = [0.0] * 5                                # compute, overhead, swapin, fetch stall, extend stall
     tok_total = 0
+    dec_total = 0                                   # decode-step tokens (what TBT is made of)
     pool_bytes = 0.0
     comp_cache: dict[int, float] = {}
 
@@ -141,6 +144,7 @@ def run_harness(sc: Scenario, hx: HarnessInputs) -> RunResult:
         # each rank's fetches run one after the other; a NIC serves the ranks mapped to it
         # (rank % nics) in the order their reads are posted
         asks = [(T, r, 0) for r in range(R) if unfetched[r]]
+        fetched = [i for r in range(R) for i in unfetched[r]]
         heapq.heapify(asks)
         while asks:
             at, r, j = heapq.heappop(asks)
@@ -159,10 +163,24 @@ def run_harness(sc: Scenario, hx: HarnessInputs) -> RunResult:
             unfetched[r] = []
         F = max(ready)
         sums[3] += (F - T) * n_run_before
-        # 2. batches: requests received at T extend; the others decode
-        ext = {r: inbox[r] for r in range(R) if inbox[r]}
-        for r in ext:
-            inbox[r] = []
+        for i in fetched:     # from its first token (the extend) to its first decode step
+            sums[3] += F - ext_end[i]
+        # 2. batches: requests received at T extend (while the KV capacity admits them); the others decode
+        ext = {}
+        resident = sum(len(x) for x in running) + sum(len(x) for x in unfetched)
+        for r in range(R):
+            take = []
+            while inbox[r] and resident < sc.limit:
+                i = inbox[r].pop(0)
+                take.append(i)
+                resident += 1
+            for i in inbox[r]:
+                capped.add(i)
+            if take:
+                ext[r] = take
+                for i in take:
+                    if i in capped:
+                        admit_wait[i] = T - tok_t[i]
         dec = [r for r in range(R) if running[r] and r not in ext]
         if not ext and not dec:
             nxt = next_event_after(F)
@@ -207,6 +225,7 @@ def run_harness(sc: Scenario, hx: HarnessInputs) -> RunResult:
             sums[4] += (D - dt) * n_dec
             pool_bytes += fetch_bytes_per_token(sum(rec), sc.record_bytes, sc.layers) * k
             tok_total += n_dec * k
+            dec_total += n_dec * k
         for r in ext:   # running requests of an extending rank do not decode this iteration
             sums[4] += D * len(running[r])
         for r, reqs in ext.items():
@@ -243,14 +262,15 @@ def run_harness(sc: Scenario, hx: HarnessInputs) -> RunResult:
     makespan = max(fin_t.values())
     thr = N * out / makespan if makespan > 0 else 0.0
     n = len(ids)
-    tt = max(1, tok_total)
+    tt = max(1, dec_total)
     bd.compute_s, bd.overhead_s, bd.swapin_s, bd.stall_s = (s / tt for s in sums[:4])
     bd.extend_stall_s = sums[4] / tt
     bd.ttft_frontend_s = sum(tok_t[i] - post_t[i] for i in ids) / n
-    bd.ttft_lockstep_wait_s = sum(ext_start[i] - tok_t[i] for i in ids) / n
+    bd.ttft_admission_wait_s = sum(admit_wait.values()) / n
+    bd.ttft_lockstep_wait_s = sum(ext_start[i] - tok_t[i] - admit_wait.get(i, 0.0) for i in ids) / n
     bd.ttft_extend_s = sum(ext_end[i] - ext_start[i] for i in ids) / n
     bd.ttft_delivery_s = sum(first_t[i] - ext_end[i] for i in ids) / n
     bd.fetch_after_first_token_s = sum(fetch_wait.values()) / n if fetch_wait else 0.0
-    bd.pool_bytes_per_token = pool_bytes / tt
+    bd.pool_bytes_per_token = pool_bytes / max(1, tok_total)
     bd.nic_bytes_per_request = kv_bytes if rdma else 0.0
     return RunResult(ttft, tbt, thr, makespan, 0, bd)
