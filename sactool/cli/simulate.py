@@ -33,7 +33,11 @@ def simulate(
         128, "--hotbuffer-steps", help="Decode steps simulated for hot-buffer misses per context."),
     overrides: Optional[List[str]] = typer.Option(
         None, "--set", help="Override a platform field, e.g. --set nic.count=4 (repeatable)."),
-    explain: bool = typer.Option(False, "--explain", help="Attribute each ratio to its drivers."),
+    explain: bool = typer.Option(False, "--explain", help="Attribute each ratio to its drivers, and rerun the "
+                                 "model with each input at ±50% to show the three each ratio is most sensitive to."),
+    convert_bench: Optional[Path] = typer.Option(
+        None, "--convert-bench", help="Bench record of 'sactool bench convert': the RDMA baseline's CPU-pass rate "
+        "measured on this host instead of the platform's (read from the authors' logs)."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write throughput and TTFT vs concurrency (PNG)."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing --plot file."),
     fmt: str = FormatOpt,
@@ -73,9 +77,26 @@ def simulate(
                                             dram_bench=str(dram_bench) if dram_bench else None)
     else:
         plat = load_platform(platform, overrides)
-    res = run_sim(SimulationOptions(plat, contexts=ctxs, concurrency=concs, output_tokens=output_tokens, case=case,
-                                    arrival_rate_per_s=arrival_rate, prefetch=prefetch, placements=places,
-                                    hotbuffer_steps=hotbuffer_steps, notes=tuple(notes)))
+    if convert_bench is not None:
+        from sactool.simulate.fromprofile import with_convert_bench
+
+        plat, note = with_convert_bench(plat, convert_bench)
+        notes.append(note)
+    from sactool.render.bench import progress_reporter
+
+    cb, close = progress_reporter()
+    sens = None
+    try:
+        sopts = SimulationOptions(plat, contexts=ctxs, concurrency=concs, output_tokens=output_tokens, case=case,
+                                  arrival_rate_per_s=arrival_rate, prefetch=prefetch, placements=places,
+                                  hotbuffer_steps=hotbuffer_steps, notes=tuple(notes), progress=cb)
+        res = run_sim(sopts)
+        if explain and {"sac", "rdma", "dram"} <= set(places):
+            from sactool.simulate.sensitivity import sensitivity
+
+            sens = sensitivity(sopts, progress=cb)
+    finally:
+        close()
     if plot is not None:
         from sactool.render.simulate import plot_simulation
 
@@ -84,8 +105,15 @@ def simulate(
     if fmt == "table":
         from sactool.render.simulate import render_simulation
 
-        render_simulation(res, explain=explain)
+        render_simulation(res, explain=explain, sensitivity=sens)
     else:
         from sactool.render import emit_data
 
-        emit_data(res, fmt)
+        if sens is not None:
+            from sactool.records import to_data
+
+            data = res.to_data()
+            data["sensitivity"] = to_data(sens)
+            emit_data(data, fmt)
+        else:
+            emit_data(res, fmt)

@@ -186,12 +186,8 @@ def simulate(opts: SimulationOptions) -> SimulationResult:
     else:
         compute = roofline_model(p.gpu.name, model_name=spec.name, tp=p.gpus, layers=L, top_k=p.top_k,
                                  record_bytes=R, index_key_bytes=spec.indexer_bytes)
-    mode = "pd" if case == "cache_hit" else "colocated"
-    from sactool.workload.layers import DATASETS
-
-    targets = spec.name if (spec.name in DATASETS and L == 61 and p.top_k == 2048) else None
-    miss_fn = opts.miss_fn or (lambda ctx, buf: lru_profile(ctx, buf, p.top_k, L, steps=opts.hotbuffer_steps,
-                                                             seed=opts.seed, mode=mode, layer_targets=targets))
+    targets = _layer_targets(p)
+    miss_fn = opts.miss_fn or _default_miss_fn(opts)
     harness = p.harness == "e2e_bench" and case == "cache_hit" and rate is None
     if p.harness == "e2e_bench" and not harness:
         notes.append("the benchmark harness models the cache-hit round in a closed loop: "
@@ -308,6 +304,28 @@ def simulate(opts: SimulationOptions) -> SimulationResult:
     }
     return SimulationResult(p.name, p.origin, spec.name, p.kv_dtype, R, case, out, opts.hotbuffer_steps, inputs,
                             tuple(points), tuple(ratios), dict(p.validation), tuple(notes))
+
+
+def _layer_targets(p: Platform) -> str | None:
+    """The per-layer locality profile that fits the platform's model (None: random layer spread)."""
+    from sactool.models import get_model
+    from sactool.workload.layers import DATASETS
+
+    spec = get_model(p.model)
+    return spec.name if (spec.name in DATASETS and spec.num_layers == 61 and p.top_k == 2048) else None
+
+
+def _default_miss_fn(opts: SimulationOptions) -> Callable[[int, int], MissProfile]:
+    """Hot-buffer misses from the workload model + LRU replay (per-layer targets when profiled)."""
+    from sactool.models import get_model
+
+    p = opts.platform
+    L = get_model(p.model).num_layers
+    case = opts.case or p.case
+    mode = "pd" if case == "cache_hit" else "colocated"
+    targets = _layer_targets(p)
+    return lambda ctx, buf: lru_profile(ctx, buf, p.top_k, L, steps=opts.hotbuffer_steps, seed=opts.seed,
+                                        mode=mode, layer_targets=targets)
 
 
 def dram_step_s(points, requests_per_rank: float, context: int) -> float:

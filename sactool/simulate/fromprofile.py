@@ -132,3 +132,17 @@ def _pool_capacity(prof, base: Platform, stand_in: bool) -> tuple[float, str]:
         return base.cxl_capacity_bytes, (f"CXL pool capacity from the base platform "
                                          f"({base.cxl_capacity_bytes / 1e9:.0f} GB): {why}")
     return total, f"CXL pool capacity {total / 1e9:.0f} GB: the profile's pool targets"
+
+
+def with_convert_bench(p: Platform, path) -> tuple[Platform, str]:
+    """The platform with the RDMA layout-conversion rate of a ``sactool bench convert`` record."""
+    from sactool.bench import load_bench
+    from sactool.bench.record import convert_figure
+    from sactool.models import get_model
+
+    rb = get_model(p.model).record_bytes(p.kv_dtype)
+    bw, src = convert_figure(load_bench(path), rb)
+    was = p.rdma_conversion_bytes_per_s
+    note = (f"RDMA CPU passes at {bw / 1e9:.2f} GB/s measured here ({src}, {path}) instead of "
+            + (f"the platform's {was / 1e9:.2f} GB/s" if was else "none"))
+    return dataclasses.replace(p, rdma_conversion_bytes_per_s=bw), note
