@@ -35,8 +35,43 @@ def test_table_and_explain(capsys):
     assert main(["simulate", "--platform", PLATFORM, "--context", "16k", "--concurrency", "4,8",
                  "--output-tokens", "64", "--hotbuffer-steps", "32", "--explain"]) == 0
     out, err = capsys.readouterr()
-    assert "ratios" in out and "drivers at 16K" in out and "fetch transfer" in out and "paper" in out
+    assert "ratios" in out and "drivers at 16K" in out and "lockstep wait (fetches)" in out and "paper" in out
     assert "TBT RDMA/SAC" in out and "RDMA minus SAC per token" in out
+    # the harness is stated, and the sensitivity table names what drives each ratio
+    assert "harness e2e_bench" in out and "first streamed chunk" in out
+    assert "sensitivity: each input at -50% / +50%" in out
+    for ratio in ("throughput SAC/RDMA", "TTFT RDMA/SAC", "TBT RDMA/SAC", "throughput SAC/DRAM"):
+        line = next(x for x in out.splitlines() if x.startswith(f"{ratio} is most sensitive to: "))
+        assert line.count("%)") == 3
+    assert "rdma.layout_conversion_bytes_per_s" in out
+
+
+def test_explain_json_carries_the_sensitivity_rows(capsys):
+    assert main(["simulate", "--platform", PLATFORM, *QUICK, "--explain", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    sens = data["sensitivity"]
+    assert sens["delta"] == 0.5 and set(sens["base"]) == {"sac_vs_rdma_throughput", "rdma_vs_sac_ttft",
+                                                           "rdma_vs_sac_tbt", "sac_vs_dram_throughput"}
+    rows = {r["name"]: r for r in sens["rows"]}
+    # a slower CPU conversion makes the RDMA pool slower: SAC's advantage grows at -50%, shrinks at +50%
+    conv = rows["rdma.layout_conversion_bytes_per_s"]
+    assert conv["low"]["sac_vs_rdma_throughput"] > sens["base"]["sac_vs_rdma_throughput"] \
+        > conv["high"]["sac_vs_rdma_throughput"]
+
+
+def test_convert_bench_replaces_the_logged_rate(tmp_path, capsys):
+    rec = tmp_path / "c.json"
+    assert main(["bench", "convert", "--node", "0", "--size", "64MiB", "--preset", "fast", "--threads", "1",
+                 "--out", str(rec), "--format", "json"]) == 0
+    capsys.readouterr()
+    assert main(["simulate", "--platform", PLATFORM, *QUICK, "--convert-bench", str(rec), "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    from sactool.bench import load_bench
+    from sactool.bench.record import convert_figure
+
+    bw, _ = convert_figure(load_bench(rec))
+    assert data["inputs"]["rdma_conversion_bytes_per_s"] == bw
+    assert any("measured here" in n and "0.60 GB/s" in n for n in data["notes"])
 
 
 def test_plot(tmp_path, capsys):

@@ -239,7 +239,8 @@ def simulate(opts: SimulationOptions) -> SimulationResult:
                     prefill_s=prefill_s(p.prefill_points, ctx) if p.prefill_points else 0.0,
                     pool_write_bytes_per_s=write_bw, seed=opts.seed)
                 if p.gpu.dram_step_points:
-                    ovh_fn, ovh_table = _overhead_fn(p, sc, compute, miss_fn(ctx, p.device_buffer_size), ctx)
+                    ovh_fn, ovh_table = _overhead_fn(p, sc, compute,
+                                                     miss_fn(ctx, p.gpu.dram_step_buffer or p.device_buffer_size), ctx)
                     sc = dataclasses.replace(sc, overhead_fn=ovh_fn)
                     overheads[ctx] = ovh_table
                 if opts.progress:

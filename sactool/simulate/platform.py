@@ -86,6 +86,7 @@ class GpuSection:
     # measured decode step of the HiSparse path with a DRAM host pool (requests per rank, context);
     # the HiSparse per-step cost at a batch is this minus GPU compute minus the modelled DRAM swap-in
     dram_step_points: tuple[StepPoint, ...] = ()
+    dram_step_buffer: int | None = None         # hot-buffer slots those runs used (None: serving.device_buffer_size)
 
 
 @dataclass(frozen=True)
@@ -284,6 +285,7 @@ def from_data(data: Mapping[str, Any], *, origin: str = "platform") -> Platform:
         raise _err("workload.harness", f"must be one of {', '.join(HARNESSES)}, got {harness!r}")
     gpu = GpuSection(
         dram_step_points=tuple(dsteps),
+        dram_step_buffer=_int(d, "gpu.hisparse_dram_step.device_buffer_size", optional=True),
         name=str(_get(d, "gpu.name")),
         step_points=tuple(steps),
         hisparse_overhead_s=_num(d, "gpu.hisparse_overhead_s", optional=True, default=0.0, allow_zero=True),
