@@ -25,6 +25,8 @@ installed, else numba's built-in target); only ``sactool bench gpu-gather`` and 
 from __future__ import annotations
 
 import numpy as np
+
+import sactool.cachedir  # noqa: F401  (NUMBA_CACHE_DIR before numba loads)
 from numba import cuda
 
 WARP = 32
