@@ -164,133 +164,169 @@ def _step_time(sc: Scenario, counts: list[int], rec: list[float], mx: list[float
 
 def run(sc: Scenario) -> RunResult:
     """Simulate ``sc.requests`` requests; return per-request TTFT/TBT and the saturated throughput."""
-    rng = random.Random(sc.seed)
-    N, R, c = sc.requests, sc.ranks, sc.concurrency
-    kv_bytes = rdma_full_prefix_bytes(sc.context, sc.record_bytes, sc.layers)
-    # per-step miss table: index min(step, W) -> misses per layer
-    prof = sc.misses
-    W = len(prof.per_step)
-    table = list(prof.per_step)
-    steady = prof.steady
-    comp_cache: dict[int, float] = {}
-    life = sc.output_tokens * (sc.compute.step_s(max(1, c // R), sc.context) + sc.hisparse_overhead_s)
-    if sc.arrival_rate_per_s:
-        t_arr, arrivals = 0.0, []
-        for _ in range(N):
-            t_arr += rng.expovariate(sc.arrival_rate_per_s)
-            arrivals.append(t_arr)
-    else:
-        arrivals = [i * life / c for i in range(min(c, N))]
-    issued = len(arrivals)
-    arr_heap = [(a, i) for i, a in enumerate(arrivals)]
-    heapq.heapify(arr_heap)
-    arrival_t = dict((i, a) for i, a in enumerate(arrivals))
-    waiting: list[int] = []
-    admit_t: dict[int, float] = {}
-    fetch_start: dict[int, float] = {}
-    ready_t: dict[int, float] = {}
-    prefill_part: dict[int, float] = {}
-    pending: list[int] = []                 # admitted, not yet decoding
-    nic_free = [0.0] * max(1, sc.nics)
-    rank_free = [0.0] * R                   # prefill / synchronous fetch occupancy per rank
-    warm: dict[int, int] = {}              # running request -> join step, while its step < W
-    rank_of: dict[int, int] = {}
-    steady_cnt = [0] * R                    # running requests per rank past the simulated steps
-    fin_heap: list[tuple[int, int]] = []    # (global step at which it finishes, request)
-    just_joined: list[int] = []
-    n_run = 0
-    g = 0                                   # global decode steps executed
-    first_tok: dict[int, float] = {}
-    finish: dict[int, float] = {}
-    resident = 0
-    t = 0.0
-    bd = Breakdown()
-    tok_total = 0
-    full_time = full_tokens = 0.0
-    sums = [0.0, 0.0, 0.0, 0.0]            # compute, overhead, swapin, stall (token-weighted)
-    pool_bytes = 0.0
-    nic_bytes = 0.0
+    return _Run(sc).simulate()
 
-    def admit(i: int) -> None:
-        nonlocal nic_bytes
-        r = i % R
-        admit_t[i] = t
+
+class _Run:
+    """The event loop of :func:`run`, one stage per method: arrivals and admission (with the
+    synchronous prefill / fetch work that stalls the lockstep decode), joining, one batch of
+    identical decode steps, completions, and the result with its breakdown."""
+
+    def __init__(self, sc: Scenario):
+        self.sc = sc
+        R, c, N = sc.ranks, sc.concurrency, sc.requests
+        self.kv_bytes = rdma_full_prefix_bytes(sc.context, sc.record_bytes, sc.layers)
+        # per-step miss table: index min(step, W) -> misses per layer
+        self.table = list(sc.misses.per_step)
+        self.W = len(self.table)
+        self.steady = sc.misses.steady
+        self.comp_cache: dict[int, float] = {}
+        arrivals = self._first_arrivals(random.Random(sc.seed), N, R, c)
+        self.issued = len(arrivals)
+        self.arr_heap = [(a, i) for i, a in enumerate(arrivals)]
+        heapq.heapify(self.arr_heap)
+        self.arrival_t = dict((i, a) for i, a in enumerate(arrivals))
+        self.waiting: list[int] = []
+        self.admit_t: dict[int, float] = {}
+        self.fetch_start: dict[int, float] = {}
+        self.ready_t: dict[int, float] = {}
+        self.prefill_part: dict[int, float] = {}
+        self.pending: list[int] = []                 # admitted, not yet decoding
+        self.nic_free = [0.0] * max(1, sc.nics)
+        self.rank_free = [0.0] * R                   # prefill / synchronous fetch occupancy per rank
+        self.warm: dict[int, int] = {}              # running request -> join step, while its step < W
+        self.rank_of: dict[int, int] = {}
+        self.steady_cnt = [0] * R                    # running requests per rank past the simulated steps
+        self.fin_heap: list[tuple[int, int]] = []    # (global step at which it finishes, request)
+        self.just_joined: list[int] = []
+        self.n_run = 0
+        self.g = 0                                   # global decode steps executed
+        self.first_tok: dict[int, float] = {}
+        self.finish: dict[int, float] = {}
+        self.resident = 0
+        self.t = 0.0
+        self.tok_total = 0
+        self.full_time = self.full_tokens = 0.0
+        self.sums = [0.0, 0.0, 0.0, 0.0]            # compute, overhead, swapin, stall (token-weighted)
+        self.pool_bytes = 0.0
+        self.nic_bytes = 0.0
+        self.blocking = sc.case == "cache_populate" or (sc.placement == "rdma" and sc.fetch_blocks_decode)
+
+    def _first_arrivals(self, rng: random.Random, N: int, R: int, c: int) -> list[float]:
+        """Poisson arrivals at the rate, or (closed loop) the first ``concurrency`` requests spread
+        over one request lifetime."""
+        sc = self.sc
+        if sc.arrival_rate_per_s:
+            t_arr, arrivals = 0.0, []
+            for _ in range(N):
+                t_arr += rng.expovariate(sc.arrival_rate_per_s)
+                arrivals.append(t_arr)
+            return arrivals
+        life = sc.output_tokens * (sc.compute.step_s(max(1, c // R), sc.context) + sc.hisparse_overhead_s)
+        return [i * life / c for i in range(min(c, N))]
+
+    def simulate(self) -> RunResult:
+        while len(self.finish) < self.sc.requests:
+            self._arrive_and_admit()
+            if self.blocking and self.pending:
+                self._stall_for_synchronous_work()
+            if self.pending:
+                self._join_ready()
+            if not self.n_run:
+                if not self._advance_idle():
+                    break  # pragma: no cover - nothing left
+                continue
+            self._decode_steps()
+            self._complete()
+        return self._result()
+
+    # ---- admission ------------------------------------------------------------------------
+    def _admit(self, i: int) -> None:
+        sc, t, r = self.sc, self.t, i % self.sc.ranks
+        self.admit_t[i] = t
         if sc.case == "cache_populate":
-            start = max(t, rank_free[r])
-            done = start + sc.prefill_s + kv_bytes / sc.pool_write_bytes_per_s
-            rank_free[r] = done
-            prefill_part[i] = done - t
+            start = max(t, self.rank_free[r])
+            done = start + sc.prefill_s + self.kv_bytes / sc.pool_write_bytes_per_s
+            self.rank_free[r] = done
+            self.prefill_part[i] = done - t
             if sc.placement == "rdma":      # push to the pool: uses the NIC, off the critical path
                 n = r % sc.nics
-                nic_free[n] = max(nic_free[n], done) + _nic_time(sc, kv_bytes)
-                nic_bytes += kv_bytes
-            ready_t[i] = done
+                self.nic_free[n] = max(self.nic_free[n], done) + _nic_time(sc, self.kv_bytes)
+                self.nic_bytes += self.kv_bytes
+            self.ready_t[i] = done
         elif sc.placement == "rdma":
             n = r % sc.nics
-            start = max(t, nic_free[n], rank_free[r] if sc.fetch_blocks_decode else 0.0)
-            fetch_start[i] = start
-            end = start + _nic_time(sc, kv_bytes)
-            nic_free[n] = end
+            start = max(t, self.nic_free[n], self.rank_free[r] if sc.fetch_blocks_decode else 0.0)
+            self.fetch_start[i] = start
+            end = start + _nic_time(sc, self.kv_bytes)
+            self.nic_free[n] = end
             if sc.conversion_bytes_per_s:
-                end += kv_bytes / sc.conversion_bytes_per_s
+                end += self.kv_bytes / sc.conversion_bytes_per_s
             if sc.fetch_blocks_decode:
-                rank_free[r] = end
-            nic_bytes += kv_bytes
-            ready_t[i] = end
+                self.rank_free[r] = end
+            self.nic_bytes += self.kv_bytes
+            self.ready_t[i] = end
         else:
-            ready_t[i] = t
-        pending.append(i)
+            self.ready_t[i] = t
+        self.pending.append(i)
 
-    blocking = sc.case == "cache_populate" or (sc.placement == "rdma" and sc.fetch_blocks_decode)
-    while len(finish) < N:
-        while arr_heap and arr_heap[0][0] <= t + 1e-12:
-            _, i = heapq.heappop(arr_heap)
-            waiting.append(i)
-        while waiting and resident < sc.limit:
-            admit(waiting.pop(0))
-            resident += 1
-        if blocking and pending:
-            # synchronous work in the scheduler: the lockstep decode waits for all of it. Requests
-            # arriving meanwhile are taken by their own rank's scheduler and start their own
-            # synchronous work in parallel (chunked prefill / their NIC's FIFO), extending the stall.
-            end = max(ready_t[i] for i in pending)
-            while end > t:
-                until = min(end, arr_heap[0][0]) if (arr_heap and resident < sc.limit) else end
-                stall = until - t
-                sums[3] += stall * n_run
-                if resident >= sc.limit:
-                    full_time += stall
-                t = until
-                while arr_heap and arr_heap[0][0] <= t + 1e-12:
-                    waiting.append(heapq.heappop(arr_heap)[1])
-                while waiting and resident < sc.limit:
-                    admit(waiting.pop(0))
-                    resident += 1
-                end = max(ready_t[i] for i in pending)
-        if pending:
-            joined = [i for i in pending if ready_t[i] <= t + 1e-12]
-            for i in joined:
-                pending.remove(i)
-                warm[i] = g
-                rank_of[i] = i % R
-                heapq.heappush(fin_heap, (g + sc.output_tokens, i))
-                just_joined.append(i)
-                n_run += 1
-        if not n_run:
-            nxt = [ready_t[i] for i in pending] + ([arr_heap[0][0]] if arr_heap else [])
-            if not nxt:
-                break  # pragma: no cover - nothing left
-            t = max(t, min(nxt))
-            continue
-        counts = steady_cnt[:]
-        rec = [n * steady for n in steady_cnt]
-        mx = [steady if n else 0.0 for n in steady_cnt]
-        for i, j in list(warm.items()):
+    def _arrive_and_admit(self) -> None:
+        """Arrivals due by now join the FIFO; the FIFO is admitted up to the resident limit."""
+        while self.arr_heap and self.arr_heap[0][0] <= self.t + 1e-12:
+            _, i = heapq.heappop(self.arr_heap)
+            self.waiting.append(i)
+        while self.waiting and self.resident < self.sc.limit:
+            self._admit(self.waiting.pop(0))
+            self.resident += 1
+
+    def _stall_for_synchronous_work(self) -> None:
+        """Synchronous work in the scheduler: the lockstep decode waits for all of it. Requests
+        arriving meanwhile are taken by their own rank's scheduler and start their own synchronous
+        work in parallel (chunked prefill / their NIC's FIFO), extending the stall."""
+        limit = self.sc.limit
+        end = max(self.ready_t[i] for i in self.pending)
+        while end > self.t:
+            until = min(end, self.arr_heap[0][0]) if (self.arr_heap and self.resident < limit) else end
+            stall = until - self.t
+            self.sums[3] += stall * self.n_run
+            if self.resident >= limit:
+                self.full_time += stall
+            self.t = until
+            self._arrive_and_admit()
+            end = max(self.ready_t[i] for i in self.pending)
+
+    def _join_ready(self) -> None:
+        """Admitted requests whose KV is ready start decoding at this global step."""
+        joined = [i for i in self.pending if self.ready_t[i] <= self.t + 1e-12]
+        for i in joined:
+            self.pending.remove(i)
+            self.warm[i] = self.g
+            self.rank_of[i] = i % self.sc.ranks
+            heapq.heappush(self.fin_heap, (self.g + self.sc.output_tokens, i))
+            self.just_joined.append(i)
+            self.n_run += 1
+
+    def _advance_idle(self) -> bool:
+        """Nothing decodes: jump to the next readiness or arrival (False when there is none)."""
+        nxt = [self.ready_t[i] for i in self.pending] + ([self.arr_heap[0][0]] if self.arr_heap else [])
+        if not nxt:
+            return False
+        self.t = max(self.t, min(nxt))
+        return True
+
+    # ---- decode ---------------------------------------------------------------------------
+    def _rank_loads(self) -> tuple[list[int], list[float], list[float]]:
+        """Per rank: running requests, summed and largest misses per layer at this step."""
+        steady, table, W, g = self.steady, self.table, self.W, self.g
+        counts = self.steady_cnt[:]
+        rec = [n * steady for n in self.steady_cnt]
+        mx = [steady if n else 0.0 for n in self.steady_cnt]
+        for i, j in list(self.warm.items()):
             st = g - j
-            r = rank_of[i]
+            r = self.rank_of[i]
             if st >= W:
-                del warm[i]
-                steady_cnt[r] += 1
+                del self.warm[i]
+                self.steady_cnt[r] += 1
                 m = steady
             else:
                 m = table[st]
@@ -298,60 +334,76 @@ def run(sc: Scenario) -> RunResult:
             rec[r] += m
             if m > mx[r]:
                 mx[r] = m
-        nic_active = [nf > t for nf in nic_free] if (sc.placement == "rdma" and not blocking) else []
-        dt, comp, ovh, swap = _step_time(sc, counts, rec, mx, nic_active, comp_cache)
-        # identical steps until the next completion or timed event can be taken at once
+        return counts, rec, mx
+
+    def _decode_steps(self) -> None:
+        """One global step, or as many identical steps as pass before the next completion or
+        timed event (taken at once)."""
+        sc, t = self.sc, self.t
+        counts, rec, mx = self._rank_loads()
+        nic_active = [nf > t for nf in self.nic_free] if (sc.placement == "rdma" and not self.blocking) else []
+        dt, comp, ovh, swap = _step_time(sc, counts, rec, mx, nic_active, self.comp_cache)
         k = 1
-        if not warm and not just_joined:
-            k = fin_heap[0][0] - g
-            nxt = [x for x in ([arr_heap[0][0]] if arr_heap else []) + [ready_t[i] for i in pending]
-                   + [nf for nf in nic_free if nf > t and nic_active] if x > t]
+        if not self.warm and not self.just_joined:
+            k = self.fin_heap[0][0] - self.g
+            nxt = [x for x in ([self.arr_heap[0][0]] if self.arr_heap else []) + [self.ready_t[i] for i in self.pending]
+                   + [nf for nf in self.nic_free if nf > t and nic_active] if x > t]
             if nxt:
                 k = min(k, max(1, math.ceil((min(nxt) - t) / dt)))
-        sums[0] += comp * n_run * k
-        sums[1] += ovh * n_run * k
-        sums[2] += swap * n_run * k
-        pool_bytes += fetch_bytes_per_token(sum(rec), sc.record_bytes, sc.layers) * k
-        if resident >= sc.limit:
-            full_time += dt * k
-            full_tokens += n_run * k
-        t += dt * k
-        g += k
-        tok_total += n_run * k
-        for i in just_joined:
-            first_tok[i] = t - dt * (k - 1)
-        just_joined = []
-        while fin_heap and fin_heap[0][0] <= g:
-            _, i = heapq.heappop(fin_heap)
-            finish[i] = t
-            resident -= 1
-            n_run -= 1
-            if i in warm:
-                del warm[i]
-            else:
-                steady_cnt[rank_of[i]] -= 1
-            if not sc.arrival_rate_per_s and issued < N:
-                arrival_t[issued] = t
-                heapq.heappush(arr_heap, (t, issued))
-                issued += 1
+        n_run = self.n_run
+        self.sums[0] += comp * n_run * k
+        self.sums[1] += ovh * n_run * k
+        self.sums[2] += swap * n_run * k
+        self.pool_bytes += fetch_bytes_per_token(sum(rec), sc.record_bytes, sc.layers) * k
+        if self.resident >= sc.limit:
+            self.full_time += dt * k
+            self.full_tokens += n_run * k
+        self.t += dt * k
+        self.g += k
+        self.tok_total += n_run * k
+        for i in self.just_joined:
+            self.first_tok[i] = self.t - dt * (k - 1)
+        self.just_joined = []
 
-    ids = sorted(finish)
-    ttft = [first_tok[i] - arrival_t[i] for i in ids]
-    tbt = [(finish[i] - first_tok[i]) / max(1, sc.output_tokens - 1) for i in ids]
-    makespan = max(finish.values()) - min(arrival_t.values())
-    thr = full_tokens / full_time if full_time > 0 else tok_total / makespan
-    n = len(ids)
-    bd.compute_s, bd.overhead_s, bd.swapin_s, bd.stall_s = (s / max(1, tok_total) for s in sums)
-    bd.ttft_admission_wait_s = sum(admit_t[i] - arrival_t[i] for i in ids) / n
-    bd.ttft_prefill_s = sum(prefill_part.get(i, 0.0) for i in ids) / n
-    if fetch_start:
-        bd.ttft_fetch_queue_s = sum(fetch_start[i] - admit_t[i] for i in ids if i in fetch_start) / n
-        bd.ttft_fetch_s = sum(ready_t[i] - fetch_start[i] for i in ids if i in fetch_start) / n
-    bd.ttft_first_step_s = max(0.0, sum(ttft) / n - bd.ttft_admission_wait_s - bd.ttft_prefill_s
-                               - bd.ttft_fetch_queue_s - bd.ttft_fetch_s)
-    bd.pool_bytes_per_token = pool_bytes / max(1, tok_total)
-    bd.nic_bytes_per_request = nic_bytes / max(1, n)
-    return RunResult(ttft, tbt, thr, makespan, g, bd)
+    def _complete(self) -> None:
+        """Requests done by this step leave; in a closed loop each completion issues the next."""
+        sc = self.sc
+        while self.fin_heap and self.fin_heap[0][0] <= self.g:
+            _, i = heapq.heappop(self.fin_heap)
+            self.finish[i] = self.t
+            self.resident -= 1
+            self.n_run -= 1
+            if i in self.warm:
+                del self.warm[i]
+            else:
+                self.steady_cnt[self.rank_of[i]] -= 1
+            if not sc.arrival_rate_per_s and self.issued < sc.requests:
+                self.arrival_t[self.issued] = self.t
+                heapq.heappush(self.arr_heap, (self.t, self.issued))
+                self.issued += 1
+
+    # ---- result ---------------------------------------------------------------------------
+    def _result(self) -> RunResult:
+        sc, finish, arrival_t, first_tok = self.sc, self.finish, self.arrival_t, self.first_tok
+        ids = sorted(finish)
+        ttft = [first_tok[i] - arrival_t[i] for i in ids]
+        tbt = [(finish[i] - first_tok[i]) / max(1, sc.output_tokens - 1) for i in ids]
+        makespan = max(finish.values()) - min(arrival_t.values())
+        thr = self.full_tokens / self.full_time if self.full_time > 0 else self.tok_total / makespan
+        n = len(ids)
+        bd = Breakdown()
+        bd.compute_s, bd.overhead_s, bd.swapin_s, bd.stall_s = (s / max(1, self.tok_total) for s in self.sums)
+        bd.ttft_admission_wait_s = sum(self.admit_t[i] - arrival_t[i] for i in ids) / n
+        bd.ttft_prefill_s = sum(self.prefill_part.get(i, 0.0) for i in ids) / n
+        if self.fetch_start:
+            fs = self.fetch_start
+            bd.ttft_fetch_queue_s = sum(fs[i] - self.admit_t[i] for i in ids if i in fs) / n
+            bd.ttft_fetch_s = sum(self.ready_t[i] - fs[i] for i in ids if i in fs) / n
+        bd.ttft_first_step_s = max(0.0, sum(ttft) / n - bd.ttft_admission_wait_s - bd.ttft_prefill_s
+                                   - bd.ttft_fetch_queue_s - bd.ttft_fetch_s)
+        bd.pool_bytes_per_token = self.pool_bytes / max(1, self.tok_total)
+        bd.nic_bytes_per_request = self.nic_bytes / max(1, n)
+        return RunResult(ttft, tbt, thr, makespan, self.g, bd)
 
 
 def _nic_time(sc: Scenario, nbytes: float) -> float:
