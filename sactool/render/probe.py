@@ -86,8 +86,10 @@ def render_probe(topo: Topology, console=None) -> None:
             if md.name not in placed:
                 tree.add(_memdev_line(md) + " [dim](in no region)[/]")
         c.print(tree)
+        if topo.ports:
+            c.print(_port_tree(topo))
         c.print("[dim]link ceiling = GT/s × lanes × encoding efficiency / 8, per direction: a ceiling, "
-                "not a measurement[/]")
+                "not a measurement; 'narrowest on path' is the lowest ceiling from the device to its root port[/]")
 
     elif not topo.cxl_bus:
         c.print("CXL: no /sys/bus/cxl (CXL core not loaded, or no CXL hardware)")
@@ -96,14 +98,20 @@ def render_probe(topo: Topology, console=None) -> None:
 
     if topo.dax_devices:
         d = Table(title="DAX devices", title_justify="left")
-        for col in ("device", "mode", "size", "target node", "align", "from", "CPU node"):
+        for col in ("device", "mode", "size", "target node", "align", "from", "CPU node", "blocks online"):
             d.add_column(col)
         for x in topo.dax_devices:
             loc = topo.dax_locality(x.name)
+            blocks = "-" if x.memory_blocks is None else f"{x.memory_blocks_online}/{x.memory_blocks}"
             d.add_row(x.name, x.mode or (f"driver {x.driver}" if x.driver else "unbound"),
                       _b(x.size_bytes), "-" if x.target_node is None else f"node{x.target_node}",
-                      _b(x.align_bytes), x.region or x.source or "?", _cpu_cell(loc))
+                      _b(x.align_bytes), x.region or x.source or "?", _cpu_cell(loc), blocks)
         c.print(d)
+    io = topo.iomem
+    if io is not None and io.soft_reserved:
+        c.print("Soft Reserved (EFI specific-purpose memory) in /proc/iomem: "
+                + ", ".join(f"{a:#x}-{b:#x}" for a, b in io.soft_reserved))
+    _gpus(topo, c)
 
     for w in topo.warnings:
         c.print(f"[yellow]warning[/] {esc('[' + w.code + ']')} {esc(w.message)}"
@@ -138,3 +146,71 @@ def _memdev_line(md) -> str:
     aff = "?" if md.affinity_node is None else f"node{md.affinity_node}"
     return esc(f"{md.name} serial {md.serial or '?'}: ram {_b(md.ram_size_bytes)}, pmem {_b(md.pmem_size_bytes)}, "
             f"fw {md.firmware_version or '?'}, device affinity {aff}, {link}")
+
+
+def _link_text(lk) -> str:
+    if lk is None:
+        return "?"
+    out = f"{lk.pci_device} {lk.speed_gt_s or '?'} GT/s x{lk.width or '?'}"
+    if lk.ceiling_bytes_per_s:
+        out += f", ceiling {format_rate(lk.ceiling_bytes_per_s)}/dir"
+    return out
+
+
+def _port_tree(topo: Topology):
+    """root → host bridge → switch ports → endpoint → memdev: which memdevs share a bridge or switch."""
+    from rich.tree import Tree
+
+    by_parent: dict = {}
+    for p in topo.ports:
+        by_parent.setdefault(p.parent, []).append(p)
+    mem_of = {m.endpoint: m for m in topo.memdevs if m.endpoint}
+    hb_node = {m.host_bridge: m.host_bridge_node for m in topo.memdevs if m.host_bridge}
+
+    def label(p) -> str:
+        if p.kind == "root":
+            return f"{p.name} (CXL root {p.uport or '?'})"
+        if p.kind == "host-bridge":
+            node = hb_node.get(p.uport)
+            return f"{p.name} host bridge {p.uport}" + ("" if node is None else f" on node{node}")
+        if p.kind == "switch":
+            return f"{p.name} switch (upstream port {p.uport or '?'}) below {p.parent_dport or '?'}"
+        m = mem_of.get(p.name)
+        tail = f" → {m.name}, narrowest on path: {_link_text(m.narrowest_link)}" if m else ""
+        return f"{p.name} below {p.parent_dport or '?'}{tail}"
+
+    tree = Tree("[bold]CXL ports[/]")
+
+    def add(node, parent):
+        for p in by_parent.get(parent, []):
+            add(node.add(esc(label(p))), p.name)
+
+    add(tree, None)
+    return tree
+
+
+def _gpus(topo: Topology, c) -> None:
+    from rich.table import Table
+
+    if not topo.gpus:
+        c.print(f"GPUs: none found — {esc(topo.gpu_scan or 'not scanned')}")
+        return
+    g = Table(title="GPUs (PCI class, read from sysfs)", title_justify="left")
+    for col in ("PCI device", "vendor:device", "class", "driver", "socket", "link", "narrowest on path"):
+        g.add_column(col, overflow="fold")
+    for x in topo.gpus:
+        low = x.narrowest_link
+        g.add_row(x.pci_device, f"{x.vendor_name} {x.vendor}:{x.device}", x.class_name or "?", x.driver or "-",
+                  "?" if x.cpu_node is None else f"node{x.cpu_node}", _short_link(x.link),
+                  "-" if low is None else (_short_link(low) + ("" if low.pci_device == x.pci_device
+                                                              else f" at {low.pci_device}")))
+    c.print(g)
+    for x in topo.gpus:
+        c.print(f"  {x.pci_device} socket: {esc(x.cpu_node_evidence)}")
+
+
+def _short_link(lk) -> str:
+    if lk is None:
+        return "?"
+    out = f"{lk.speed_gt_s or '?'} GT/s x{lk.width or '?'}"
+    return out + (f" ({format_rate(lk.ceiling_bytes_per_s)}/dir)" if lk.ceiling_bytes_per_s else "")

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from sactool.errors import TopologyError
 from sactool.topology.model import (
-    KINDS, LOCALITY_SOURCES, SCHEMA_VERSION, CxlDecoder, CxlMemdev, CxlRegion, DaxDevice, HmatAccess, HugePages,
-    Locality, MemorySideCache, NumaNode, PcieLink, ProbeWarning, Topology, Verdict, Warning,
+    KINDS, LOCALITY_SOURCES, SCHEMA_VERSION, CxlDecoder, CxlMemdev, CxlPort, CxlRegion, DaxDevice, GpuDevice,
+    HmatAccess, HugePages, IomemInfo, Locality, MemorySideCache, NumaNode, PcieLink, ProbeWarning, Topology, Verdict, Warning,
 )
 
 __all__ = [
-    "probe", "Topology", "NumaNode", "CxlMemdev", "CxlDecoder", "CxlRegion", "DaxDevice", "HmatAccess",
+    "probe", "Topology", "NumaNode", "CxlMemdev", "CxlDecoder", "CxlPort", "CxlRegion", "DaxDevice", "GpuDevice",
+    "HmatAccess", "IomemInfo",
     "HugePages", "Locality", "LOCALITY_SOURCES", "MemorySideCache", "PcieLink", "ProbeWarning", "Warning", "Verdict", "TopologyError",
     "KINDS", "SCHEMA_VERSION",
 ]
@@ -26,25 +27,31 @@ def probe(reader=None) -> Topology:
     Raises TopologyError (exit code 3) when the tree has no ``devices/system/node``; anything
     else missing or unreadable becomes a warning inside the result.
     """
+    from sactool.host.iomem import read_iomem
     from sactool.host.machine import machine_block
     from sactool.host.sysfs import SysfsReader
     import datetime as dt
     from sactool.topology.classify import classify, verdict
     from sactool.topology.cxl import read_cxl
     from sactool.topology.dax import read_dax
+    from sactool.topology.gpus import read_gpus
     from sactool.topology.nodes import read_nodes
-    from sactool.topology.warn import late_warnings
+    from sactool.topology.warn import iomem_info, late_warnings
 
     r = reader if reader is not None else SysfsReader()
     nodes, warnings, demotion = read_nodes(r)
-    memdevs, decoders, regions, cxl_warnings, cxl_present = read_cxl(r)
+    memdevs, decoders, regions, cxl_warnings, cxl_present, ports = read_cxl(r)
     dax = read_dax(r, regions)
-    nodes, class_warnings = classify(nodes, decoders, regions, dax, cxl_present)
+    ranges, iomem_reason = read_iomem(r)
+    nodes, class_warnings = classify(nodes, decoders, regions, dax, cxl_present, ranges, iomem_reason)
+    gpus, gpu_scan = read_gpus(r, nodes)
     machine = machine_block(r)
+    created = dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
     draft = Topology(
-        live=r.live, sysfs_root=str(r.root), created_at=dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z"), machine=machine, nodes=tuple(nodes),
+        live=r.live, sysfs_root=str(r.root), created_at=created, machine=machine, nodes=tuple(nodes),
         memdevs=tuple(memdevs), decoders=tuple(decoders), regions=tuple(regions), dax_devices=tuple(dax),
-        demotion_enabled=demotion, verdict=Verdict((), False, ""), cxl_bus=cxl_present,
+        demotion_enabled=demotion, verdict=Verdict((), False, ""), cxl_bus=cxl_present, ports=tuple(ports),
+        gpus=tuple(gpus), gpu_scan=gpu_scan, iomem=iomem_info(ranges, iomem_reason),
     )
     v = verdict(nodes, regions, dax, draft.locality, memdevs, cxl_present)
     early = warnings + cxl_warnings + class_warnings

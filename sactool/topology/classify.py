@@ -4,16 +4,21 @@ Rules, strongest evidence first:
 1. a DAX device onlined by ``kmem`` into the node: from a CXL region → ``cxl``
    ("node2 ← dax0.0 (kmem) ← region0 (ram, 1-way, mem0)"); from an NVDIMM namespace outside any
    CXL region → ``pmem``;
-2. the node's memory blocks lie inside a CXL region or root-decoder window (CFMWS) → ``cxl``;
+   from ``hmem`` (Soft Reserved, EFI specific-purpose memory) inside a CXL window → ``cxl``;
+2. the node's memory blocks lie inside a CXL region or window (a root decoder, or a ``CXL Window``
+   of ``/proc/iomem``) → ``cxl``;
 3. the node has CPUs → ``dram``;
-4. CPU-less: HMAT read bandwidth above every CPU node's → ``hbm``; boot-time normal memory
-   (``has_normal_memory``) → ``dram``; otherwise ``unknown``.
+4. CPU-less: HMAT read bandwidth above every CPU node's → ``hbm``; Soft Reserved / hmem memory in
+   no CXL window → ``unknown`` with a ``soft-reserved-unattributed`` warning; memory onlined from a
+   DAX device is not boot-time memory; boot-time normal memory (``has_normal_memory``) → ``dram``;
+   otherwise ``unknown``.
 Supporting facts (CPU-less, memory tier vs the DRAM tier, HMAT latency vs DRAM, memory-side cache)
 are appended as evidence; they never decide the kind on their own.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 from sactool.topology.model import (
@@ -26,6 +31,9 @@ from sactool.units import format_bytes
 # two nodes' HMAT latencies is not physical; it means the two figures are on different scales.
 HMAT_SCALE_RATIO = 100
 
+SOFT_RESERVED = "Soft Reserved"  # /proc/iomem name of EFI_MEMORY_SP ranges (kernel/resource.c, e820)
+_CXL_WINDOW_RE = re.compile(r"^CXL Window \d+$")  # drivers/cxl/acpi.c: "CXL Window %d"
+
 
 def _fmt_range(a: int, b: int) -> str:
     return f"{a:#x}-{b - 1:#x}"
@@ -37,16 +45,34 @@ def _first_hmat(n: NumaNode):
 
 
 def classify(nodes: list[NumaNode], decoders: list[CxlDecoder], regions: list[CxlRegion],
-             dax: list[DaxDevice], cxl_present: bool) -> tuple[list[NumaNode], list[ProbeWarning]]:
+             dax: list[DaxDevice], cxl_present: bool, iomem=None,
+             iomem_reason: str | None = None) -> tuple[list[NumaNode], list[ProbeWarning]]:
+    """``iomem``: the ranges of ``/proc/iomem`` (:func:`sactool.host.iomem.read_iomem`), or None
+    with ``iomem_reason``."""
     warnings: list[ProbeWarning] = []
+    iomem_windows = [x for x in iomem or () if x.depth == 0 and _CXL_WINDOW_RE.match(x.name)]
+    soft_reserved = [x for x in iomem or () if x.name == SOFT_RESERVED]
     cpu_nodes = [n for n in nodes if n.has_cpu]
     dram_tiers = sorted({n.tier for n in cpu_nodes if n.tier is not None})
     dram_ref = next((n for n in cpu_nodes if _first_hmat(n) and _first_hmat(n).read_latency_ns), None)
     windows = [d for d in decoders if d.level == "root" and d.start is not None and d.size_bytes]
     reg_by = {r.name: r for r in regions}
+
+    def window_of(addr: int | None) -> str | None:
+        if addr is None:
+            return None
+        w = next((w for w in windows if w.start <= addr < w.start + w.size_bytes), None)
+        if w:
+            return f"CXL window {w.name}"
+        x = next((x for x in iomem_windows if x.contains(addr)), None)
+        return f"/proc/iomem '{x.name}' ({x.start:#x}-{x.end:#x})" if x else None
+
+    def soft_of(addr: int | None):
+        return None if addr is None else next((x for x in soft_reserved if x.contains(addr)), None)
+
     out = []
     for n in nodes:
-        kind, ev = "unknown", []
+        kind, ev, specific = "unknown", [], False
         kmem = [d for d in dax if d.target_node == n.id and d.mode == "system-ram"]
         for d in kmem:
             reg = reg_by.get(d.region) if d.region else None
@@ -57,6 +83,17 @@ def classify(nodes: list[NumaNode], decoders: list[CxlDecoder], regions: list[Cx
             elif d.source == "nd" and kind != "cxl":
                 kind = "pmem"
                 ev.append(f"{n.name} ← {d.name} ({d.driver}) ← NVDIMM namespace (not in any CXL region)")
+            elif d.source == "hmem":
+                sr, win = soft_of(d.resource), window_of(d.resource)
+                what = f"{n.name} ← {d.name} ({d.driver}) ← hmem" + (
+                    f" (Soft Reserved {sr.start:#x}-{sr.end:#x})" if sr else
+                    f" (/proc/iomem: {iomem_reason})" if iomem is None and iomem_reason else "")
+                if win:
+                    kind = "cxl"
+                    ev.append(f"{what} in {win}: firmware-mapped CXL memory, no CXL region assembled it")
+                else:
+                    specific = True
+                    ev.append(f"{what}, in no CXL window")
             elif kind == "unknown":
                 ev.append(f"{n.name} ← {d.name} ({d.driver}, source {d.source or 'unknown'})")
         if (kind == "unknown" or n.has_cpu) and n.phys_ranges:
@@ -67,11 +104,16 @@ def classify(nodes: list[NumaNode], decoders: list[CxlDecoder], regions: list[Cx
                     kind = "cxl"
                     ev.append(f"memory {_fmt_range(a, b)} lies in {hit.describe()}")
                     break
-                w = next((w for w in windows if w.start <= a < w.start + w.size_bytes), None)
-                if w:
+                win = window_of(a)
+                if win:
                     kind = "cxl"
-                    ev.append(f"memory {_fmt_range(a, b)} lies in CXL window {w.name}")
+                    ev.append(f"memory {_fmt_range(a, b)} lies in {win}")
                     break
+                sr = soft_of(a)
+                if sr and not specific:
+                    specific = True
+                    ev.append(f"memory {_fmt_range(a, b)} lies in Soft Reserved {sr.start:#x}-{sr.end:#x} "
+                              "(EFI specific-purpose memory: CXL or HBM the firmware set aside)")
         if n.has_cpu:
             if kind == "cxl":  # CXL memory onlined into a CPU node (no SRAT proximity domain for it)
                 warnings.append(ProbeWarning(
@@ -93,6 +135,17 @@ def classify(nodes: list[NumaNode], decoders: list[CxlDecoder], regions: list[Cx
                 kind = "hbm"
                 ev.append(f"HMAT read bandwidth {h.read_bandwidth_bytes_per_s >> 20} MiB/s above every CPU node's "
                           f"({best >> 20} MiB/s)")
+            elif specific:
+                ev.append("specific-purpose memory in no CXL window: CXL or HBM, nothing here says which")
+                warnings.append(ProbeWarning(
+                    "soft-reserved-unattributed",
+                    f"{n.name} is specific-purpose (Soft Reserved) memory onlined through hmem, and no CXL window "
+                    "covers it: sactool cannot tell CXL from HBM, so it is not used as the pool",
+                    "load the CXL driver (modprobe cxl_acpi cxl_pci) so the CXL windows appear, and re-probe as root "
+                    "(/proc/iomem addresses need CAP_SYS_ADMIN)"))
+            elif kmem:
+                ev.append(f"onlined from {', '.join(d.name for d in kmem)} (not boot-time memory), and no CXL region "
+                          "or window maps it")
             elif n.has_normal_memory:
                 kind = "dram"
                 ev.append("boot-time normal memory, and no CXL region, window or DAX device maps it")

@@ -16,7 +16,8 @@ import re
 
 from sactool.host.sysfs import SysfsReader
 from sactool.topology.link import read_link
-from sactool.topology.model import CxlDecoder, CxlMemdev, CxlRegion, ProbeWarning
+from sactool.topology.model import CxlDecoder, CxlMemdev, CxlPort, CxlRegion, ProbeWarning
+from sactool.topology.pci import HOST_BRIDGE_RE, host_bridge, narrowest, node_or_none, path_links
 
 CXL_DEVICES = "sys/bus/cxl/devices"
 ALL_ONES = (1 << 64) - 1  # resource_size_t -1: "not allocated" (region/resource, decoder/start)
@@ -25,17 +26,19 @@ _MEM_RE = re.compile(r"^mem\d+$")
 _DEC_RE = re.compile(r"^decoder(\d+)\.(\d+)$")
 _REGION_RE = re.compile(r"^region\d+$")
 _ENDPOINT_RE = re.compile(r"^endpoint\d+$")
+_PORT_RE = re.compile(r"^(root|port|endpoint)\d+$")
 
 
 def _key(name: str) -> tuple:
     return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name))
 
 
-def read_cxl(r: SysfsReader) -> tuple[list[CxlMemdev], list[CxlDecoder], list[CxlRegion], list[ProbeWarning], bool]:
-    """(memdevs, decoders, regions, warnings, bus_present)."""
+def read_cxl(r: SysfsReader) -> tuple[list[CxlMemdev], list[CxlDecoder], list[CxlRegion], list[ProbeWarning], bool,
+                                    list[CxlPort]]:
+    """(memdevs, decoders, regions, warnings, bus_present, ports)."""
     warnings: list[ProbeWarning] = []
     if not r.is_dir(CXL_DEVICES):
-        return [], [], [], warnings, False
+        return [], [], [], warnings, False, []
     entries = r.listdir(CXL_DEVICES)
     canon: dict[str, str] = {}
     for name in entries:
@@ -56,10 +59,14 @@ def read_cxl(r: SysfsReader) -> tuple[list[CxlMemdev], list[CxlDecoder], list[Cx
                 endpoint_mem[name] = mem_by_path[up]
     mem_endpoint = {m: e for e, m in endpoint_mem.items()}
 
+    ports = _ports(r, canon)
     memdevs = []
     for name in sorted((n for n in canon if _MEM_RE.match(n)), key=_key):
         path = canon[name]
         serial = r.str(f"{path}/serial")
+        hb, hb_node = host_bridge(r, path)
+        links = path_links(r, posixpath.dirname(path))
+        ep = mem_endpoint.get(name)
         memdevs.append(CxlMemdev(
             name=name,
             serial=serial,
@@ -67,9 +74,13 @@ def read_cxl(r: SysfsReader) -> tuple[list[CxlMemdev], list[CxlDecoder], list[Cx
             pmem_size_bytes=r.hex(f"{path}/pmem/size"),
             firmware_version=r.str(f"{path}/firmware_version"),
             affinity_node=_node_or_none(r.int(f"{path}/numa_node")),
-            endpoint=mem_endpoint.get(name),
+            endpoint=ep,
             link=read_link(r, posixpath.dirname(path)),
-            **_host_bridge(r, path),
+            host_bridge=hb,
+            host_bridge_node=hb_node,
+            ports=tuple(p for p in canon[ep].split("/") if _PORT_RE.match(p)) if ep else (),
+            path_links=links,
+            narrowest_link=narrowest(links),
         ))
 
     decoders = []
@@ -139,32 +150,31 @@ def read_cxl(r: SysfsReader) -> tuple[list[CxlMemdev], list[CxlDecoder], list[Cx
             committed=committed,
         ))
     warnings.extend(_unmapped_capacity(memdevs, decoders, regions))
-    return memdevs, decoders, regions, warnings, True
+    return memdevs, decoders, regions, warnings, True, ports
 
 
-_HOST_BRIDGE_RE = re.compile(r"^pci[0-9a-f]{4}:[0-9a-f]{2}$")
-_PCI_FN_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+_node_or_none = node_or_none
 
 
-def _host_bridge(r: SysfsReader, path: str) -> dict:
-    """``host_bridge`` (``pci0000:0c``) and its NUMA node for a device at canonical ``path``
-    (``sys/devices/pci0000:0c/0000:0c:00.0/0000:0d:00.0/mem1``). The host bridge directory has no
-    ``numa_node`` of its own on 6.12; its PCI functions inherit the bridge's node (ACPI _PXM), so
-    the root port's ``numa_node`` is read when the bridge has none."""
-    parts = path.split("/")
-    idx = next((i for i, p in enumerate(parts) if _HOST_BRIDGE_RE.match(p)), None)
-    if idx is None:
-        return {"host_bridge": None, "host_bridge_node": None}
-    hb = "/".join(parts[:idx + 1])
-    node = r.int(f"{hb}/numa_node") if r.exists(f"{hb}/numa_node") else None
-    if node is None and idx + 1 < len(parts) and _PCI_FN_RE.match(parts[idx + 1]):
-        node = r.int(f"{hb}/{parts[idx + 1]}/numa_node")
-    return {"host_bridge": parts[idx], "host_bridge_node": _node_or_none(node)}
-
-
-def _node_or_none(v: int | None) -> int | None:
-    """``numa_node`` of -1 (no affinity, NUMA_NO_NODE) → None."""
-    return None if v is None or v < 0 else v
+def _ports(r: SysfsReader, canon: dict[str, str]) -> list[CxlPort]:
+    """Every ``rootN``/``portN``/``endpointN`` with its parent port, upstream device and the
+    parent's downstream port it hangs off (``uport``/``parent_dport`` links, sysfs-bus-cxl)."""
+    out = []
+    for name in sorted((n for n in canon if _PORT_RE.match(n)), key=lambda n: (canon[n].count("/"), _key(n))):
+        path = canon[name]
+        parent = posixpath.basename(posixpath.dirname(path))
+        uport = r.basename_of_link(f"{path}/uport")
+        if name.startswith("root"):
+            kind = "root"
+        elif name.startswith("endpoint"):
+            kind = "endpoint"
+        else:
+            kind = "host-bridge" if uport and HOST_BRIDGE_RE.match(uport) else "switch"
+        out.append(CxlPort(
+            name=name, kind=kind, parent=parent if _PORT_RE.match(parent) else None, uport=uport,
+            parent_dport=None if kind == "root" else r.basename_of_link(f"{path}/parent_dport"),
+        ))
+    return out
 
 
 def _unmapped_capacity(memdevs: list[CxlMemdev], decoders: list[CxlDecoder],

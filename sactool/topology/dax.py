@@ -14,6 +14,7 @@ from sactool.host.sysfs import SysfsReader
 from sactool.topology.model import CxlRegion, DaxDevice
 
 DAX_DEVICES = "sys/bus/dax/devices"
+MEMORY_DIR = "sys/devices/system/memory"
 MODES = {"kmem": "system-ram", "device_dax": "devdax"}
 _DAX_RE = re.compile(r"^dax\d+\.\d+$")
 
@@ -47,15 +48,41 @@ def read_dax(r: SysfsReader, regions: list[CxlRegion]) -> list[DaxDevice]:
                     region = reg.name
                     source = "cxl" if source is None else source
         target = r.int(f"{path}/target_node")
+        mode = MODES.get(driver or "")
+        size = r.int(f"{path}/size")
+        blocks = _blocks(r, resource, size) if mode == "system-ram" else (None, None, None)
         out.append(DaxDevice(
             name=name,
-            size_bytes=r.int(f"{path}/size"),
+            size_bytes=size,
             target_node=None if target is None or target < 0 else target,
             align_bytes=r.int(f"{path}/align"),
-            mode=MODES.get(driver or ""),
+            mode=mode,
             driver=driver,
             resource=resource,
             source=source,
             region=region,
+            memory_blocks=blocks[0],
+            memory_blocks_online=blocks[1],
+            block_size_bytes=blocks[2],
         ))
     return out
+
+
+def _blocks(r: SysfsReader, start: int | None, size: int | None) -> tuple[int | None, int | None, int | None]:
+    """(blocks wholly inside [start, start+size), of which online, block size) — kmem adds only
+    whole memory blocks (drivers/dax/kmem.c aligns the range in to ``memory_block_size_bytes``).
+    Nones when the range or the block size is unknown."""
+    bs = r.hex(f"{MEMORY_DIR}/block_size_bytes")
+    if not start or not size or not bs:
+        return None, None, bs
+    first, last = -(-start // bs), (start + size) // bs  # [first, last)
+    online: int | None = 0
+    for i in range(first, last):
+        if not r.exists(f"{MEMORY_DIR}/memory{i}"):
+            continue  # never added (or removed): not online
+        state = r.str(f"{MEMORY_DIR}/memory{i}/state")
+        if state is None:
+            online = None  # a block whose state cannot be read: the count is unknown, not low
+            break
+        online += state == "online"
+    return max(0, last - first), online, bs

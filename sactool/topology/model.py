@@ -168,6 +168,24 @@ class CxlMemdev:
     host_bridge: str | None = None  # the PCI host bridge the device sits under (``pci0000:0c``)
     host_bridge_node: int | None = None  # numa_node of that bridge: its own attribute, else its root
                                           # port's (``pci0000:0c/0000:0c:00.0/numa_node``); None: -1 or unread
+    ports: tuple[str, ...] = ()     # CXL ports from the root to its endpoint: ("root0", "port2", "endpoint4")
+    path_links: tuple[PcieLink, ...] = ()  # every PCIe function's link, device first, up to the root port
+    narrowest_link: PcieLink | None = None  # the lowest ceiling among path_links: the path's limit
+
+
+@dataclass(frozen=True)
+class CxlPort:
+    """``root<N>``/``port<N>``/``endpoint<N>`` under ``/sys/bus/cxl/devices`` (sysfs-bus-cxl).
+
+    ``kind``: "root" (ACPI0017, the CXL root), "host-bridge" (its ``uport`` is a PCI host bridge),
+    "switch" (a switch upstream port) or "endpoint" (its ``uport`` is a memdev).
+    """
+
+    name: str
+    kind: str
+    parent: str | None               # the port above (the directory it sits in)
+    uport: str | None                # basename of the ``uport`` link: ACPI0017:00, pci0000:0c, 0000:0e:00.0, mem1
+    parent_dport: str | None         # basename of ``parent_dport``: the parent's downstream port it hangs off
 
 
 @dataclass(frozen=True)
@@ -225,6 +243,57 @@ class DaxDevice:
     resource: int | None             # dax/resource (HPA start)
     source: str | None               # "cxl", "nd" (NVDIMM namespace), "hmem", None
     region: str | None               # the CXL region it comes from, when known
+    memory_blocks: int | None = None         # system-ram: memory blocks wholly inside [resource, +size)
+    memory_blocks_online: int | None = None  # …of which ``memory<N>/state`` reads "online"
+    block_size_bytes: int | None = None      # ``devices/system/memory/block_size_bytes`` (hex)
+
+
+@dataclass(frozen=True)
+class GpuDevice:
+    """A GPU found on the PCI bus by class code (``/sys/bus/pci/devices/<bdf>/class``), no vendor library.
+
+    ``cpu_node``: the CPU node (socket) it hangs off — its ``numa_node`` when that node has CPUs,
+    else its host bridge's, else the node whose CPUs are its ``local_cpulist``; ``cpu_node_evidence``
+    says which. ``link`` is its own; ``narrowest_link`` the lowest ceiling on its path to the root port.
+    """
+
+    pci_device: str                  # 0000:62:00.0
+    vendor: str | None               # <bdf>/vendor, as printed (0x10de)
+    vendor_name: str | None          # from GPU_VENDORS (PCI-SIG vendor ids)
+    device: str | None               # <bdf>/device (0x2330)
+    pci_class: str | None            # <bdf>/class (0x030200)
+    class_name: str | None           # "VGA", "3D controller", "display controller"
+    driver: str | None               # basename of <bdf>/driver (nvidia, amdgpu, vfio-pci…)
+    numa_node: int | None            # <bdf>/numa_node (-1 → None)
+    local_cpus: tuple[int, ...]      # <bdf>/local_cpulist
+    host_bridge: str | None
+    cpu_node: int | None
+    cpu_node_evidence: str
+    link: PcieLink | None
+    narrowest_link: PcieLink | None
+    path_links: tuple[PcieLink, ...] = ()
+
+
+@dataclass(frozen=True)
+class IomemInfo:
+    """What ``/proc/iomem`` says about memory ranges sactool classifies (read through SysfsReader).
+
+    ``readable`` False with ``reason`` when absent, unreadable, or showing only zeros (the kernel
+    hides addresses from readers without CAP_SYS_ADMIN). Ranges are [start, end] inclusive, as printed.
+    """
+
+    readable: bool
+    reason: str | None
+    cxl_windows: tuple[tuple[int, int, str], ...] = ()   # top-level "CXL Window N"
+    soft_reserved: tuple[tuple[int, int], ...] = ()      # "Soft Reserved" (EFI specific-purpose memory)
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "readable": self.readable,
+            "reason": self.reason,
+            "cxl_windows": [{"name": n, "start": f"{a:#x}", "end": f"{b:#x}"} for a, b, n in self.cxl_windows],
+            "soft_reserved": [{"start": f"{a:#x}", "end": f"{b:#x}"} for a, b in self.soft_reserved],
+        }
 
 
 LOCALITY_SOURCES = ("cpus", "device-affinity", "slit", "hmat", "none")
@@ -299,6 +368,10 @@ class Topology:
     verdict: Verdict
     warnings: tuple[ProbeWarning, ...] = ()
     cxl_bus: bool = False            # /sys/bus/cxl/devices exists (CXL core loaded)
+    ports: tuple[CxlPort, ...] = ()  # the CXL port tree (root → host bridge → switch → endpoint)
+    gpus: tuple[GpuDevice, ...] = ()
+    gpu_scan: str | None = None      # what was scanned for GPUs, or why nothing could be
+    iomem: IomemInfo | None = None
     schema_version: int = field(default=SCHEMA_VERSION)
 
     # ---- look-ups ----------------------------------------------------------------------
@@ -398,7 +471,11 @@ class Topology:
                 "regions": [dict(to_data(r), resource=None if r.resource is None else f"{r.resource:#x}")
                             for r in self.regions],
                 "decoders": [_hex_start(to_data(d)) for d in self.decoders if d.level != "root"],
+                "ports": to_data(self.ports),
             },
+            "iomem": to_data(self.iomem),
+            "gpus": to_data(self.gpus),
+            "gpu_scan": self.gpu_scan,
             "dax_devices": [dict(to_data(d), resource=None if d.resource is None else f"{d.resource:#x}",
                                  locality=self.dax_locality(d.name).to_data())
                             for d in self.dax_devices],

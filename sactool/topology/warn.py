@@ -5,7 +5,7 @@ read (permission denied, garbage) — named, not guessed."""
 from __future__ import annotations
 
 from sactool.host.sysfs import SysfsReader
-from sactool.topology.model import ProbeWarning, Topology
+from sactool.topology.model import IomemInfo, ProbeWarning, Topology
 
 _MAX_LISTED = 8
 
@@ -24,6 +24,8 @@ def late_warnings(r: SysfsReader, topo: Topology, earlier: list[ProbeWarning] = 
                 f"{m.name} ({lk.pci_device}) link runs at {lk.speed_gt_s} GT/s x{lk.width}, "
                 f"capable of {lk.max_speed_gt_s} GT/s x{lk.max_width}",
                 "check the slot, riser and BIOS link settings (lspci -vv: LnkSta vs LnkCap)"))
+    out.extend(_path_narrower(topo))
+    out.extend(_dax_partial(topo))
     for d in topo.dax_devices:
         if d.region and d.mode == "devdax":
             out.append(ProbeWarning(
@@ -65,3 +67,47 @@ def _meminfo_short(r: SysfsReader, topo: Topology) -> list[ProbeWarning]:
         f"{format_bytes(total)}: per-node figures under-count (deferred struct-page initialisation)",
         "node totals and free memory shown here are the kernel's per-node figures; sactool's "
         "free-memory checks add the memory /proc/meminfo counts but no node reports")]
+
+
+def iomem_info(ranges, reason: str | None) -> IomemInfo:
+    """The part of ``/proc/iomem`` a record keeps: CXL windows and Soft Reserved ranges."""
+    if ranges is None:
+        return IomemInfo(False, reason)
+    from sactool.topology.classify import _CXL_WINDOW_RE, SOFT_RESERVED
+
+    return IomemInfo(True, None,
+                     tuple((x.start, x.end, x.name) for x in ranges if x.depth == 0 and _CXL_WINDOW_RE.match(x.name)),
+                     tuple((x.start, x.end) for x in ranges if x.name == SOFT_RESERVED))
+
+
+def _dax_partial(topo: Topology) -> list[ProbeWarning]:
+    """kmem DAX devices with some of their memory blocks not online."""
+    from sactool.units import format_bytes
+
+    out = []
+    for d in topo.dax_devices:
+        total, online = d.memory_blocks, d.memory_blocks_online
+        if d.mode != "system-ram" or total is None or online is None or online >= total:
+            continue
+        node = "?" if d.target_node is None else f"node{d.target_node}"
+        out.append(ProbeWarning(
+            "dax-partially-online",
+            f"{d.name}: {online} of {total} memory blocks ({format_bytes(d.block_size_bytes or 0)} each) are online; "
+            f"{format_bytes((total - online) * (d.block_size_bytes or 0))} of it is not in {node}",
+            f"online the rest (daxctl online-memory {d.name}); if that fails, dmesg says why "
+            "(e.g. a memmap that could not be allocated, or unmovable pages)"))
+    return out
+
+
+def _path_narrower(topo: Topology) -> list[ProbeWarning]:
+    """A link above the device narrower than the device's own: the device's link is not its ceiling."""
+    out = []
+    for m in topo.memdevs:
+        own, low = m.link, m.narrowest_link
+        if own and low and own.ceiling_bytes_per_s and low.ceiling_bytes_per_s < own.ceiling_bytes_per_s:
+            out.append(ProbeWarning(
+                "link-path-narrower",
+                f"{m.name}'s own link ({own.pci_device}, {own.speed_gt_s} GT/s x{own.width}) is wider than "
+                f"{low.pci_device}'s on its path ({low.speed_gt_s} GT/s x{low.width}): that one is the ceiling",
+                "check the switch or riser upstream of the device (lspci -vv: LnkSta)"))
+    return out
