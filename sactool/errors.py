@@ -76,18 +76,35 @@ class Interrupted(SactoolError):
     exit_code = ExitCode.INTERRUPTED
 
 
+class OutputError(SactoolError):
+    """Standard output cannot be written (full disk, closed descriptor, I/O error)."""
+
+    exit_code = ExitCode.ERROR
+
+
 def run_guarded(fn, *, debug: bool = False) -> int:
     """Run ``fn()`` the way every sactool entry point does and return the exit code.
 
     SactoolError → ``error: …``/``hint: …`` on stderr and its code (traceback only with ``debug``);
-    Ctrl-C → ``interrupted``, 130; a closed stdout (``| head``) → quiet. ``fn`` may return an int
+    Ctrl-C → ``interrupted``, 130; a closed stdout pipe (``| head``) → quiet, 0; stdout that cannot
+    be written (``> /dev/full``, closed) → one line, 1; a closed stderr keeps the exit code; an
+    output encoding without ``—`` gets ASCII (:mod:`sactool.streams`). ``fn`` may return an int
     exit code. Used by :func:`sactool.cli.app.main` and the fast probe path in :mod:`sactool.entry`.
     """
-    import os
+    from sactool.streams import guarded_streams
+
+    with guarded_streams():
+        return _run(fn, debug)
+
+
+def _run(fn, debug: bool) -> int:
     import sys
+
+    from sactool.streams import quiet_closed_pipe
 
     try:
         rv = fn()
+        sys.stdout.flush()  # a full disk shows here, inside the guard, not at interpreter exit
         return int(rv) if isinstance(rv, int) else int(ExitCode.OK)
     except SactoolError as e:
         if getattr(e, "quiet", False):  # fleet mode: rank 0 reports it for every rank
@@ -97,12 +114,12 @@ def run_guarded(fn, *, debug: bool = False) -> int:
 
             traceback.print_exc()
         sys.stderr.write(f"error: {e.message}\n" + (f"hint: {e.hint}\n" if e.hint else ""))
+        sys.stderr.flush()
         return int(e.exit_code)
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         return int(ExitCode.INTERRUPTED)
     except BrokenPipeError:
         # stdout closed early: be quiet, and keep Python from complaining at exit
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        quiet_closed_pipe()
         return int(ExitCode.OK)

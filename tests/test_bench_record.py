@@ -16,7 +16,8 @@ def gather_result(R, threads, ns_per_record, prefetch=8, pattern="uniform", node
     rps = 1e9 / ns_per_record
     return {"test": "gather", "memory_node": node, "params": {"record_bytes": R, "threads": threads,
             "prefetch_distance": prefetch, "index_pattern": pattern},
-            "stats": {"n": 5}, "derived": {"ns_per_record": ns_per_record, "records_per_s": rps,
+            "stats": {"median": rps * R, "mean": rps * R, "stdev": 0.0, "min": rps * R, "max": rps * R,
+                      "p05": rps * R, "p95": rps * R, "n": 5}, "derived": {"ns_per_record": ns_per_record, "records_per_s": rps,
                                            "bandwidth_bytes_per_s": rps * R}}
 
 
@@ -70,7 +71,9 @@ def test_uniform_preferred_and_other_nodes_ignored():
 
 
 def test_no_gather_results_and_bad_size():
-    rec = make_record([{"test": "latency", "params": {}, "derived": {"latency_ns": 100}}])
+    stats = {"median": 100.0, "mean": 100.0, "stdev": 0.0, "min": 100.0, "max": 100.0, "p05": 100.0, "p95": 100.0,
+             "n": 3}
+    rec = make_record([{"test": "latency", "params": {}, "stats": stats, "derived": {"latency_ns": 100}}])
     with pytest.raises(RecordError):
         gather_figure(rec, 656)
     with pytest.raises(UsageError):

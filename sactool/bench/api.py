@@ -86,12 +86,27 @@ def resolve_cpus(topo, mem_node: int, cpus: tuple[int, ...] | None) -> tuple[int
     return cpu_node, use
 
 
+CHAIN_TESTS = ("latency", "mlp", "loaded")
+"""Tests that walk the two pointer-chase chains built over the buffer's halves (bench/runner.py)."""
+CHAIN_PAGE_BYTES = 4096
+"""The page-local chain visits whole 4 KiB pages (bench/suite.py ``PAGE``)."""
+MIN_CHAIN_BUFFER_BYTES = 2 * CHAIN_PAGE_BYTES
+"""Two chains of at least one page each."""
+
+
 def _validate(opts: BenchOptions, size: int, llc: int) -> None:
     bad = [t for t in opts.tests if t not in TESTS]
     if bad:
         raise UsageError(f"unknown test {bad[0]!r}", f"use one of: {', '.join(TESTS)}, all")
     if opts.preset not in PRESETS:
         raise UsageError(f"unknown preset {opts.preset!r}", f"use one of: {', '.join(PRESETS)}")
+    chained = [t for t in opts.tests if t in CHAIN_TESTS]
+    if chained and size < MIN_CHAIN_BUFFER_BYTES:
+        raise UsageError(f"a {size}-byte buffer is too small for the {'/'.join(chained)} test: its two pointer-chase "
+                         f"chains (page-local and random) need at least one whole {CHAIN_PAGE_BYTES // 1024} KiB "
+                         "page each",
+                         f"use --size of at least {MIN_CHAIN_BUFFER_BYTES // 1024}KiB (for memory rather than cache "
+                         "latency: at least 8x the last-level cache)")
     for r in opts.record_bytes or ():
         if r <= 0:
             raise UsageError(f"record size {r} must be positive", "e.g. --record-bytes 656")

@@ -50,11 +50,52 @@ def _node_id(v: Any) -> int | None:
     return None
 
 
+STAT_KEYS = ("median", "mean", "stdev", "min", "max", "p05", "p95", "n")
+"""What every result's ``stats`` holds (bench/stats.py ``stats_dict``); renderers and tune read them."""
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _check_result(r: dict, where: str) -> None:
+    """Refuse a result the renderers or tune would trip over (KeyError, TypeError) with a RecordError."""
+    hint = "the record was edited or damaged: re-run 'sactool bench … --out'"
+    where = f"{where} ({r.get('key') or r.get('test')})"
+    if not isinstance(r.get("test"), str):
+        raise RecordError(f"{where} has no test name", hint)
+    for name in ("params", "stats", "derived"):
+        if not isinstance(r.get(name), dict):
+            raise RecordError(f"{where} has no '{name}' mapping", hint)
+    st = r["stats"]
+    missing = [k for k in STAT_KEYS if k not in st]
+    if missing:
+        raise RecordError(f"{where}: stats lacks {', '.join(missing)}", hint)
+    bad = [k for k in STAT_KEYS if not _number(st[k])]
+    if bad or not isinstance(st["n"], int) or st["n"] < 1:
+        k = bad[0] if bad else "n"
+        raise RecordError(f"{where}: stats.{k} is {st[k]!r}, not a finite number" + (" >= 1" if k == "n" else ""), hint)
+    bad = [k for k, v in r["derived"].items() if v is not None and not _number(v)]
+    if bad:
+        raise RecordError(f"{where}: derived.{bad[0]} is {r['derived'][bad[0]]!r}, not a finite number", hint)
+    if r["test"] == "gather" and r["derived"]:
+        for k in ("record_bytes", "threads"):
+            v = r["params"].get(k)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise RecordError(f"{where}: params.{k} is {v!r}, not a positive integer", hint)
+        for k in ("bandwidth_bytes_per_s", "ns_per_record"):
+            v = r["derived"].get(k)
+            if not _number(v) or v <= 0:
+                raise RecordError(f"{where}: derived.{k} is {v!r}, not a positive number", hint)
+
+
 def from_data(data: dict, *, source: str = "bench record", path: str | None = None) -> BenchRecord:
     data = records.upgrade(data, kind=KIND, current=SCHEMA_VERSION, steps=UPGRADES, source=source)
     res = data.get("results")
     if not isinstance(res, list) or not all(isinstance(r, dict) and "test" in r for r in res):
         raise RecordError(f"{source} has no valid 'results' list", "re-run 'sactool bench'")
+    for i, r in enumerate(res):
+        _check_result(r, f"{source}: results[{i}]")
     warns = data.get("warnings") or []
     return BenchRecord(memory_node=_node_id(data.get("memory_node")), cpu_node=_node_id(data.get("cpu_node")),
                        cpus=tuple(int(c) for c in data.get("cpus") or ()), stand_in=data.get("stand_in"),

@@ -8,18 +8,26 @@ from typing import Any
 FORMATS = ("table", "json", "yaml")
 
 
-def stdout_console():
-    """A rich console on stdout (colour and tables only when stdout is a terminal)."""
+def _console_class():
     from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=False)
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            # rich exits 1 here; a closed pipe (| head) is quiet and exit 0 (errors.run_guarded)
+            self.quiet = True
+            raise BrokenPipeError
+
+    return _Console
+
+
+def stdout_console():
+    """A rich console on stdout (colour and tables only when stdout is a terminal)."""
+    return _console_class()(highlight=False, soft_wrap=False)
 
 
 def stderr_console():
     """A rich console on stderr for progress, logs, warnings."""
-    from rich.console import Console
-
-    return Console(stderr=True, highlight=False)
+    return _console_class()(stderr=True, highlight=False)
 
 
 def emit_data(data: Any, fmt: str) -> None:
