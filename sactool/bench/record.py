@@ -54,6 +54,10 @@ STAT_KEYS = ("median", "mean", "stdev", "min", "max", "p05", "p95", "n")
 """What every result's ``stats`` holds (bench/stats.py ``stats_dict``); renderers and tune read them."""
 
 
+UNIT_SUFFIXES = ("_ns", "_us", "_s", "_bytes", "_per_s", "_fraction")
+"""A derived figure whose key names a unit (STYLE.md §7) must be a finite number (or None)."""
+
+
 def _number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
@@ -75,7 +79,7 @@ def _check_result(r: dict, where: str) -> None:
     if bad or not isinstance(st["n"], int) or st["n"] < 1:
         k = bad[0] if bad else "n"
         raise RecordError(f"{where}: stats.{k} is {st[k]!r}, not a finite number" + (" >= 1" if k == "n" else ""), hint)
-    bad = [k for k, v in r["derived"].items() if v is not None and not _number(v)]
+    bad = [k for k, v in r["derived"].items() if v is not None and k.endswith(UNIT_SUFFIXES) and not _number(v)]
     if bad:
         raise RecordError(f"{where}: derived.{bad[0]} is {r['derived'][bad[0]]!r}, not a finite number", hint)
     if r["test"] == "gather" and r["derived"]:
