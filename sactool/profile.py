@@ -13,6 +13,8 @@ Layout (YAML, ``kind: profile``)::
     predictions: {...}      # what tune predicts for the chosen settings (hit rate, bytes, …)
     bench: {...} | null     # the bench record the fetch costs came from (path, digest, node)
     provenance: {"hisparse.device_buffer_size": {source, detail}, ...}
+    fleet: {...}            # only from tune --fleet: this host's share of a shared pool, its bandwidth
+                            # when every host fetches at once, and the fleet record they came from
 
 Every field of ``pool``, ``hisparse`` and ``sglang`` changes the SGLang argv, its environment or
 the plug-in's behaviour; ``request``, ``predictions``, ``bench`` and ``provenance`` are the record
@@ -147,6 +149,7 @@ class Profile:
     predictions: dict[str, Any] = field(default_factory=dict)
     bench: dict[str, Any] | None = None
     provenance: dict[str, Provenance] = field(default_factory=dict)
+    fleet: dict[str, Any] | None = None   # tune --fleet: this host's share of a shared pool and its sources
     kind: str = KIND
     schema_version: int = SCHEMA_VERSION
     sactool_version: str = ""
@@ -163,7 +166,10 @@ class Profile:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         order = ["kind", "schema_version", "sactool_version", "created_at", "machine", "model", "pool",
                  "hisparse", "sglang", "request", "predictions", "bench", "provenance"]
-        return {k: to_data(d[k]) for k in order}
+        out = {k: to_data(d[k]) for k in order}
+        if self.fleet is not None:  # written only by tune --fleet
+            out["fleet"] = to_data(self.fleet)
+        return out
 
 
 # ------------------------------------------------------------------------------------------
@@ -373,6 +379,8 @@ def from_data(data: dict[str, Any], *, source: str = "profile") -> Profile:
             raise _err(name, "must be a mapping")
     if data.get("bench") is not None and not isinstance(data["bench"], Mapping):
         raise _err("bench", "must be a mapping or null")
+    if data.get("fleet") is not None and not isinstance(data["fleet"], Mapping):
+        raise _err("fleet", "must be a mapping or null")
     prof = Profile(
         model=_build(ModelRef, data["model"], "model"),
         pool=pool,
@@ -382,6 +390,7 @@ def from_data(data: dict[str, Any], *, source: str = "profile") -> Profile:
         request=dict(data.get("request") or {}),
         predictions=dict(data.get("predictions") or {}),
         bench=dict(data["bench"]) if data.get("bench") else None,
+        fleet=dict(data["fleet"]) if data.get("fleet") else None,
         provenance=prov,
         schema_version=data["schema_version"],
         sactool_version=str(data.get("sactool_version", "")),

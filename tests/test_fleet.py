@@ -134,9 +134,9 @@ def test_sweep_sizes(n, want):
 
 
 # ---- ranks, CPUs, options --------------------------------------------------------------------
-def test_activation_order_round_robins_machines():
-    # ranks 0,1 on machine A (local 0,1), ranks 2,3 on machine B (local 0,1)
-    assert activation_order([0, 1, 0, 1]) == [0, 2, 1, 3]
+def test_activation_order_round_robins_hosts():
+    assert activation_order(["a", "a", "b", "b"]) == [0, 2, 1, 3]
+    assert activation_order(["a", "b", "a", "c"]) == [0, 1, 3, 2]
 
 
 def test_cpus_split_among_colocated_ranks():
@@ -169,3 +169,62 @@ def test_launcher_without_mpi4py_says_how_to_install(monkeypatch):
     with pytest.raises(TopologyError, match="mpi4py is not importable") as e:
         mpi.detect({"OMPI_COMM_WORLD_SIZE": "4"})
     assert "sactool[mpi]" in e.value.hint
+
+
+# ---- the split for tune --fleet ----------------------------------------------------------------
+def _fleet_record(test="gather", record_bytes=656, top=3, world=3):
+    """A fleet bench record's fleet block in the form sactool.fleet.bench writes (numbers made up
+    for the arithmetic): hosts a (ranks 0, 1) and b (rank 2) share one device; c has its own."""
+    dev = {"kind": "cxl", "key": "cxl:0x1001", "memdev_serials": ["0x1001"], "node": "node2"}
+    hosts = [{"host": "a", "ranks": [0, 1], "memory_node": "node2", "stand_in": None,
+              "pool_device": {**dev, "free_bytes": 100 << 30}},
+             {"host": "b", "ranks": [2], "memory_node": "node2", "stand_in": None,
+              "pool_device": {**dev, "free_bytes": 90 << 30}},
+             {"host": "c", "ranks": [3], "memory_node": "node3", "stand_in": None,
+              "pool_device": {**dev, "key": "cxl:0x2002", "free_bytes": 50 << 30}}]
+    ranks = [{"rank": r, "host": h, "cpu_node": "node0", "cpus": [0, 1], "machine_block": {"hostname": h}}
+             for r, h in enumerate("aabc")]
+    per = [{"rank": r, "host": h, "bandwidth_bytes_per_s": bw} for r, h, bw in
+           ((0, "a", 1e9), (1, "a", 2e9), (2, "b", 4e9), (3, "c", 8e9))[:top]]
+    sweep = [{"active_ranks": top, "test": test, "config": "gather/x", "params": {"record_bytes": record_bytes,
+              "threads": 2}, "aggregate_bytes_per_s": 7e9, "aggregate_stats": {"n": 3}, "per_rank": per}]
+    return {"fleet": {"world_size": world + 1 if top < 4 else world, "hosts": hosts, "ranks": ranks,
+                      "sweep": sweep}}
+
+
+def test_split_shares_capacity_and_sums_each_hosts_ranks():
+    from sactool.fleet.split import plan, tune_inputs
+
+    shares, warns = plan(_fleet_record(top=4, world=4), 656, path="f.json", digest="sha256:x")
+    by = {s.host: s for s in shares}
+    assert by["a"].hosts_sharing == ("a", "b") and by["a"].device_capacity_bytes == 90 << 30
+    assert by["a"].share_bytes == by["b"].share_bytes == 45 << 30 and by["c"].share_bytes == 50 << 30
+    assert (by["a"].bandwidth_bytes_per_s, by["b"].bandwidth_bytes_per_s, by["c"].bandwidth_bytes_per_s) == (3e9, 4e9, 8e9)
+    assert by["a"].bandwidth_source == "measured" and warns == []
+    pool, gather = tune_inputs(by["a"])
+    assert [(t.name, t.node, t.capacity_bytes) for t in pool.targets] == [("node2", 2, 45 << 30)]
+    assert gather.rounds == ({"node2": 3e9},) and gather.info["source"] == "fleet"
+    assert by["a"].machine == {"hostname": "a"} and by["a"].profile_block()["record"] == "f.json"
+
+
+def test_split_partial_sweep_other_size_and_wrong_test():
+    from sactool.errors import RecordError
+    from sactool.fleet.split import plan
+
+    shares, warns = plan(_fleet_record(record_bytes=1152, top=3, world=3), 656)
+    codes = {w["code"] for w in warns}
+    assert {"fleet_partial", "fleet_record_size", "fleet_host_idle"} <= codes  # c had no active rank
+    a = next(s for s in shares if s.host == "a")
+    # 1152 B touches 18 lines, 656 B 11: same time per line -> 656/11 over 1152/18 of the bandwidth
+    assert a.bandwidth_source == "scaled" and a.bandwidth_bytes_per_s == pytest.approx(3e9 * (656 / 11) / (1152 / 18))
+    with pytest.raises(RecordError, match="tune needs gather figures"):
+        plan(_fleet_record(test="latency"), 656)
+    with pytest.raises(RecordError, match="no fleet sweep"):
+        plan({"fleet": None}, 656)
+
+
+def test_host_file_names_stay_in_their_directory():
+    from sactool.fleet.split import host_file_name
+
+    assert host_file_name("node-7.example") == "node-7.example"
+    assert host_file_name("../../etc/x") == "_.._etc_x" and host_file_name("..") == "host"

@@ -46,25 +46,68 @@ def _run(cmd, tmp_path, timeout=120):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=tmp_path, env=env)
 
 
-def test_bench_gather_sweep_on_four_ranks(tmp_path):
+@pytest.fixture(scope="module")
+def four_ranks(tmp_path_factory):
+    """4 ranks named as 2 hosts of 2 ranks (SACTOOL_FLEET_HOST, through ``env`` in MPMD syntax):
+    all on this machine's node 0, so both "hosts" really share that memory."""
+    tmp = tmp_path_factory.mktemp("fleet4")
+    out = tmp / "fleet.json"
+    app = ["bench", "gather", "--preset", "fast", "-r", "656", *SMALL, "--out", str(out)]
+    cmd = _launcher()
+    for i, host in enumerate(("hostA", "hostB")):
+        cmd += ([":"] if i else []) + ["-n", "2", "env", f"SACTOOL_FLEET_HOST={host}", SACTOOL, *app]
+    return _run(cmd, tmp), out
+
+
+def test_bench_gather_sweep_on_four_ranks(four_ranks):
     from sactool.bench import gather_figure, load_bench
 
-    out = tmp_path / "fleet.json"
-    p = _run(_launcher() + ["-n", "4", SACTOOL, "bench", "gather", "--preset", "fast", "-r", "656", *SMALL,
-                            "--out", str(out)], tmp_path)
+    p, out = four_ranks
     assert p.returncode == 0, p.stderr
     assert "Contention sweep: gather/656B/1t" in p.stdout and p.stdout.count("sactool bench gather") == 1
     rec = load_bench(out)  # a bench record like any other, plus the fleet block
     fl = rec.data["fleet"]
-    assert rec.complete and fl["world_size"] == 4 and [h["host"] for h in fl["hosts"]] == [os.uname().nodename]
+    assert rec.complete and fl["world_size"] == 4
+    assert [(h["host"], h["ranks"]) for h in fl["hosts"]] == [("hostA", [0, 1]), ("hostB", [2, 3])]
+    assert fl["activation_order"] == [0, 2, 1, 3]  # 2 active ranks = one per host
     assert [s["active_ranks"] for s in fl["sweep"]] == [1, 2, 4]
-    for s in fl["sweep"]:
-        assert sorted(r["rank"] for r in s["per_rank"]) == list(range(s["active_ranks"]))
+    for s, ranks in zip(fl["sweep"], ([0], [0, 2], [0, 1, 2, 3])):
+        assert [r["rank"] for r in s["per_rank"]] == ranks
         assert all(r["host"] and r["bandwidth_bytes_per_s"] > 0 and r["topk_step_us"]["p95"] > 0 for r in s["per_rank"])
         assert s["aggregate_bytes_per_s"] > 0 and 0 < s["fairness"]["min_over_max"] <= 1
-    # 4 ranks on 2 CPUs: the record says they shared CPUs
+    # 4 ranks on 2 CPUs: the record says they shared CPUs; both "hosts" measured the same memory
     assert "cpus_shared" in {w["code"] for w in rec.warnings}
+    assert len({h["pool_device"]["key"] for h in fl["hosts"]}) == 1
     assert gather_figure(rec, 656).bandwidth_bytes_per_s > 0  # rank 0's one-rank result
+
+
+def test_tune_fleet_writes_one_valid_profile_per_host(four_ranks, tmp_path, monkeypatch, capsys):
+    from sactool.cli import main
+    from sactool.profile import load_profile
+
+    p, out = four_ranks
+    assert p.returncode == 0, p.stderr
+    monkeypatch.chdir(tmp_path)
+    args = ["tune", "--fleet", str(out), "--context", "4k", "--steps", "6", "--replicates", "1", "--tp", "1",
+            "--gpu-kv-budget", "4GiB", "--concurrency", "1"]
+    assert main(args) == 0, capsys.readouterr().err
+    paths = sorted((tmp_path / "profiles" / "deepseek-v3.2").glob("*.yaml"))
+    assert [q.name for q in paths] == ["hostA.yaml", "hostB.yaml"]
+    data = json.loads(out.read_text())
+    top = data["fleet"]["sweep"][-1]
+    for q in paths:
+        assert main(["profile", "validate", str(q)]) == 0
+        prof = load_profile(q)
+        f = prof.fleet
+        assert f["hosts_sharing"] == ["hostA", "hostB"] and f["share_bytes"] == f["device_capacity_bytes"] // 2
+        assert prof.request["pool_targets"][0]["capacity_bytes"] == f["share_bytes"]
+        want = sum(r["bandwidth_bytes_per_s"] for r in top["per_rank"] if r["host"] == f["host"])
+        assert f["bandwidth_bytes_per_s"] == pytest.approx(want) and f["active_ranks"] == 4
+        assert prof.bench["source"] == "fleet" and prof.bench["bandwidth_bytes_per_s"] == pytest.approx(want)
+        assert "fleet record" in prof.provenance["pool.nodes"].detail
+    capsys.readouterr()
+    assert main(args) == 5  # the profiles exist: refused before tuning anything
+    assert "already exists" in capsys.readouterr().err
 
 
 def test_probe_of_recorded_hosts_shows_shared_devices(tmp_path):

@@ -44,6 +44,9 @@ def tune(
     replicates: int = typer.Option(3, "--replicates", help="Workload seeds = interleaved measurement rounds."),
     seed: int = typer.Option(0, "--seed", help="First workload seed."),
     sysfs_root: Optional[Path] = SysfsRootOpt,
+    fleet: Optional[Path] = typer.Option(
+        None, "--fleet", help="Fleet bench record (mpirun … sactool bench gather --out): one profile per host, "
+        "each for its share of the shared pool; --out is then a directory (default profiles/<model>/)."),
     fmt: str = FormatOpt,
 ) -> None:
     """Choose HiSparse and pool settings for a model from measurements; write a serving profile."""
@@ -66,6 +69,19 @@ def tune(
         steps=steps, replicates=replicates, seed=seed, sysfs_root=sysfs_root,
         given=_given(ctx, {"context": "contexts", "concurrency": "concurrency", "tp": "tp", "attn_dp": "attn-dp",
                            "gpu": "gpu", "kv_dtype": "kv-dtype"}))
+    from sactool.fleet.mpi import detect
+
+    world = detect()
+    if world is not None and fleet is None:
+        from sactool.fleet import commands
+
+        commands.refuse(world, UsageError("tune runs on one host, not under mpirun",
+                                          "measure the fleet (mpirun … sactool bench gather --out fleet.json), "
+                                          "then run: sactool tune --fleet fleet.json"))
+    if world is not None and not world.is_root:
+        return  # tune --fleet under mpirun: rank 0 writes every host's profile
+    if fleet is not None:
+        return _tune_fleet(opts, fleet, fmt)
     from sactool.render.tune import progress_reporter, render_tune, render_warnings
 
     cb, close = progress_reporter()
@@ -80,3 +96,23 @@ def tune(
         from sactool.render import emit_data
 
         emit_data(result, fmt)
+
+
+def _tune_fleet(opts, fleet: Path, fmt: str) -> None:
+    from sactool.fleet.tune import tune_fleet
+    from sactool.render.tune import progress_reporter, render_fleet_tune, render_warnings
+
+    cb, close = progress_reporter()
+    try:
+        results, warnings = tune_fleet(opts, fleet, progress=cb)
+    finally:
+        close()
+    render_warnings(tuple(warnings) + tuple(w for r in results for w in r.warnings))
+    if fmt == "table":
+        render_fleet_tune(results)
+    else:
+        from sactool.render import emit_data
+
+        emit_data({"kind": "fleet_tune_result", "fleet": str(fleet),
+                   "hosts": [{"host": r.profile.fleet["host"], "path": str(r.path) if r.path else None,
+                              "share": r.profile.fleet, "result": r.to_data()} for r in results]}, fmt)

@@ -10,7 +10,7 @@ at the same point, before anything expensive where possible):
 3. placement: each rank maps and verifies its own buffer on the node (ranks of one machine split
    its CPU node's CPUs; when there are fewer CPUs than ranks they share them, and the record says so);
 4. the sweep: for k = 1, 2, 4, … N the first k ranks of the activation order (round-robin over
-   machines, so 2 active ranks are on 2 machines when there are 2) calibrate together and agree
+   hosts, so 2 active ranks are on 2 hosts when there are 2) calibrate together and agree
    on one repetition count (the largest), then run ``rounds`` rounds of every configuration in
    rotated order; before every sample all N ranks meet at a barrier and the k active ones start
    together while the others wait. After each step rank 0 gathers the samples and (with ``--out``)
@@ -60,9 +60,15 @@ def check_agreement(canon: list[dict[str, Any]]) -> None:
                                  "give every rank the same sactool bench arguments")
 
 
-def activation_order(local_ranks: list[int]) -> list[int]:
-    """Ranks in the order the sweep activates them: first rank of every machine, then the second…"""
-    return sorted(range(len(local_ranks)), key=lambda r: (local_ranks[r], r))
+def activation_order(hosts: list[str]) -> list[int]:
+    """Ranks in the order the sweep activates them: the first rank of every host, then the second…
+    (``hosts[r]``: rank r's host), so k active ranks are on k hosts while there are that many."""
+    seen: dict[str, int] = {}
+    nth = []
+    for h in hosts:
+        nth.append(seen.get(h, 0))
+        seen[h] = nth[-1] + 1
+    return sorted(range(len(hosts)), key=lambda r: (nth[r], r))
 
 
 def split_cpus(cpus: tuple[int, ...], local_rank: int, local_size: int) -> tuple[tuple[int, ...], bool]:
@@ -119,6 +125,7 @@ def _prepare(fleet: Fleet, opts, reader, res: dict, cpus: tuple[int, ...], share
     """Stage 2: threads, sizes, free memory for this machine's ranks, indices."""
     from sactool.bench import api, env
     from sactool.bench.protocol import PRESETS
+    from sactool.host.machine import machine_block
     from sactool.memory.nodes import check_fits, free_estimate
 
     topo, mem, cpu_node, node_cpus = res["topo"], res["mem"], res["cpu_node"], res["node_cpus"]
@@ -147,7 +154,7 @@ def _prepare(fleet: Fleet, opts, reader, res: dict, cpus: tuple[int, ...], share
     loc.info = {"rank": fleet.rank, "host": fleet.host, "machine": fleet.machine, "local_rank": fleet.local_rank,
                 "memory_node": f"node{mem}", "cpu_node": f"node{cpu_node}", "cpus": list(cpus),
                 "threads": list(threads), "size_bytes": size, "llc_bytes": llc, "stand_in": stand_in,
-                "pool_device": pool_device(topo, reader, mem, fleet.machine)}
+                "pool_device": pool_device(topo, reader, mem, fleet.machine), "machine_block": machine_block(reader)}
     proto = opts.protocol or PRESETS[opts.preset]
     return loc, (topo, mem, cpus, threads, llc, size, gather_idx, proto)
 
@@ -308,7 +315,7 @@ def _kept(state: dict, write) -> str:
 def _sweep(fleet: Fleet, opts, loc: _Local, proto, state: dict, write, progress) -> None:
     from sactool.bench.protocol import _timed, calibrate
 
-    order = activation_order([r["local_rank"] for r in state["ranks"]])
+    order = activation_order([r["host"] for r in state["ranks"]])
     sizes = sweep_sizes(fleet.size)
     single: dict[str, float] = {}
     done, total = 0, len(sizes) * proto.rounds * len(loc.measures)
@@ -445,7 +452,7 @@ def _record(state: dict, opts, proto, complete: bool) -> dict:
             "world_size": len(ranks),
             "sync": "every sample starts at an MPI barrier of all ranks (MPI_Ibarrier polled with sleeps, then "
                     "an allgather); inactive ranks wait there",
-            "activation_order": activation_order([r["local_rank"] for r in ranks]),
+            "activation_order": activation_order([r["host"] for r in ranks]),
             "hosts": _hosts(ranks),
             "ranks": [{k: v for k, v in r.items() if k != "warnings"} for r in ranks],
             "sweep": state["steps"],

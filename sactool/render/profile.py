@@ -34,6 +34,14 @@ def render_profile(p, path) -> None:
                   f"pool {format_bytes(pr.get('host_pool_bytes'))} in all", markup=False)
     if p.pool.stand_in:
         con.print("pool: a DRAM node stood in for CXL when this profile was tuned", markup=False)
+    f = getattr(p, "fleet", None)
+    if f:
+        others = [h for h in f.get("hosts_sharing", []) if h != f.get("host")]
+        con.print(f"fleet: host {f.get('host')} gets {format_bytes(f.get('share_bytes'))} of "
+                  f"{format_bytes(f.get('device_capacity_bytes'))} on {f.get('memory_node')}"
+                  + (f" (shared with {', '.join(others)})" if others else "")
+                  + f"; gather {(f.get('bandwidth_bytes_per_s') or 0) / 1e9:.2f} GB/s with {f.get('active_ranks')} "
+                  f"ranks fetching at once; from {f.get('record')} ({f.get('bandwidth_source')})", markup=False)
 
 
 def render_valid(p, path) -> None:

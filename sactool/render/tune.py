@@ -87,3 +87,18 @@ def render_tune(result) -> None:
     con.print(f"{result.evaluated} candidates evaluated of {result.space}; {result.elapsed_s:.1f} s")
     if result.path:
         con.print(f"profile: {result.path}", markup=False)
+
+
+def render_fleet_tune(results) -> None:
+    """One block per host: its share of the pool and bandwidth, then the usual summary."""
+    con = stdout_console()
+    for r in results:
+        f = r.profile.fleet
+        others = [h for h in f["hosts_sharing"] if h != f["host"]]
+        con.print(f"[bold]host {f['host']}[/bold]: {format_bytes(f['share_bytes'])} of {f['memory_node']} "
+                  f"({format_bytes(f['device_capacity_bytes'])}"
+                  + (f" shared with {', '.join(others)}" if others else ", not shared") + f"); gather "
+                  f"{f['bandwidth_bytes_per_s'] / 1e9:.2f} GB/s with all {f['active_ranks']} ranks fetching "
+                  f"(aggregate {f['aggregate_bytes_per_s'] / 1e9:.2f} GB/s)", markup=True)
+        render_tune(r)
+        con.print("")

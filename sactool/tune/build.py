@@ -36,9 +36,16 @@ def build_profile(d, *, chosen, ranked, evals, gather):
                      record_bytes=d.rec_bytes, indexer_bytes=d.spec.indexer_bytes)
     pool_s, hs, sg = _settings(d, c, plan)
     prov = _provenance(d, c, req, gather)
+    share = d.o.fleet_share
+    if share is not None:  # tune --fleet: the pool and its figures come from the fleet record
+        src = f"fleet record {share.record_path}: {d.pool.reason}"
+        prov.update({k: _p("measured", src) for k in ("pool.mode", "pool.nodes", "pool.stand_in")})
+        prov["pool.rank_targets"] = _p("derived", f"{c.placement.strategy} over {d.pool.targets[0].name}, this "
+                                       f"host's share ({d.pool.targets[0].capacity_source})")
     predictions = _predictions(d, chosen, ranked, plan, req)
     profile = new_profile(model=d.spec.to_model_ref(), pool=pool_s, hisparse=hs, sglang=sg, machine=d.machine,
-                          request=_request(d), predictions=predictions, bench=dict(gather.info), provenance=prov)
+                          request=_request(d), predictions=predictions, bench=dict(gather.info), provenance=prov,
+                          fleet=share.profile_block() if share is not None else None)
     return profile, _summary(d, c, hs, gather, predictions), _alternatives(chosen, evals)
 
 

@@ -46,6 +46,8 @@ class TuneOptions:
     exhaustive: bool = False                            # evaluate every page-aligned buffer size
     write: bool = True
     given: frozenset[str] = field(default_factory=frozenset)
+    fleet_share: Any = None                             # sactool.fleet.split.HostShare: pool and bandwidth
+    #                                                     from a fleet bench record instead of this machine
 
 
 @dataclass(frozen=True)

@@ -144,6 +144,13 @@ def _probe_pool(job: Job, warnings: list):
     from sactool.tune.pool import pool_info
 
     o = job.o
+    if o.fleet_share is not None:  # tune --fleet: this host's share of a shared pool, from the record
+        from sactool.fleet.split import tune_inputs
+
+        pool = tune_inputs(o.fleet_share)[0]
+        if pool.stand_in:
+            warnings.append({"code": "stand_in", "message": pool.reason, "hint": "figures describe DRAM, not CXL"})
+        return o.fleet_share.machine, pool
     reader = SysfsReader(o.sysfs_root)
     topo = probe(reader)
     machine = machine_block(reader)
@@ -231,6 +238,7 @@ class _Points:
                                       "trace": digest(Path(o.trace).read_bytes()) if o.trace else None,
                                       "gather_seconds": o.gather_seconds,
                                       "bench": str(o.bench) if o.bench else None,
+                                      "fleet": o.fleet_share.profile_block() if o.fleet_share else None,
                                       "targets": target_names}, sort_keys=True))[:23]
         self.done: list[dict] = []
         if self.path is not None:
@@ -255,6 +263,10 @@ def _gather(job: Job, pool, machine, replicates: int, points: _Points):
     from sactool.tune.pool import from_bench, measure_rounds
 
     o = job.o
+    if o.fleet_share is not None:
+        from sactool.fleet.split import tune_inputs
+
+        return tune_inputs(o.fleet_share)[1]
     if o.bench is not None:
         return from_bench(o.bench, job.rec_bytes, pool, machine, strict=o.strict)
     return measure_rounds(pool, job.rec_bytes, job.spec.index_topk, replicates, seconds=o.gather_seconds,
