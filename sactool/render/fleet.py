@@ -81,7 +81,7 @@ def render_fleet_bench(data: dict, console=None) -> None:
     for key, steps in by.items():
         t = Table(title=f"Contention sweep: {key}", title_justify="left")
         lat = next((k for k in ("topk_step_us", "latency_ns") if k in steps[0]), None)
-        cols = ["active ranks", "aggregate", "× one rank", "per rank (min–max)"]
+        cols = ["active ranks", "aggregate", "× one rank", "on-CPU aggregate", "per rank (min–max)"]
         if lat:
             cols += [f"{'top-k step µs' if lat == 'topk_step_us' else 'latency ns'} median", "worst p95"]
         cols += ["fairness min/max"]
@@ -91,6 +91,7 @@ def render_fleet_bench(data: dict, console=None) -> None:
             bws = [r["bandwidth_bytes_per_s"] for r in s["per_rank"]]
             row = [str(s["active_ranks"]), format_rate(s["aggregate_bytes_per_s"]),
                    "-" if s["speedup_vs_one_rank"] is None else f"{s['speedup_vs_one_rank']:.2f}",
+                   "-" if s.get("aggregate_on_cpu_bytes_per_s") is None else format_rate(s["aggregate_on_cpu_bytes_per_s"]),
                    f"{format_rate(min(bws))}–{format_rate(max(bws))}"]
             if lat:
                 row += [f"{s[lat]['median_of_ranks']:.1f}", f"{s[lat]['worst_p95']:.1f}"]
