@@ -41,9 +41,17 @@ def _mpmd(*apps: list[str]) -> list[str]:
     return cmd
 
 
+_CACHE: dict[str, str] = {}
+
+
+def _env(tmp_path, **extra) -> dict[str, str]:
+    """One kernel cache for this module's runs (ranks compile once, not in every test)."""
+    cache = _CACHE.setdefault("dir", os.environ.get("SACTOOL_CACHE_DIR") or str(tmp_path / "cache"))
+    return {**os.environ, "SACTOOL_CACHE_DIR": cache, **extra}
+
+
 def _run(cmd, tmp_path, timeout=120):
-    env = {**os.environ, "SACTOOL_CACHE_DIR": os.environ.get("SACTOOL_CACHE_DIR", str(tmp_path / "cache"))}
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=tmp_path, env=env)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=tmp_path, env=_env(tmp_path))
 
 
 @pytest.fixture(scope="module")
@@ -152,26 +160,33 @@ def _rank_pids(launcher_pid: int) -> dict[int, int]:
     return out
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "killed"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL, signal.SIGSTOP], ids=["ctrl-c", "killed", "hangs"])
 def test_a_rank_interrupted_or_killed_stops_all_and_rank0_keeps_finished_steps(tmp_path, sig):
-    """Three ranks (steps 1, 2, 3); once rank 0 has written step 1, rank 1 gets the signal."""
+    """Three ranks (steps 1, 2, 3); once rank 0 has written step 1, rank 1 gets the signal.
+    SIGSTOP: a rank that hangs without dying; the others give up after SACTOOL_FLEET_TIMEOUT."""
     out = tmp_path / "fleet.json"
     cmd = _launcher() + ["-n", "3", SACTOOL, "bench", "gather", "--preset", "fast", "-r", "64,656,1152,4096",
                          *SMALL, "--out", str(out)]
-    env = {**os.environ, "SACTOOL_CACHE_DIR": os.environ.get("SACTOOL_CACHE_DIR", str(tmp_path / "cache"))}
+    env = _env(tmp_path, **({"SACTOOL_FLEET_TIMEOUT": "10"} if sig == signal.SIGSTOP else {}))
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env)
     try:
         deadline = time.monotonic() + 90
         while not out.exists() and p.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert out.exists(), "step 1 never finished"
-        os.kill(_rank_pids(p.pid)[1], sig)
+        victim = _rank_pids(p.pid)[1]
+        os.kill(victim, sig)
         t0 = time.monotonic()
         _, err = p.communicate(timeout=60)
         stopped_after = time.monotonic() - t0
     finally:
         if p.poll() is None:
             p.kill()
+        if sig == signal.SIGSTOP:
+            try:
+                os.kill(victim, signal.SIGKILL)  # normally already gone: mpirun's abort killed it
+            except (OSError, NameError):
+                pass
     assert stopped_after < 30  # no hang: the others stop within a bounded time
     rec = json.loads(out.read_text())
     steps = sorted({s["active_ranks"] for s in rec["fleet"]["sweep"]})
@@ -182,3 +197,5 @@ def test_a_rank_interrupted_or_killed_stops_all_and_rank0_keeps_finished_steps(t
         assert err.count("error: interrupted: ") == 1
     else:
         assert p.returncode != 0
+    if sig == signal.SIGSTOP:
+        assert "did not arrive within 10 s" in err

@@ -278,7 +278,11 @@ def run_fleet_bench(fleet: Fleet, opts, *, reader=None, write: Writer | None = N
     except FleetError as e:
         if state["ranks"] is not None:
             _finish(fleet, opts, loc, state, write)
-        if e.local:  # this rank gave up waiting: the others may hang, end the job
+        if e.local:  # this rank gave up waiting: the others may hang, so end the job (after saying why)
+            import sys
+
+            sys.stderr.write(f"error: {e.message}\nhint: {e.hint}\n")
+            sys.stderr.flush()
             fleet.abort(int(e.exit_code))
         raise
     finally:
