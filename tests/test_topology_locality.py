@@ -130,3 +130,14 @@ def test_tune_prefaults_each_target_from_its_own_cpu_node(tmp_path):
     info = pool_info(t)
     assert [(x.name, x.cpu_node) for x in info.targets] == [("node2", 0), ("node3", 1)]
     assert info.cpu_node == 0 and info.cpus_near == 1  # one CPU per socket in the recording
+
+
+def test_devdax_target_node_gets_its_devices_socket(tmp_path):
+    """bench/memory ask for the CPU node of a devdax device's (offline) target node."""
+    t = probe(SysfsReader(_tree(tmp_path, "sac2s__20-devdax")))
+    assert 3 not in t.node_ids
+    assert (t.nearest_cpu_node(2), t.nearest_cpu_node(3)) == (0, 1)
+    from sactool.errors import TopologyError
+
+    with pytest.raises(TopologyError):
+        t.nearest_cpu_node(7)

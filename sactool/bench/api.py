@@ -74,9 +74,9 @@ def resolve_cpus(topo, mem_node: int, cpus: tuple[int, ...] | None) -> tuple[int
                              "pick CPUs from 'sactool probe' that this process may run on")
         owner = next((n.id for n in topo.nodes if cpus[0] in n.cpus), None)
         return (owner if owner is not None else -1), tuple(cpus)
-    if mem_node in topo.node_ids:
-        cpu_node = topo.nearest_cpu_node(mem_node)
-    else:  # a devdax device's target node is not online as a NUMA node
+    if mem_node in topo.node_ids or any(d.target_node == mem_node for d in topo.dax_devices):
+        cpu_node = topo.nearest_cpu_node(mem_node)  # a devdax target: its device's socket
+    else:
         cpu_node = next(n.id for n in topo.nodes if n.has_cpu and n.cpus)
     node = check_cpu_node(topo, cpu_node)
     use = tuple(c for c in node.cpus if c in allowed)

@@ -141,8 +141,8 @@ def classify(nodes: list[NumaNode], decoders: list[CxlDecoder], regions: list[Cx
                     "soft-reserved-unattributed",
                     f"{n.name} is specific-purpose (Soft Reserved) memory onlined through hmem, and no CXL window "
                     "covers it: sactool cannot tell CXL from HBM, so it is not used as the pool",
-                    "load the CXL driver (modprobe cxl_acpi cxl_pci) so the CXL windows appear, and re-probe as root "
-                    "(/proc/iomem addresses need CAP_SYS_ADMIN)"))
+                    "load the CXL driver (modprobe cxl_acpi cxl_pci) so the CXL windows appear, then re-probe"
+                    + (" as root (/proc/iomem addresses need CAP_SYS_ADMIN)" if iomem is None else "")))
             elif kmem:
                 ev.append(f"onlined from {', '.join(d.name for d in kmem)} (not boot-time memory), and no CXL region "
                           "or window maps it")
