@@ -121,3 +121,34 @@ def test_gather_line_reproduces_the_micro_benchmark():
     assert _path(p, "sac", 1152).s_per_record == pytest.approx(_path(p, "sac", 656).s_per_record * 18 / 11)
     # CXL costs more per record than DRAM (85.6 vs 49.7 us at top-2048)
     assert _path(p, "sac", 656).s_per_record > 1.5 * _path(p, "dram", 656).s_per_record
+
+
+def test_progress_reports_every_point_then_done():
+    calls = []
+    p = load_platform(PLATFORM)
+    simulate(SimulationOptions(p, contexts=(16384, 32768), concurrency=(8,), output_tokens=16, hotbuffer_steps=16,
+                               progress=lambda what, done, total: calls.append((what, done, total))))
+    assert [c[1] for c in calls] == list(range(6)) + [6] and {c[2] for c in calls} == {6}
+    assert calls[0][0] == "16K c=8 sac" and calls[-1][0] == "done"
+
+
+def test_inputs_read_from_the_authors_logs_follow_their_arithmetic():
+    """The platform file's comments give the logged figures and the arithmetic; redo it here."""
+    p = load_platform(PLATFORM)
+    assert p.harness == "e2e_bench" and p.rdma_requests_per_concurrency == 8 and p.requests_per_concurrency == 2
+    # RDMA CPU passes: fetch steps at c = 8 vs prefix bytes, through the origin, minus the wire
+    steps = {16384: 2.23, 32768: 4.00, 65536: 8.11, 131072: 16.0}
+    b = {c: c * 61 * 1152 / 1e9 for c in steps}
+    s_per_gb = sum(b[c] * steps[c] for c in steps) / sum(b[c] ** 2 for c in steps)
+    assert s_per_gb == pytest.approx(1.744, abs=0.001)
+    cpu = 1e9 / (s_per_gb - 1e9 / p.nic_bytes_per_s)
+    assert p.rdma_conversion_bytes_per_s == pytest.approx(cpu, rel=0.002)
+    # front-end: 13 POSTs per second at 128K
+    assert p.frontend_s_per_prompt_token == pytest.approx(1 / 13 / 131072, rel=0.002)
+    # extend: c = 8 TTFT minus the 8-request backlog
+    ttft8 = {16384: 0.41641, 32768: 0.46011, 65536: 0.56761, 131072: 0.85809}
+    for c, x in p.extend_points:
+        assert x == pytest.approx(ttft8[c] - 8 * p.frontend_s_per_prompt_token * c, abs=0.0005)
+    # the DRAM-HiSparse step table: 4 contexts x 7 batches, the 128K c = 8 point = 43.77 ms (tbt_p50)
+    pts = {(q.context_tokens, q.requests_per_rank): q.step_time_s for q in p.gpu.dram_step_points}
+    assert len(pts) == 28 and pts[(131072, 1)] == 0.04377 and p.gpu.dram_step_buffer == 6144

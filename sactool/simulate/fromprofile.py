@@ -98,6 +98,9 @@ def platform_from_profile(profile_path, base: Platform, *, dram_bench: str | Non
         validation={}, origin=f"{profile_path} (+ {base.origin})")
     notes.append("the bench record's gathers are CPU loads: they stand in for the GPU swap-in kernel's loads")
     notes.append(f"links, NICs and host DRAM capacity from the base platform {base.origin}")
+    if base.harness == "e2e_bench":
+        notes.append("benchmark harness, front-end time per prompt token, extend time and RDMA CPU-pass rate "
+                     f"from the base platform (the authors' logs), not measured for this profile")
     return check(p), notes
 
 
