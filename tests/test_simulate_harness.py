@@ -118,3 +118,10 @@ def test_hisparse_cost_follows_the_batch_and_capacity_caps_residency():
     capped = run_harness(dataclasses.replace(sc, limit=2), HarnessInputs(0.0, 0.0))
     assert capped.breakdown.ttft_admission_wait_s > 0 and max(capped.ttft_s) > max(res.ttft_s)
     assert capped.tbt_s[0] == pytest.approx(STEP + 0.02)     # two at a time
+
+
+def test_one_output_token_finishes_with_the_extend():
+    sc = _sc(ranks=2, concurrency=4, requests=8, output_tokens=1)
+    res = run_harness(sc, HarnessInputs(frontend_s=0.05, extend_s=0.1))
+    assert len(res.ttft_s) == 8 and all(x == 0.0 for x in res.tbt_s)
+    assert res.throughput_tokens_per_s == pytest.approx(8 / res.makespan_s)

@@ -38,6 +38,9 @@ from sactool.simulate.engine import Breakdown, RunResult, Scenario, _nic_time, _
 from sactool.hisparse.cost import fetch_bytes_per_token, rdma_full_prefix_bytes
 
 
+FIRST, FINISH = 0, 1
+
+
 @dataclass(frozen=True)
 class HarnessInputs:
     frontend_s: float          # tokenization time of one request (per-prompt-token time × context)
@@ -75,7 +78,7 @@ def run_harness(sc: Scenario, hx: HarnessInputs) -> RunResult:
     running: list[list[int]] = [[] for _ in range(R)]
     age: dict[int, int] = {}                        # decode steps done (for the cold-buffer misses)
     made: dict[int, int] = {}                       # tokens produced
-    pending: list[tuple[float, int, str]] = []      # heap (ready, request, "first"|"finish")
+    pending: list[tuple[float, int, int]] = []      # heap (ready, FIRST|FINISH, request): firsts go out first
     nic_free = [0.0] * max(1, sc.nics)
     bd = Breakdown()
     sums = [0.0] * 5                                # compute, overhead, swapin, fetch stall, extend stall
@@ -92,11 +95,16 @@ def run_harness(sc: Scenario, hx: HarnessInputs) -> RunResult:
         fe_free = max(t, fe_free) + hx.frontend_s
         heapq.heappush(tokenized, (fe_free, i))
 
-    def deliver(i: int, kind: str, t: float) -> None:
-        if kind == "first":
-            first_t[i] = t
-        else:
-            fin_t[i] = t
+    def deliver(batch, t: float) -> None:
+        """Chunks that go out together at ``t``; the POSTs they release come after all of them."""
+        done = 0
+        for _, kind, i in batch:
+            if kind == FIRST:
+                first_t[i] = t
+            else:
+                fin_t[i] = t
+                done += 1
+        for _ in range(done):
             if issued < N:
                 post(t)
 
@@ -105,17 +113,15 @@ def run_harness(sc: Scenario, hx: HarnessInputs) -> RunResult:
         while pending and pending[0][0] <= T + 1e-12:
             x = pending[0][0]
             if x >= fe_free - 1e-12:
-                _, i, kind = heapq.heappop(pending)
-                deliver(i, kind, x)
-                continue
-            if fe_free > T + 1e-12:
-                return          # the loop is still busy at T: the backlog may still grow
-            d = fe_free
+                d = x               # idle loop: out now, with everything ready at the same moment
+            elif fe_free > T + 1e-12:
+                return              # the loop is still busy at T: the backlog may still grow
+            else:
+                d = fe_free         # out when the loop goes idle, all waiting chunks at once
             batch = []
             while pending and pending[0][0] <= d + 1e-12:
                 batch.append(heapq.heappop(pending))
-            for _, i, kind in batch:
-                deliver(i, kind, d)
+            deliver(batch, d)
 
     def next_event_after(T: float) -> float:
         cand = []
@@ -233,10 +239,10 @@ def run_harness(sc: Scenario, hx: HarnessInputs) -> RunResult:
                 ext_start[i], ext_end[i] = F, E
                 made[i] = 1
                 tok_total += 1
-                heapq.heappush(pending, (E, i, "first"))
+                heapq.heappush(pending, (E, FIRST, i))
                 if out == 1:
                     fin_ready[i] = E
-                    heapq.heappush(pending, (E, i, "finish"))
+                    heapq.heappush(pending, (E, FINISH, i))
                 elif rdma:
                     unfetched[r].append(i)
                 else:
@@ -250,7 +256,7 @@ def run_harness(sc: Scenario, hx: HarnessInputs) -> RunResult:
                 if made[i] >= out:
                     t_done = F + D * (k - (made[i] - out))
                     fin_ready[i] = t_done
-                    heapq.heappush(pending, (t_done, i, "finish"))
+                    heapq.heappush(pending, (t_done, FINISH, i))
                 else:
                     keep.append(i)
             running[r] = keep
