@@ -102,6 +102,14 @@ def _create_temp(d: Path, name: str) -> tuple[int, Path]:
     raise FileExistsError(f"no free temporary name in {d}")  # pragma: no cover
 
 
+def refuse_existing(path: str | os.PathLike[str] | None, force: bool,
+                    hint: str = "pass --force to overwrite it, or choose another --out") -> None:
+    """An output that exists is not overwritten without ``force`` (ExistsError). Commands call it
+    before any work, so a refused run costs nothing; :func:`atomic_write` checks again."""
+    if path is not None and Path(path).exists() and not force:
+        raise ExistsError(f"{path} already exists", hint)
+
+
 def atomic_write(path: str | os.PathLike[str], data: str | bytes, *, force: bool = False) -> Path:
     """Write ``data`` to ``path`` atomically: a temporary file in the same directory, fsync, rename,
     fsync of the directory. The one implementation for every file sactool writes.
@@ -113,8 +121,7 @@ def atomic_write(path: str | os.PathLike[str], data: str | bytes, *, force: bool
     temporary file behind.
     """
     p = Path(path)
-    if p.exists() and not force:
-        raise ExistsError(f"{p} already exists", "pass --force to overwrite it, or choose another --out")
+    refuse_existing(p, force)
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = _create_temp(p.parent, p.name)

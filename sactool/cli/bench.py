@@ -64,15 +64,11 @@ def run_command(test: str, *, node, cpus, size, threads, record_bytes, topk, pre
     from sactool.memory.nodes import topology
     from sactool.units import parse_size
 
-    if out is not None and out.exists() and not force:
-        from sactool.errors import ExistsError
+    from sactool.records import refuse_existing
 
-        raise ExistsError(f"{out} already exists", "pass --force to overwrite it, or choose another --out")
+    refuse_existing(out, force)
+    refuse_existing(plot, force, "pass --force to overwrite it")
     if plot is not None:
-        if plot.exists() and not force:
-            from sactool.errors import ExistsError
-
-            raise ExistsError(f"{plot} already exists", "pass --force to overwrite it")
         try:
             import matplotlib  # noqa: F401
         except ImportError:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import typer
 
-from sactool.errors import ExistsError, UsageError
+from sactool.errors import UsageError
+from sactool.records import refuse_existing  # noqa: F401  (the one "exists / --force" rule)
 
 FormatOpt = typer.Option("table", "--format", "-f", help="Output format: table, json or yaml.")
 SysfsRootOpt = typer.Option(
@@ -30,9 +30,3 @@ def check_format(fmt: str) -> str:
     if fmt not in FORMATS:
         raise UsageError(f"unknown format {fmt!r}", f"use one of: {', '.join(FORMATS)}")
     return fmt
-
-
-def refuse_existing(path: Path | None, force: bool, hint: str = "pass --force to overwrite it") -> None:
-    """An output that exists is not overwritten without ``--force`` (checked before any work)."""
-    if path is not None and path.exists() and not force:
-        raise ExistsError(f"{path} already exists", hint)

@@ -15,8 +15,9 @@ from typing import Optional
 def run_probe(fmt: str = "table", sysfs_root: Optional[Path] = None, snapshot: Optional[Path] = None,
               force: bool = False) -> None:
     """``sactool probe``: probe, optionally snapshot, render (table) or emit data (json/yaml)."""
-    from sactool.errors import ExistsError, UsageError
+    from sactool.errors import UsageError
     from sactool.host.sysfs import SysfsReader
+    from sactool.records import refuse_existing
     from sactool.render import FORMATS
     from sactool.topology import probe
 
@@ -29,8 +30,7 @@ def run_probe(fmt: str = "table", sysfs_root: Optional[Path] = None, snapshot: O
         from sactool.cli.fleet import probe_fleet
 
         return probe_fleet(fleet, fmt, sysfs_root, snapshot)
-    if snapshot is not None and snapshot.exists() and not force:
-        raise ExistsError(f"{snapshot} exists", "pass --force to overwrite it, or choose another name")
+    refuse_existing(snapshot, force, "pass --force to overwrite it, or choose another name")
     reader = SysfsReader(sysfs_root)
     topo = probe(reader)
     if snapshot is not None:

@@ -7,9 +7,9 @@ from typing import List, Optional
 
 import typer
 
-from sactool.cli.common import FormatOpt, check_format
-from sactool.errors import UsageError
+from sactool.cli.common import FormatOpt, check_format, refuse_existing
 from sactool.data import paper_platform
+from sactool.errors import UsageError
 
 
 def simulate(
@@ -43,27 +43,34 @@ def simulate(
     fmt: str = FormatOpt,
 ) -> None:
     """What SAC/CXL vs an RDMA pool vs local DRAM would give: TTFT, TBT, throughput, memory, ratios."""
+    from sactool.simulate.api import SimulationOptions
     from sactool.units import parse_int_list, parse_list, parse_tokens
 
     check_format(fmt)
     if platform is None and profile is None:
         raise UsageError("give --platform FILE or --profile P",
                          f"e.g. sactool simulate --platform {paper_platform()}")
-    if plot is not None and plot.exists() and not force:
-        from sactool.errors import ExistsError
-
-        raise ExistsError(f"{plot} already exists", "pass --force to overwrite it")
+    refuse_existing(plot, force, "pass --force to overwrite it")
     if plot is not None:
         from sactool.render.simulate import require_matplotlib
 
         require_matplotlib()
     if hotbuffer_steps < 2:
         raise UsageError(f"--hotbuffer-steps {hotbuffer_steps} must be >= 2", "e.g. 128")
-
     ctxs = tuple(parse_list(context, parse_tokens, what="context")) if context else None
     concs = parse_int_list(concurrency, what="--concurrency", minimum=1) if concurrency else None
     places = tuple(x.strip() for x in placements.split(",") if x.strip())
-    from sactool.simulate.api import SimulationOptions, simulate as run_sim
+    plat, notes = _platform(platform, profile, dram_bench, overrides, convert_bench)
+    sopts = SimulationOptions(plat, contexts=ctxs, concurrency=concs, output_tokens=output_tokens, case=case,
+                              arrival_rate_per_s=arrival_rate, prefetch=prefetch, placements=places,
+                              hotbuffer_steps=hotbuffer_steps, notes=tuple(notes))
+    res, sens = _run(sopts, explain=explain and {"sac", "rdma", "dram"} <= set(places))
+    _emit(res, sens, fmt=fmt, explain=explain, plot=plot, force=force)
+
+
+def _platform(platform, profile, dram_bench, overrides, convert_bench):
+    """(platform, notes): the file, or the profile's figures over a base platform (default: the
+    paper's), with a measured conversion rate when ``--convert-bench`` is given."""
     from sactool.simulate.platform import load_platform
 
     notes: list = []
@@ -82,21 +89,31 @@ def simulate(
 
         plat, note = with_convert_bench(plat, convert_bench)
         notes.append(note)
+    return plat, notes
+
+
+def _run(sopts, *, explain: bool):
+    """(result, sensitivity or None), with a progress bar on stderr."""
+    from dataclasses import replace
+
     from sactool.render.bench import progress_reporter
+    from sactool.simulate.api import simulate as run_sim
 
     cb, close = progress_reporter()
     sens = None
     try:
-        sopts = SimulationOptions(plat, contexts=ctxs, concurrency=concs, output_tokens=output_tokens, case=case,
-                                  arrival_rate_per_s=arrival_rate, prefetch=prefetch, placements=places,
-                                  hotbuffer_steps=hotbuffer_steps, notes=tuple(notes), progress=cb)
+        sopts = replace(sopts, progress=cb)
         res = run_sim(sopts)
-        if explain and {"sac", "rdma", "dram"} <= set(places):
+        if explain:
             from sactool.simulate.sensitivity import sensitivity
 
             sens = sensitivity(sopts, progress=cb)
     finally:
         close()
+    return res, sens
+
+
+def _emit(res, sens, *, fmt: str, explain: bool, plot: Optional[Path], force: bool) -> None:
     if plot is not None:
         from sactool.render.simulate import plot_simulation
 
@@ -106,14 +123,14 @@ def simulate(
         from sactool.render.simulate import render_simulation
 
         render_simulation(res, explain=explain, sensitivity=sens)
-    else:
-        from sactool.render import emit_data
+        return
+    from sactool.render import emit_data
 
-        if sens is not None:
-            from sactool.records import to_data
+    if sens is None:
+        emit_data(res, fmt)
+        return
+    from sactool.records import to_data
 
-            data = res.to_data()
-            data["sensitivity"] = to_data(sens)
-            emit_data(data, fmt)
-        else:
-            emit_data(res, fmt)
+    data = res.to_data()
+    data["sensitivity"] = to_data(sens)
+    emit_data(data, fmt)

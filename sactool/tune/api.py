@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from sactool.errors import CapacityError, ExistsError, Interrupted, SactoolError, UsageError
+from sactool.records import refuse_existing
 from sactool.tune.options import (DEFAULT_CONTEXTS, DEFAULT_GATHER_SECONDS, DEFAULT_REPLICATES, DEFAULT_STEPS,
                                   SAC_CONCURRENCY, Progress, TuneOptions, TuneResult)
 
@@ -44,8 +45,7 @@ def _check_options(o: TuneOptions, spec) -> tuple[str, int, int]:
 
 def _check_output(path: Path, o: TuneOptions) -> Path:
     points = path.with_name(path.name + ".points.jsonl")
-    if path.exists() and not o.force:
-        raise ExistsError(f"{path} already exists", "pass --force to overwrite it, or choose another --out")
+    refuse_existing(path, o.force)
     parent = path.parent
     probe_dir = parent
     while not probe_dir.exists():
