@@ -225,14 +225,26 @@ _TARGET_RE = re.compile(r"^(node\d+|dax\d+\.\d+)$")
 
 def validate(p: Profile) -> Profile:
     """Check every settings field and the cross-field rules; raise RecordError naming the field."""
-    m = p.model
+    _validate_model(p.model)
+    _validate_hisparse(p.hisparse, p.model)
+    _validate_sglang(p.sglang, p.hisparse, p.model)
+    _validate_pool_targets(p.pool, p.sglang)
+    _validate_pool_allocation(p.pool, p.sglang)
+    for k, v in p.provenance.items():
+        if not isinstance(v, Provenance) or v.source not in PROVENANCE_SOURCES:
+            raise _err(f"provenance[{k!r}]", f"source must be one of {', '.join(PROVENANCE_SOURCES)}")
+    return p
+
+
+def _validate_model(m: ModelRef) -> None:
     _str(m.name, "model.name")
     _str(m.hf_id, "model.hf_id")
     _str(m.architecture, "model.architecture")
     for f in ("num_layers", "kv_lora_rank", "qk_rope_head_dim", "index_topk", "max_position_embeddings"):
         _int(getattr(m, f), f"model.{f}", 1)
 
-    h = p.hisparse
+
+def _validate_hisparse(h: HiSparseSettings, m: ModelRef) -> None:
     _int(h.top_k, "hisparse.top_k", 1)
     if h.top_k != m.index_topk:
         raise _err("hisparse.top_k", f"{h.top_k} differs from the model's index_topk {m.index_topk} "
@@ -242,7 +254,8 @@ def validate(p: Profile) -> Profile:
     _int(h.swap_in_block_size, "hisparse.swap_in_block_size", *SWAP_IN_BLOCK_RANGE)
     _bool(h.prefetch, "hisparse.prefetch")
 
-    s = p.sglang
+
+def _validate_sglang(s: SglangSettings, h: HiSparseSettings, m: ModelRef) -> None:
     _str(s.tested, "sglang.tested")
     _choice(s.entrypoint, "sglang.entrypoint", ENTRYPOINTS)
     _choice(s.role, "sglang.role", ROLES)
@@ -266,7 +279,9 @@ def validate(p: Profile) -> Profile:
         raise _err("sglang.max_total_tokens", f"{s.max_total_tokens} is smaller than one request's hot buffer "
                    f"(device_buffer_size {h.device_buffer_size})")
 
-    q = p.pool
+
+def _validate_pool_targets(q: PoolSettings, s: SglangSettings) -> None:
+    """Placement, mode, nodes / DAX devices and the rank → target map."""
     _choice(q.placement, "pool.placement", PLACEMENTS)
     _choice(q.mode, "pool.mode", POOL_MODES)
     for i, n in enumerate(q.nodes):
@@ -291,6 +306,10 @@ def validate(p: Profile) -> Profile:
                 raise _err(f"pool.rank_targets[{i}]", f"must be nodeN or daxX.Y, got {t!r}")
             if t not in allowed:
                 raise _err(f"pool.rank_targets[{i}]", f"{t} is not among the pool's targets {sorted(allowed)}")
+
+
+def _validate_pool_allocation(q: PoolSettings, s: SglangSettings) -> None:
+    """Policy, weights, huge pages, prefault, strictness and the GPU-local nodes."""
     _choice(q.policy, "pool.policy", POLICIES)
     if not isinstance(q.interleave_weights, dict):
         raise _err("pool.interleave_weights", "must be a mapping node -> weight")
@@ -317,11 +336,6 @@ def validate(p: Profile) -> Profile:
             raise _err("pool.gpu_local_nodes", f"has {len(q.gpu_local_nodes)} entries for {s.tp_size} ranks")
         for i, n in enumerate(q.gpu_local_nodes):
             _int(n, f"pool.gpu_local_nodes[{i}]", 0)
-
-    for k, v in p.provenance.items():
-        if not isinstance(v, Provenance) or v.source not in PROVENANCE_SOURCES:
-            raise _err(f"provenance[{k!r}]", f"source must be one of {', '.join(PROVENANCE_SOURCES)}")
-    return p
 
 
 def settings_fields() -> list[str]:

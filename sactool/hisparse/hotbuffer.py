@@ -87,6 +87,9 @@ class HotBufferResult:
         }
 
 
+# A numba kernel stays one function (over the ~80-line limit): splitting it into helpers would put
+# calls in the per-step inner loop that numba may not inline, and its steps map one to one onto
+# the SGLang kernel lines cited in the module docstring (K:418-705), which a reader checks in order.
 @njit(cache=True, nogil=True)
 def _sim_layer(indices, layer, H, ctx, reserve, pd_empty, out):
     """One layer, slot-level like the kernel: ``order`` is ``lru_slots`` (slot numbers, LRU

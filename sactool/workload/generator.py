@@ -76,6 +76,8 @@ def _pop_scattered(state, sc, n_sc):
     return t, n_sc
 
 
+# A numba kernel stays one function (over the ~80-line limit): its per-token loop keeps every
+# mechanism's state in registers, and helpers called from it would cost a call per token.
 @njit(cache=True, nogil=True)
 def _gen_layer(out, layer, ctx, steps, top_k, seed, cdf, factor, sinks, window, n_regions,
                region_tokens, drift, jump, churn, revisit, revisit_window):
