@@ -179,7 +179,7 @@ def progress_reporter():
     prog = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                     console=stderr_console(), transient=True)
     prog.start()
-    task = prog.add_task("bench", total=1)
+    task = prog.add_task("starting", total=1)
 
     def cb(desc: str, done: int, total: int) -> None:
         prog.update(task, description=desc[:60], completed=done, total=max(total, 1))

@@ -217,8 +217,11 @@ def simulate(opts: SimulationOptions) -> SimulationResult:
                 per_gpu_hot = -(-conc // ranks) * (hot + idx_bytes)
                 if limit < 1:
                     points.append(PlacementPoint(pl, ctx, conc, False, True, cap, local, per_gpu_hot))
+                    done_points += 1
                     continue
                 fits_any = True
+                if opts.progress:
+                    opts.progress(f"{format_tokens(ctx)} c={conc} {pl}", done_points, total_points)
                 prof = miss_fn(ctx, buf)
                 miss_used[f"{ctx}/{buf}"] = {"cold_misses_per_layer": prof.at(0), "steady_misses_per_layer": prof.steady,
                                              "hit_rate": prof.hit_rate}
@@ -243,8 +246,6 @@ def simulate(opts: SimulationOptions) -> SimulationResult:
                                                      miss_fn(ctx, p.gpu.dram_step_buffer or p.device_buffer_size), ctx)
                     sc = dataclasses.replace(sc, overhead_fn=ovh_fn)
                     overheads[ctx] = ovh_table
-                if opts.progress:
-                    opts.progress(f"{format_tokens(ctx)} c={conc} {pl}", done_points, total_points)
                 if harness:
                     from sactool.simulate.harness import HarnessInputs, run_harness
 
