@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
@@ -34,7 +34,9 @@ def tune(
                                                 help="GPU bytes per GPU for hot buffers + indexer keys (e.g. 30GiB)."),
     weights_bytes: Optional[str] = typer.Option(None, "--weights-bytes", help="Checkpoint size (e.g. 642GiB)."),
     kv_dtype: str = typer.Option("fp8", "--kv-dtype", help="KV cache dtype: fp8 (656 B) or bf16 (1152 B)."),
-    bench: Optional[Path] = typer.Option(None, "--bench", help="Bench record from 'sactool bench --out'."),
+    bench: Optional[List[Path]] = typer.Option(
+        None, "--bench", help="Bench record from 'sactool bench gpu-gather --out' (GPU figures) or 'sactool bench "
+        "--out' (CPU proxy); repeat it for one record per pool target."),
     trace: Optional[Path] = typer.Option(None, "--trace", help="Replay a real top-k trace (.npz)."),
     strict: bool = typer.Option(False, "--strict", help="Refuse bench records from another machine or node."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Profile path (default profiles/<model>/<host>.yaml)."),
@@ -65,7 +67,7 @@ def tune(
         attn_dp=attn_dp, gpu=gpu,
         gpu_kv_budget_bytes=parse_size(gpu_kv_budget, what="--gpu-kv-budget") if gpu_kv_budget else None,
         weights_bytes=parse_size(weights_bytes, what="--weights-bytes") if weights_bytes else None,
-        kv_dtype=kv_dtype, bench=bench, trace=trace, strict=strict, out=out, force=force, resume=resume,
+        kv_dtype=kv_dtype, bench=(tuple(bench) if len(bench) > 1 else bench[0]) if bench else None, trace=trace, strict=strict, out=out, force=force, resume=resume,
         steps=steps, replicates=replicates, seed=seed, sysfs_root=sysfs_root,
         given=_given(ctx, {"context": "contexts", "concurrency": "concurrency", "tp": "tp", "attn_dp": "attn-dp",
                            "gpu": "gpu", "kv_dtype": "kv-dtype"}))

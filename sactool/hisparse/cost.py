@@ -41,10 +41,14 @@ def fetch_time_per_token(misses_per_step_per_layer: float, record_bytes: int, la
     This is the fetch stall added to each generated token (the time between tokens) of every one
     of the ``concurrency`` requests. Assumptions, stated so a reader can disagree with them:
 
-    * the pool delivers missed records at the *measured* gather bandwidth of ``gather`` (random
-      gathers of ``gather.record_bytes`` records from the pool's memory node), whatever the number
-      of requests: the figure is taken as the pool's throughput limit, not scaled by a guessed
-      parallelism;
+    * the pool delivers missed records at the *measured* bandwidth of ``gather``, taken as the
+      pool's throughput limit, not scaled by a guessed parallelism. Which measurement that is,
+      the profile's ``bench.fetch_path`` says: ``gpu`` — the GPU swap-in of ``sactool bench
+      gpu-gather`` (a GPU loading the records from the pool's memory, as HiSparse does) at the
+      design's requests in flight per rank, one block each; ``cpu_proxy`` — random gathers of
+      ``gather.record_bytes`` records by CPU threads (``sactool bench gather``), a CPU proxy
+      for the GPU path: a few CPU threads and eight GPUs pulling over their own PCIe links are
+      different machines, so the proxy may be far off in either direction;
     * no overlap of the fetch with compute: for models without IndexShare every layer's swap-in
       runs synchronously before its attention (sglang-integration.md §2.3 step 6), so the stall
       adds to the step time;

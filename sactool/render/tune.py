@@ -51,7 +51,9 @@ def render_tune(result) -> None:
               f"{s['design_concurrency']}")
     con.print(f"pool: {pool}" + ("  [yellow](stand-in for CXL: DRAM figures)[/yellow]" if s["stand_in"] else ""))
     bw = s.get("gather_bandwidth_bytes_per_s")
-    con.print(f"gather: {bw / 1e9:.2f} GB/s  ({s.get('gather_detail')})" if bw else "gather: -", markup=False)
+    fig = s.get("fetch_figure") or "gather"
+    con.print(f"fetch figure: {fig}: {bw / 1e9:.2f} GB/s  ({s.get('gather_detail')})" if bw else "fetch figure: -",
+              markup=False)
     cfg = s["hisparse_config"]
     con.print(f"chosen: device_buffer_size {cfg['device_buffer_size']}, host_to_device_ratio "
               f"{cfg['host_to_device_ratio']}, swap_in_block_size {cfg['swap_in_block_size']}, prefetch "

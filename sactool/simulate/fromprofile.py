@@ -36,9 +36,18 @@ def _bench_curve(path: str | None, block: dict | None, record_bytes: int, what: 
         from sactool.bench import gather_figure, load_bench
 
         rec = load_bench(path)
+        node = f"node{rec.memory_node}" if rec.memory_node is not None else "?"
+        from sactool.bench.gpufigure import gpu_gather_figure, gpu_results, has_gpu_figures
+
+        if has_gpu_figures(rec) and not any(r.get("test") == "gather" for r in rec.results):
+            # a gpu-gather record: one request's rate from 1 block, the aggregate from the most blocks
+            g1 = gpu_gather_figure(rec, record_bytes, 1)
+            gn = gpu_gather_figure(rec, record_bytes, max(int(r["params"]["blocks"]) for r in gpu_results(rec)))
+            src = (f"{what}: GPU swap-in record {path} ({node}), 1 block {g1.ns_per_record:.1f} ns/record, "
+                   f"{gn.blocks} blocks {gn.bandwidth_bytes_per_s / 1e9:.2f} GB/s")
+            return _curve_from_figures(record_bytes, g1.ns_per_record * 1e-9, gn.bandwidth_bytes_per_s, src), node
         one = gather_figure(rec, record_bytes, threads=1)
         agg = gather_figure(rec, record_bytes)
-        node = f"node{rec.memory_node}" if rec.memory_node is not None else "?"
         src = (f"{what}: bench record {path} ({node}), 1 thread {one.ns_per_record:.1f} ns/record, "
                f"{agg.threads} threads {agg.bandwidth_bytes_per_s / 1e9:.2f} GB/s ({agg.source})")
         return _curve_from_figures(record_bytes, one.ns_per_record * 1e-9, agg.bandwidth_bytes_per_s, src), node
@@ -96,7 +105,10 @@ def platform_from_profile(profile_path, base: Platform, *, dram_bench: str | Non
         dram_nodes=base.dram_nodes if dram_bench else min(targets, ranks),
         contexts=tuple(c for c in base.contexts if c <= spec.max_position_embeddings) or base.contexts,
         validation={}, origin=f"{profile_path} (+ {base.origin})")
-    notes.append("the bench record's gathers are CPU loads: they stand in for the GPU swap-in kernel's loads")
+    if prof.bench.get("fetch_path") == "gpu":
+        notes.append("the bench record's figures are GPU swap-in loads (sactool bench gpu-gather)")
+    else:
+        notes.append("the bench record's gathers are CPU loads: a CPU proxy for the GPU swap-in kernel's loads")
     notes.append(f"links, NICs and host DRAM capacity from the base platform {base.origin}")
     if base.harness == "e2e_bench":
         notes.append("benchmark harness, front-end time per prompt token, extend time and RDMA CPU-pass rate "

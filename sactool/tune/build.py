@@ -189,7 +189,7 @@ def _request(d) -> dict[str, Any]:
                "gpu_kv_budget": {"bytes_per_gpu": budget.bytes_per_gpu, "source": budget.source,
                                  "detail": budget.detail},
                "kv_dtype": kv, "steps": o.steps, "replicates": replicates, "seed": o.seed,
-               "trace": str(o.trace) if o.trace else None, "bench": str(o.bench) if o.bench else None,
+               "trace": str(o.trace) if o.trace else None, "bench": _bench_request(o.bench),
                "pool_targets": [{"name": t.name, "capacity_bytes": t.capacity_bytes, "source": t.capacity_source}
                                 for t in pool.targets]}
 
@@ -202,12 +202,21 @@ def _summary(d, c, hs, gather, predictions) -> dict[str, Any]:
                "stand_in": pool.stand_in, "pool_reason": pool.reason,
                "gather_bandwidth_bytes_per_s": gather.info.get("bandwidth_bytes_per_s"),
                "gather_detail": gather.info.get("detail"),
+               "fetch_path": gather.info.get("fetch_path"), "fetch_figure": gather.info.get("fetch_figure"),
                "hisparse_config": hs.config_json(), "prefetch": hs.prefetch,
                "placement": c.placement.label, "rank_targets": list(c.placement.rank_targets),
                "tp": o.tp, "attn_dp": attn_dp, **{k: predictions[k] for k in (
                    "fetch_time_per_token_s", "design_concurrency", "gpu_bytes_per_rank", "hot_buffer_bytes_per_rank",
                    "index_key_bytes_per_rank", "gpu_kv_budget_bytes", "host_pool_bytes_per_rank", "host_pool_bytes",
                    "per_context", "engine_constraints")}}
+
+
+def _bench_request(bench):
+    """``request.bench`` as the user gave it: None, one path, or a list of paths (one per pool target)."""
+    from sactool.tune.pool import bench_paths
+
+    ps = [str(b) for b in bench_paths(bench)]
+    return None if not ps else ps[0] if len(ps) == 1 else ps
 
 
 def _alternatives(chosen, evals, n_feasible: int = 4, n_infeasible: int = 2) -> list[dict[str, Any]]:

@@ -32,7 +32,7 @@ class TuneOptions:
     gpu_kv_budget_bytes: int | None = None              # per GPU
     weights_bytes: int | None = None                    # whole checkpoint
     kv_dtype: str = "fp8"
-    bench: Path | None = None
+    bench: Path | tuple[Path, ...] | None = None        # one bench record, or one per pool target
     trace: Path | None = None
     strict: bool = False
     out: Path | None = None

@@ -77,43 +77,138 @@ def _warn(code: str, message: str, hint: str = "") -> dict[str, str]:
     return {"code": code, "message": message, "hint": hint}
 
 
-def from_bench(path, record_bytes: int, pool: PoolInfo, machine: dict, *, strict: bool) -> GatherInputs:
-    """Gather figures from a ``sactool bench`` record. A record from another machine or another
-    memory node warns, or is refused with ``strict``."""
+FETCH_FIGURES = {
+    "gpu": "GPU swap-in (sactool bench gpu-gather: a GPU loading the records from the pool, as HiSparse does)",
+    "cpu_proxy": "CPU gather (sactool bench gather): a CPU proxy for the GPU swap-in",
+}
+"""What the pool's fetch throughput was measured with, as profiles and tables name it."""
+
+
+def bench_paths(bench) -> list:
+    """``--bench`` as a list: None → [], one path → [path], several → them."""
+    if bench is None:
+        return []
+    if isinstance(bench, (list, tuple)):
+        return list(bench)
+    return [bench]
+
+
+def _measures(rec, t) -> bool:
+    """Does bench record ``rec`` measure pool target ``t`` (its NUMA node or its DAX device)?"""
+    dax = rec.data.get("dax_device")
+    if dax and dax.rsplit("/", 1)[-1] == t.name:
+        return True
+    return not dax and t.node is not None and rec.memory_node == t.node
+
+
+def from_bench(paths, record_bytes: int, pool: PoolInfo, machine: dict, *, strict: bool, blocks: int | None = None,
+               swap_in_block: int | None = None, top_k: int | None = None) -> GatherInputs:
+    """Fetch figures from ``sactool bench`` records (``--bench``, one or more: one per pool target).
+
+    Each pool target takes the record that measured it (its node or DAX device); one record for
+    several targets serves them all (warned). From that record the GPU swap-in figure
+    (``bench gpu-gather``) at ``blocks`` requests in flight per rank and CTA width
+    ``swap_in_block`` is used when the record has one; otherwise its CPU gather figure, labelled a
+    *CPU proxy* for the GPU path (warned, with the reason the GPU figure was not usable).
+    A record from another machine or another memory node warns, or is refused with ``strict``.
+
+    Ranks sharing a target share its figure (:func:`sactool.hisparse.cost.step_time_over_targets`).
+    For a GPU figure that is the conservative reading: it is one GPU's throughput from the target,
+    and one GPU cannot show how much more the target gives several GPUs at once.
+    """
     from pathlib import Path
 
     from sactool.bench import gather_figure, load_bench
+    from sactool.bench.gpufigure import gpu_gather_figure
     from sactool.records import digest
 
-    rec = load_bench(path)
+    paths = bench_paths(paths)
+    recs = [(p, load_bench(p)) for p in paths]
     warnings = []
-    theirs = (rec.data.get("machine") or {})
-    for key in ("hostname", "cpu_model"):
-        if theirs.get(key) and machine.get(key) and theirs[key] != machine[key]:
-            msg = f"bench record {path} was measured on {key} {theirs[key]!r}, this is {machine[key]!r}"
-            if strict:
-                raise RecordError(msg, "measure here with 'sactool bench', or drop --strict to use it anyway")
-            warnings.append(_warn("bench_other_machine", msg, "figures from another machine may not hold here"))
-            break
+    for p, rec in recs:
+        theirs = (rec.data.get("machine") or {})
+        for key in ("hostname", "cpu_model"):
+            if theirs.get(key) and machine.get(key) and theirs[key] != machine[key]:
+                msg = f"bench record {p} was measured on {key} {theirs[key]!r}, this is {machine[key]!r}"
+                if strict:
+                    raise RecordError(msg, "measure here with 'sactool bench', or drop --strict to use it anyway")
+                warnings.append(_warn("bench_other_machine", msg, "figures from another machine may not hold here"))
+                break
     names = [t.name for t in pool.targets]
-    node_targets = {t.node: t.name for t in pool.targets if t.node is not None}
-    if rec.memory_node not in node_targets:
-        msg = (f"bench record {path} measured node{rec.memory_node}, not the pool "
-               f"({', '.join(names)})")
-        if strict:
-            raise RecordError(msg, "bench the pool node: sactool bench --node <pool node>")
-        warnings.append(_warn("bench_other_node", msg, "its figure is used for every pool target"))
-    fig = gather_figure(rec, record_bytes)
-    if len(names) > 1:
-        warnings.append(_warn("bench_one_node", f"one bench record for {len(names)} pool targets: "
-                              f"node{rec.memory_node}'s figure is used for all of them",
-                              "bench each pool node to compare placements on measured figures"))
-    rnd = {n: fig.bandwidth_bytes_per_s for n in names}
-    info = {"source": "file", "path": str(path), "digest": digest(Path(path).read_bytes()),
-            "memory_node": f"node{rec.memory_node}" if rec.memory_node is not None else None,
-            "stand_in": bool(rec.stand_in) or pool.stand_in, "record_bytes": record_bytes,
-            "threads": fig.threads, "bandwidth_bytes_per_s": fig.bandwidth_bytes_per_s,
-            "ns_per_record": fig.ns_per_record, "figure_source": fig.source, "detail": fig.detail}
+
+    def where(rec) -> str:
+        return rec.data.get("dax_device") or (f"node{rec.memory_node}" if rec.memory_node is not None else "?")
+
+    rnd: dict[str, float] = {}
+    per_target: list[dict] = []
+    used_for: dict[str, list[str]] = {}
+    proxy: list[str] = []
+    for t in pool.targets:
+        mine = [(p, r) for p, r in recs if _measures(r, t)]
+        if not mine:
+            p, rec = recs[0]
+            msg = (f"bench record {p} measured {where(rec)}, not pool target {t.name}" if len(recs) == 1 else
+                   f"no bench record measured pool target {t.name}; {p} ({where(rec)}) stands in")
+            if strict:
+                raise RecordError(msg, f"bench the pool target: sactool bench --node {t.name}")
+            warnings.append(_warn("bench_other_node", msg, "its figure is used for that target"))
+            mine = [(p, rec)]
+        gpu_why = []
+        row = None
+        for p, rec in mine:  # a GPU figure from any of the target's records beats a CPU one
+            try:
+                f = gpu_gather_figure(rec, record_bytes, blocks or 1, threads=swap_in_block, topk=top_k)
+            except RecordError as e:
+                gpu_why.append(e.message)
+                continue
+            row = {"target": t.name, "path": str(p), "figure": "gpu", "bandwidth_bytes_per_s": f.bandwidth_bytes_per_s,
+                   "ns_per_record": f.ns_per_record, "blocks": f.blocks, "threads": f.threads_per_block,
+                   "topk_step_us": f.topk_step_us, "ceiling_ratio": f.ceiling_ratio, "full_prefix_us": f.full_prefix_us,
+                   "figure_source": f.source, "detail": f.detail, "stand_in": bool(rec.stand_in)}
+            break
+        if row is None:
+            err = None
+            for p, rec in mine:
+                try:
+                    f = gather_figure(rec, record_bytes)
+                except RecordError as e:
+                    err = e
+                    continue
+                row = {"target": t.name, "path": str(p), "figure": "cpu_proxy",
+                       "bandwidth_bytes_per_s": f.bandwidth_bytes_per_s, "ns_per_record": f.ns_per_record,
+                       "threads": f.threads, "figure_source": f.source, "detail": f.detail,
+                       "gpu_not_used": "; ".join(gpu_why), "stand_in": bool(rec.stand_in)}
+                break
+            if row is None:
+                raise RecordError(f"no usable fetch figure for pool target {t.name}: " + "; ".join(gpu_why + [err.message]),
+                                  "pass a record of 'sactool bench gpu-gather' or 'sactool bench gather' for it")
+            proxy.append(t.name)
+        rnd[t.name] = row["bandwidth_bytes_per_s"]
+        per_target.append(row)
+        used_for.setdefault(row["path"], []).append(t.name)
+    for p, ts in used_for.items():
+        if len(ts) > 1:
+            warnings.append(_warn("bench_one_node", f"one bench record for {len(ts)} pool targets: {p}'s figure is used "
+                                  f"for {', '.join(ts)}", "bench each pool target to compare placements on measured figures"))
+    if proxy:
+        why = next((r["gpu_not_used"] for r in per_target if r.get("gpu_not_used")), "")
+        warnings.append(_warn("cpu_proxy", f"fetch throughput of {', '.join(proxy)} is a CPU gather figure, a CPU proxy "
+                              "for the GPU swap-in" + (f" ({why})" if why else ""),
+                              "measure the GPU path: sactool bench gpu-gather --node <target> --out F, then tune --bench F"))
+    kinds = {r["figure"] for r in per_target}
+    path = "gpu" if kinds == {"gpu"} else "cpu_proxy" if kinds == {"cpu_proxy"} else "mixed"
+    first = per_target[0]
+    frec = next(r for p, r in recs if str(p) == first["path"])
+    info = {"source": "file", "path": first["path"], "digest": digest(Path(first["path"]).read_bytes()),
+            "paths": [str(p) for p, _ in recs], "digests": [digest(Path(p).read_bytes()) for p, _ in recs],
+            "memory_node": f"node{frec.memory_node}" if frec.memory_node is not None else frec.data.get("dax_device"),
+            "stand_in": any(r["stand_in"] for r in per_target) or pool.stand_in, "record_bytes": record_bytes,
+            "threads": first["threads"], "bandwidth_bytes_per_s": first["bandwidth_bytes_per_s"],
+            "ns_per_record": first["ns_per_record"], "figure_source": first["figure_source"],
+            "detail": first["detail"] if len(per_target) == 1 else "; ".join(f"{r['target']}: {r['detail']}" for r in per_target),
+            "fetch_path": path,
+            "fetch_figure": FETCH_FIGURES.get(path, "GPU swap-in for some targets, CPU proxy for others"),
+            "design_blocks": blocks, "targets": per_target}
     return GatherInputs((rnd,), info, tuple(warnings))
 
 
@@ -154,5 +249,8 @@ def measure_rounds(pool: PoolInfo, record_bytes: int, top_k: int, rounds: int, *
             "record_bytes": record_bytes, "threads": last.get("threads"), "rounds": rounds,
             "bandwidth_bytes_per_s": sorted(bws)[len(bws) // 2],
             "bandwidth_samples_bytes_per_s": bws, "figure_source": last.get("source"),
-            "detail": (last.get("detail") or "") + f"; {rounds} rounds interleaved over targets"}
-    return GatherInputs(tuple(out), info, ())
+            "detail": (last.get("detail") or "") + f"; {rounds} rounds interleaved over targets",
+            "fetch_path": "cpu_proxy", "fetch_figure": FETCH_FIGURES["cpu_proxy"]}
+    warn = _warn("cpu_proxy", "tune measured CPU gathers: the pool's fetch throughput is a CPU proxy for the GPU swap-in",
+                 "measure the GPU path: sactool bench gpu-gather --node <target> --out F, then tune --bench F")
+    return GatherInputs(tuple(out), info, (warn,))

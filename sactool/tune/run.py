@@ -88,7 +88,7 @@ def execute(job: Job) -> TuneResult:
     fit = _Fit(job, budget, pool)
     design, concurrency = fit.design_point(contexts, warnings)
     points = _Points(job, [t.name for t in pool.targets])
-    gather = _gather(job, pool, machine, replicates, points)
+    gather = _gather(job, pool, machine, replicates, points, blocks=fit.dep.requests_per_rank(concurrency))
     warnings += list(gather.warnings)
     d = DesignPoint(o=job.o, spec=job.spec, kv=job.kv, attn_dp=job.attn_dp, rec_bytes=job.rec_bytes, budget=budget,
                     pool=pool, machine=machine, dep=fit.dep, contexts=contexts, design=design,
@@ -231,13 +231,14 @@ class _Points:
 
     def __init__(self, job: Job, target_names: list[str]):
         from sactool.records import digest, read_jsonl
+        from sactool.tune.pool import bench_paths
 
         o = job.o
         self.path = job.points_path
         self.key = digest(json.dumps({"model": job.spec.name, "kv": job.kv, "steps": o.steps, "seed": o.seed,
                                       "trace": digest(Path(o.trace).read_bytes()) if o.trace else None,
                                       "gather_seconds": o.gather_seconds,
-                                      "bench": str(o.bench) if o.bench else None,
+                                      "bench": [str(b) for b in bench_paths(o.bench)] or None,
                                       "fleet": o.fleet_share.profile_block() if o.fleet_share else None,
                                       "targets": target_names}, sort_keys=True))[:23]
         self.done: list[dict] = []
@@ -258,17 +259,24 @@ class _Points:
             append_jsonl(self.path, {**p, "key": self.key})
 
 
-def _gather(job: Job, pool, machine, replicates: int, points: _Points):
-    """Gather figures: from ``--bench``, or interleaved quick measurements (resumable)."""
+def _gather(job: Job, pool, machine, replicates: int, points: _Points, *, blocks: int):
+    """Fetch figures: from ``--bench`` (GPU swap-in figures at ``blocks`` requests in flight per rank
+    when the records have them, else the CPU proxy), or interleaved quick CPU measurements (resumable)."""
     from sactool.tune.pool import from_bench, measure_rounds
 
     o = job.o
     if o.fleet_share is not None:
         from sactool.fleet.split import tune_inputs
 
-        return tune_inputs(o.fleet_share)[1]
+        from sactool.tune.pool import FETCH_FIGURES
+
+        g = tune_inputs(o.fleet_share)[1]   # a fleet bench record's CPU gathers: the CPU proxy
+        g.info.setdefault("fetch_path", "cpu_proxy")
+        g.info.setdefault("fetch_figure", FETCH_FIGURES["cpu_proxy"])
+        return g
     if o.bench is not None:
-        return from_bench(o.bench, job.rec_bytes, pool, machine, strict=o.strict)
+        return from_bench(o.bench, job.rec_bytes, pool, machine, strict=o.strict, blocks=blocks,
+                          swap_in_block=search.DEFAULT_SWAP_IN_BLOCK, top_k=job.spec.index_topk)
     return measure_rounds(pool, job.rec_bytes, job.spec.index_topk, replicates, seconds=o.gather_seconds,
                           done=points.of_kind("gather"), on_point=points.add, progress=job.progress)
 
