@@ -225,3 +225,35 @@ def test_cli_simulated_run_writes_a_loadable_record(tmp_path):
     assert rec.data["command"] == "gpu-gather" and data["results"] == list(rec.results)
     assert [r["test"] for r in rec.results] == ["gpu_gather", "gpu_prefix_copy"]
     assert "simulated" in p.stderr  # warnings on stderr, data on stdout
+
+
+def test_gpu_check_script_runs_end_to_end_in_the_simulator(tmp_path):
+    """scripts/gpu-check --smoke: the same code path as on a GPU, at simulator sizes."""
+    code = ("import runpy, sys\nsys.argv = ['gpu-check', '--smoke', '--out', %r]\n"
+            "runpy.run_path('scripts/gpu-check', run_name='__main__')" % str(tmp_path))
+    p = _child(code, simulator=True)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "authors' shape" in p.stdout and "placement mbind, verified: 100.0%" in p.stdout
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert [r["topk"] for r in summary["authors_shape"]] == [8, 16]
+    assert [r["blocks"] for r in summary["blocks"]] == [1, 2] and summary["warnings"] == ["simulated"]
+    assert (tmp_path / "gpu-gather-sweep.json").exists() and (tmp_path / "gpu-gather-authors.json").exists()
+
+
+def test_best_effort_placement_without_a_node_is_first_touch_and_says_so():
+    """What gpu-check meets under gVisor when no NUMA node can be read: a first-touch buffer,
+    marked unverified (the syscalls themselves are not faked: no node is asked for)."""
+    from sactool.bench.gpuplace import place
+    from sactool.errors import TopologyError
+    from sactool.host.sysfs import SysfsReader
+
+    with pytest.raises(TopologyError) as e:
+        place(1 << 20, node=None, dax=None, cpus=[0], topo=None, reader=SysfsReader(), placement="strict")
+    assert "best-effort" in e.value.hint
+    buf, pl = place(1 << 20, node=None, dax=None, cpus=[0], topo=None, reader=SysfsReader(), placement="best-effort")
+    try:
+        assert pl["method"] == "first-touch" and pl["verified"] is False
+        assert any("topology unreadable" in n for n in pl["notes"]) and any("not verified" in n for n in pl["notes"])
+        assert buf.describe()["policy"] == "first-touch" and buf.array("uint8")[::4096].min() == 1  # pre-faulted
+    finally:
+        buf.close()

@@ -196,18 +196,24 @@ def place(size: int, *, node: int | None, dax: str | None, cpus, topo, reader: S
             buf.close()
             raise
         return buf, {"method": "devdax", "verified": buf.report is not None, "notes": []}
-    try:
-        buf = allocate(size, node=node, hugepages=hugepages, prefault_threads=len(cpus), prefault_cpus=cpus,
-                       topo=topo, reader=reader)
-        return buf, {"method": "mbind", "verified": True, "notes": []}
-    except (TopologyError, OSError) as e:
-        why = _syscall_missing(e)
-        if placement == "strict" or why is None:
-            if why is not None and isinstance(e, TopologyError):
-                raise TopologyError(e.message, (e.hint or "") + "; or pass --placement best-effort to measure "
-                                    "first-touch memory and say so in the record") from None
-            raise
-    notes = [f"mbind/placement unavailable: {why}"]
+    if node is None or topo is None:
+        if placement == "strict":
+            raise TopologyError("no NUMA memory node to place the buffer on (the topology is unreadable)",
+                                "pass --node N, or --placement best-effort to measure first-touch memory")
+        why = "no NUMA node known (topology unreadable)" if topo is None else "no memory node given"
+    else:
+        try:
+            buf = allocate(size, node=node, hugepages=hugepages, prefault_threads=len(cpus), prefault_cpus=cpus,
+                           topo=topo, reader=reader)
+            return buf, {"method": "mbind", "verified": True, "notes": []}
+        except (TopologyError, OSError) as e:
+            why = _syscall_missing(e)
+            if placement == "strict" or why is None:
+                if why is not None and isinstance(e, TopologyError):
+                    raise TopologyError(e.message, (e.hint or "") + "; or pass --placement best-effort to measure "
+                                        "first-touch memory and say so in the record") from None
+                raise
+    notes = [f"bench placement (mbind + move_pages) not possible: {why}"]
     mm = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
     try:
         if hugepages == "thp":
@@ -228,6 +234,8 @@ def place(size: int, *, node: int | None, dax: str | None, cpus, topo, reader: S
         raise
     verified = False
     try:
+        if node is None:
+            raise OSError(errno.EINVAL, "no node to check the pages against")
         buf.verify(4096)
         verified = True
         notes.append(f"move_pages: {buf.report.verified_fraction:.1%} of sampled pages on node{node}")
