@@ -134,3 +134,8 @@ def test_tune_uses_the_gpu_figure_and_says_so(tmp_path, machine, capsys, fast_be
     sim = json.loads(capsys.readouterr().out)
     assert any("GPU swap-in loads" in n for n in sim["notes"])
     assert sim["inputs"]["paths"]["sac"]["device_bytes_per_s"] == pytest.approx(1e9 * 64 ** 0.5 * 1.2)
+    # profile show says which figure the profile used
+    assert main(["profile", "show", str(tmp_path / "gpu1.yaml")]) == 0
+    assert "fetch figure: GPU swap-in" in " ".join(capsys.readouterr().out.split())
+    assert main(["profile", "show", str(tmp_path / "cpu.yaml")]) == 0
+    assert "a CPU proxy for the GPU swap-in" in " ".join(capsys.readouterr().out.split())

@@ -73,6 +73,8 @@ def _provenance(d, c, req: int, gather) -> dict[str, Provenance]:
     user = o.given
     measured = "measured" if gather.info.get("source") else "derived"
     bench_ref = gather.info.get("digest") or f"quick gather on {gather.info.get('memory_node')}"
+    bench_ref += {"gpu": " (GPU swap-in)", "cpu_proxy": " (CPU proxy for the GPU swap-in)",
+                  "mixed": " (GPU swap-in and CPU proxy)"}.get(gather.info.get("fetch_path"), "")
     stand = " (node standing in for CXL: DRAM figures)" if pool.stand_in else ""
 
     def who(opt: str, default_detail: str) -> Provenance:
