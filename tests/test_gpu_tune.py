@@ -24,7 +24,8 @@ def _result(rb: int, blocks: int, threads: int, bw: float, pattern: str = "unifo
     return {"test": "gpu_gather", "key": f"gpu_gather/{rb}B/k{topk}/{pattern}/b{blocks}/t{threads}",
             "params": {"record_bytes": rb, "topk": topk, "blocks": blocks, "threads_per_block": threads,
                        "warps_per_block": threads // 32, "index_pattern": pattern, "load_bytes": 8},
-            "unit": "bytes_per_s", "stats": {"n": 5, "median": bw}, "samples": [bw] * 5,
+            "unit": "bytes_per_s", "samples": [bw] * 5,
+            "stats": {"median": bw, "mean": bw, "stdev": 0.0, "min": bw, "max": bw, "p05": bw, "p95": bw, "n": 5},
             "derived": {"bandwidth_bytes_per_s": bw, "topk_step_us": step * 1e6, "records_per_s": bw / rb,
                         "lines_in_flight": blocks * threads // 32 * 4, "ceiling_ratio": None}}
 
@@ -139,3 +140,13 @@ def test_tune_uses_the_gpu_figure_and_says_so(tmp_path, machine, capsys, fast_be
     assert "fetch figure: GPU swap-in" in " ".join(capsys.readouterr().out.split())
     assert main(["profile", "show", str(tmp_path / "cpu.yaml")]) == 0
     assert "a CPU proxy for the GPU swap-in" in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_damaged_gpu_result_is_refused_on_load(tmp_path):
+    p = gpu_record(tmp_path / "g.json")
+    data = json.loads(p.read_text())
+    del data["results"][0]["params"]["blocks"]
+    p.write_text(json.dumps(data))
+    with pytest.raises(RecordError) as e:
+        load_bench(p)
+    assert "params.blocks" in e.value.message

@@ -91,6 +91,15 @@ def _check_result(r: dict, where: str) -> None:
             v = r["derived"].get(k)
             if not _number(v) or v <= 0:
                 raise RecordError(f"{where}: derived.{k} is {v!r}, not a positive number", hint)
+    if r["test"] == "gpu_gather" and r["derived"]:   # what sactool.bench.gpufigure and tune read
+        for k in ("record_bytes", "topk", "blocks", "threads_per_block"):
+            v = r["params"].get(k)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise RecordError(f"{where}: params.{k} is {v!r}, not a positive integer", hint)
+        for k in ("bandwidth_bytes_per_s", "topk_step_us", "records_per_s"):
+            v = r["derived"].get(k)
+            if not _number(v) or v <= 0:
+                raise RecordError(f"{where}: derived.{k} is {v!r}, not a positive number", hint)
 
 
 def from_data(data: dict, *, source: str = "bench record", path: str | None = None) -> BenchRecord:
