@@ -9,6 +9,16 @@ Two size conventions, one suffix table:
 
 Context lengths (``16k``) are tokens: ``k`` = 1024 tokens, matching how 16K/32K/64K/128K contexts
 are named. Integer lists (``1,2,4``, CPU lists ``0-3,8``) have one parser, :func:`expand_int_list`.
+
+**The one unit rule for what people read** (data keeps base units with the unit in the key):
+
+* memory sizes in IEC units — :func:`format_bytes` (``3.12 GiB``, ``256.00 MiB``); a size given by a
+  user must carry its unit (``30GiB``; ``4096B`` for bytes): a bare number is refused, since
+  ``--gpu-kv-budget 30`` read as 30 bytes helps nobody;
+* rates in SI GB/s — :func:`format_rate`, as MLC and STREAM print them;
+* rates of hits (hit rates, shares) as percentages — :func:`format_percent` (``98.50%``);
+* a value the kernel prints as all ones (``0xffffffffffffffff``, "no value"), or anything at or
+  above 2**64 - 1 bytes (beyond a 64-bit address space), is ``unknown``, never a size.
 """
 
 from __future__ import annotations
@@ -98,6 +108,9 @@ def parse_size(text: str, *, what: str = "size") -> int:
     if not m:
         raise UsageError(f"{what} {text!r} is not a size", "write it like 2GiB, 512MiB, 64k or 1.5GB")
     num, unit = float(m.group(1)), m.group(2)
+    if not unit:
+        raise UsageError(f"{what} {text!r} has no unit",
+                         f"write it with one, e.g. {m.group(1)}GiB or {m.group(1)}MiB ({m.group(1)}B for bytes)")
     try:
         mult = suffix_bytes(unit)
     except ValueError:
@@ -129,23 +142,53 @@ def parse_list(text: str, parse, *, what: str) -> list:
     return [parse(p, what=what) for p in items]
 
 
+UNKNOWN_SIZE_BYTES = (1 << 64) - 1
+"""The kernel's all-ones "no value" for 64-bit sizes; at or above it a figure is not a memory size."""
+
+
+def known_size(n: float | int | None) -> float | int | None:
+    """``n`` if it can be a memory size, else None (all-ones / beyond 64 bits / not finite)."""
+    if n is None or isinstance(n, bool):
+        return None
+    if isinstance(n, int):
+        return None if abs(n) >= UNKNOWN_SIZE_BYTES else n
+    try:
+        f = float(n)
+    except (TypeError, ValueError):
+        return None
+    if f != f or abs(f) >= float(1 << 64):  # NaN, inf, and a float all-ones (it rounds to 2**64)
+        return None
+    return n
+
+
 def format_bytes(n: float | int | None) -> str:
-    """Human binary size: 2147483648 → ``"2.00 GiB"``."""
+    """Memory size in IEC units: 2147483648 → ``"2.00 GiB"``; None → ``"-"``; all-ones → ``"unknown"``."""
     if n is None:
         return "-"
+    if known_size(n) is None:
+        return "unknown"
     n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if abs(n) < 1024 or unit == "PiB":
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
+        if abs(n) < 1024 or unit == "EiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
         n /= 1024
-    return f"{n:.2f} PiB"  # pragma: no cover
+    return f"{n:.2f} EiB"  # pragma: no cover
 
 
 def format_rate(bytes_per_s: float | None) -> str:
     """Bandwidth in decimal GB/s, as MLC and STREAM print it."""
     if bytes_per_s is None:
         return "-"
+    if known_size(bytes_per_s) is None:
+        return "unknown"
     return f"{bytes_per_s / 1e9:.2f} GB/s"
+
+
+def format_percent(fraction: float | None, digits: int = 2) -> str:
+    """A rate of hits or a share, 0..1 → ``"98.50%"``; None → ``"-"``."""
+    if fraction is None or fraction != fraction:
+        return "-"
+    return f"{fraction * 100:.{digits}f}%"
 
 
 def format_tokens(n: int) -> str:

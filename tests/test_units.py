@@ -11,14 +11,15 @@ from sactool.units import format_bytes, format_tokens, parse_list, parse_size, p
 
 @pytest.mark.parametrize("text,expected", [
     ("2GiB", 2 << 30), ("2G", 2 << 30), ("2g", 2 << 30), ("512MiB", 512 << 20), ("512M", 512 << 20),
-    ("64k", 64 << 10), ("64KiB", 64 << 10), ("4096", 4096), ("4096B", 4096), ("1.5GiB", 3 << 29),
+    ("64k", 64 << 10), ("64KiB", 64 << 10), ("4096B", 4096), ("1.5GiB", 3 << 29),
     ("1GB", 10**9), ("1.5GB", 1_500_000_000), ("10MB", 10**7), ("3kB", 3000), (" 1 TiB ", 1 << 40),
 ])
 def test_parse_size(text, expected):
     assert parse_size(text) == expected
 
 
-@pytest.mark.parametrize("text", ["", "GiB", "2 GiBs", "-1G", "0", "0GiB", "1.2.3G", "2 parsecs", "1e9"])
+@pytest.mark.parametrize("text", ["", "GiB", "2 GiBs", "-1G", "0", "0GiB", "1.2.3G", "2 parsecs", "1e9",
+                                  "4096", "30"])  # a bare number has no unit (issue 11 item 17)
 def test_parse_size_rejects(text):
     with pytest.raises(UsageError) as ei:
         parse_size(text, what="--size")

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sactool.profile import DSA_PAGE_SIZE_CUDA
+from sactool.units import format_bytes
 
 PAGE = DSA_PAGE_SIZE_CUDA
 
@@ -109,12 +110,12 @@ def fits(plan: RankPlan, *, gpu_budget_bytes: int, pool_bytes_per_rank: int) -> 
     """Reasons the plan does not fit (empty list when it fits)."""
     why = []
     if plan.gpu_bytes > gpu_budget_bytes:
-        why.append(f"GPU: needs {plan.gpu_bytes / 2**30:.2f} GiB per GPU (hot buffers "
-                   f"{plan.hot_buffer_bytes / 2**30:.2f} + indexer keys {plan.index_key_bytes / 2**30:.2f}), "
-                   f"budget {gpu_budget_bytes / 2**30:.2f} GiB")
+        why.append(f"GPU: needs {format_bytes(plan.gpu_bytes)} per GPU (hot buffers "
+                   f"{format_bytes(plan.hot_buffer_bytes)} + indexer keys {format_bytes(plan.index_key_bytes)}), "
+                   f"budget {format_bytes(gpu_budget_bytes)}")
     if plan.host_pool_bytes > pool_bytes_per_rank:
-        why.append(f"pool: needs {plan.host_pool_bytes / 2**30:.2f} GiB per rank, "
-                   f"partition holds {pool_bytes_per_rank / 2**30:.2f} GiB")
+        why.append(f"pool: needs {format_bytes(plan.host_pool_bytes)} per rank, "
+                   f"partition holds {format_bytes(pool_bytes_per_rank)}")
     return why
 
 

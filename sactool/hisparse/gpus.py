@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sactool.errors import CapacityError, UsageError
+from sactool.units import format_bytes
 
 
 @dataclass(frozen=True)
@@ -90,9 +91,9 @@ def kv_budget(*, model_name: str, tp: int, gpu: str | None, budget_bytes: int | 
     left = static - per_gpu_weights
     if left <= 0:
         raise CapacityError(
-            f"the weights need {per_gpu_weights / 1e9:.1f} GB per GPU at tp {tp}, more than "
-            f"{mem_fraction_static:g} x {spec.hbm_bytes / 1e9:.0f} GB of a {spec.name}",
+            f"the weights need {format_bytes(per_gpu_weights)} per GPU at tp {tp}, more than "
+            f"{mem_fraction_static:g} x {format_bytes(spec.hbm_bytes)} of a {spec.name}",
             "use more GPUs (--tp), a larger GPU (--gpu), or give --gpu-kv-budget")
-    detail = (f"{mem_fraction_static:g} x {spec.hbm_bytes / 1e9:.0f} GB ({spec.name}) - "
-              f"{per_gpu_weights / 1e9:.1f} GB weights/GPU ({wsrc}, / tp {tp})")
+    detail = (f"{mem_fraction_static:g} x {format_bytes(spec.hbm_bytes)} ({spec.name}) - "
+              f"{format_bytes(per_gpu_weights)} weights/GPU ({wsrc}, / tp {tp})")
     return GpuBudget(left, "derived", detail, spec.name, mem_fraction_static)

@@ -15,6 +15,7 @@ from sactool.memory import nodes as _nodes
 from sactool.memory import syscalls as sc
 from sactool.memory.placed import (HUGE_1G, HUGE_2M, HUGEPAGE_CHOICES, PAGE_SIZE, PlacedBuffer, _policy_nodes,
                                    prefault)
+from sactool.units import format_bytes
 
 WI_DIR = "sys/kernel/mm/mempolicy/weighted_interleave"
 
@@ -86,10 +87,10 @@ def allocate(size_bytes: int, *, node: int | None, policy: str = "bind", nodes=N
     except OSError as e:
         if unit != PAGE_SIZE:
             kb = unit // 1024
-            raise CapacityError(f"cannot map {size} bytes of {hugepages} huge pages: {e.strerror}",
+            raise CapacityError(f"cannot map {format_bytes(size)} of {hugepages} huge pages: {e.strerror}",
                                 f"reserve them: echo N > /sys/kernel/mm/hugepages/hugepages-{kb}kB/nr_hugepages, "
                                 "or use --hugepages thp") from None
-        raise CapacityError(f"cannot map {size} bytes: {e.strerror}", "use a smaller --size") from None
+        raise CapacityError(f"cannot map {format_bytes(size)}: {e.strerror}", "use a smaller --size") from None
     notes: list[str] = []
     try:
         if hugepages in ("thp", "none"):

@@ -8,7 +8,7 @@ synchronous RDMA fetches; per request, TTFT's admission wait (capacity cap), NIC
 
 from __future__ import annotations
 
-from sactool.units import format_bytes, format_tokens
+from sactool.units import format_bytes, format_percent, format_tokens
 
 NAMES = {"sac": "SAC/CXL", "rdma": "RDMA pool", "dram": "local DRAM"}
 
@@ -49,7 +49,7 @@ def render_simulation(res, *, explain: bool = False, sensitivity=None) -> None:
                     continue
                 t.add_row(format_tokens(ctx), str(c), NAMES[p.placement], _ms(p.ttft_mean_s), _ms(p.ttft_p99_s),
                           _ms(p.tbt_mean_s), f"{p.throughput_tokens_per_s:.0f}",
-                          f"{p.hit_rate:.3f}" if p.hit_rate is not None else "-",
+                          format_percent(p.hit_rate),
                           format_bytes(p.local_memory_bytes), format_bytes(p.gpu_hot_buffer_bytes_per_gpu),
                           f"{p.max_concurrency}" + (" (capped)" if p.capped else ""))
     con.print(t)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from sactool.render import stderr_console, stdout_console
-from sactool.units import format_bytes, format_tokens
+from sactool.units import format_bytes, format_percent, format_tokens
 
 
 def _t(s: float | None) -> str:
@@ -72,7 +72,7 @@ def render_tune(result) -> None:
             t.add_row(format_tokens(row["context_tokens"]), "does not fit", "-", "-", str(row["max_concurrency"]),
                       str(row["profile_holds"]), format_bytes(row["rdma_full_prefix_bytes_per_request"]))
             continue
-        t.add_row(format_tokens(row["context_tokens"]), f"{row['hit_rate'] * 100:.2f}%",
+        t.add_row(format_tokens(row["context_tokens"]), format_percent(row["hit_rate"]),
                   format_bytes(row["fetch_bytes_per_token"]), _t(row["fetch_time_per_token_s"]),
                   str(row["max_concurrency"]), str(row["profile_holds"]),
                   format_bytes(row["rdma_full_prefix_bytes_per_request"]))

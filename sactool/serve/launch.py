@@ -26,6 +26,7 @@ from sactool.profile import Profile, load_profile
 from sactool.serve import capacity, checks
 from sactool.serve.argv import Command, build_command
 from sactool.serve.errors import EngineMissingError
+from sactool.units import format_bytes
 
 
 @dataclass(frozen=True)
@@ -137,12 +138,12 @@ def build_launch(profile_path: str, extra_args: Sequence[str] = (), *, python: s
     if pool is not None:
         s = pool.sizing
         if s.bytes_per_rank is not None:
-            lines.append(f"host pool per rank: {s.bytes_per_rank} bytes from {s.source}"
+            lines.append(f"host pool per rank: {format_bytes(s.bytes_per_rank)} from {s.source}"
                          + (f" (S={s.device_token_slots}, R={s.host_to_device_ratio}, page={s.page_size}, "
                             f"L={s.num_layers}, row={s.row_bytes} B)" if s.device_token_slots else ""))
         for t in pool.targets:
-            lines.append(f"{t.target}: ranks {','.join(map(str, t.ranks))} need {t.need_bytes} bytes, "
-                         f"{t.available_bytes} available")
+            lines.append(f"{t.target}: ranks {','.join(map(str, t.ranks))} need {format_bytes(t.need_bytes)}, "
+                         f"{format_bytes(t.available_bytes)} available")
         if pool.note:
             lines.append(pool.note)
     if cmd.placement == "plugin":

@@ -20,7 +20,7 @@ from sactool.simulate.misses import DEFAULT_STEPS, MissProfile, lru_profile
 from sactool.simulate.platform import CASES, Platform
 from sactool.bench.record import lines_touched
 from sactool.hisparse.cost import rdma_full_prefix_bytes
-from sactool.units import format_tokens
+from sactool.units import format_bytes, format_tokens
 
 
 @dataclass(frozen=True)
@@ -262,8 +262,8 @@ def simulate(opts: SimulationOptions) -> SimulationResult:
             if not fits_any:
                 need = conc * kv
                 raise CapacityError(
-                    f"concurrency {conc} at {ctx} tokens fits in no placement: {need / 1e9:.0f} GB of KV "
-                    f"(CXL pool {p.cxl_capacity_bytes / 1e9:.0f} GB, host DRAM {p.dram_capacity_bytes / 1e9:.0f} GB)",
+                    f"concurrency {conc} at {ctx} tokens fits in no placement: {format_bytes(need)} of KV "
+                    f"(CXL pool {format_bytes(p.cxl_capacity_bytes)}, host DRAM {format_bytes(p.dram_capacity_bytes)})",
                     "lower --concurrency or --context, or add pool capacity")
     ratios = _ratios(points, contexts, concs)
     if p.rdma_conversion_bytes_per_s is None and "rdma" in opts.placements:

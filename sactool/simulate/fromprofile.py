@@ -19,6 +19,7 @@ from pathlib import Path
 
 from sactool.errors import RecordError
 from sactool.simulate.platform import GatherCurve, GatherPoint, Platform, check
+from sactool.units import format_bytes
 
 BENCH_HINT = ("run 'sactool bench gather --node <pool node> --record-bytes <656|1152> --out bench.json', "
               "then 'sactool tune --bench bench.json' (or plain 'sactool tune', which measures a quick gather)")
@@ -128,7 +129,7 @@ def _gpu_section(prof, base: Platform):
         or ((req.get("gpu_kv_budget") or {}).get("bytes_per_gpu")) or base.gpu.kv_budget_bytes
     notes = []
     if budget:
-        notes.append(f"GPU memory for hot buffers + index keys: {float(budget) / 1e9:.1f} GB per GPU (from the profile)")
+        notes.append(f"GPU memory for hot buffers + index keys: {format_bytes(float(budget))} per GPU (from the profile)")
     if name == base.gpu.name.lower():
         return dataclasses.replace(base.gpu, kv_budget_bytes=float(budget) if budget else None), notes
     notes.append(f"the profile's GPU ({name}) is not the base platform's ({base.gpu.name}): compute from the "
@@ -145,8 +146,8 @@ def _pool_capacity(prof, base: Platform, stand_in: bool) -> tuple[float, str]:
     if stand_in or total <= 0:
         why = "a DRAM node stood in for the pool" if stand_in else "the profile records no pool capacity"
         return base.cxl_capacity_bytes, (f"CXL pool capacity from the base platform "
-                                         f"({base.cxl_capacity_bytes / 1e9:.0f} GB): {why}")
-    return total, f"CXL pool capacity {total / 1e9:.0f} GB: the profile's pool targets"
+                                         f"({format_bytes(base.cxl_capacity_bytes)}): {why}")
+    return total, f"CXL pool capacity {format_bytes(total)}: the profile's pool targets"
 
 
 def with_convert_bench(p: Platform, path) -> tuple[Platform, str]:

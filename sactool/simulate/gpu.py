@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sactool.units import format_bytes
+
 # name -> (HBM bytes/s, dense BF16 FLOP/s, source)
 ROOFLINE: dict[str, tuple[float, float, str]] = {
     # H20: 96 GB HBM3, 4.0 TB/s, 148 TFLOPS FP16/BF16 dense (https://willitrunai.com/es/gpus/h20-96gb)
@@ -112,7 +114,7 @@ def roofline_model(gpu: str, *, model_name: str, tp: int, layers: int, top_k: in
     weights = checkpoint[0] / tp
     per_req = top_k * record_bytes * layers
     idx = index_key_bytes * layers
-    return ComputeModel("roofline", f"roofline lower bound ({src}; weights {weights / 1e9:.1f} GB/GPU)",
+    return ComputeModel("roofline", f"roofline lower bound ({src}; weights {format_bytes(weights)}/GPU)",
                         _roof=(bw, flops, weights, per_req, idx, ACTIVE_PARAMS[model_name]))
 
 

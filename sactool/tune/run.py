@@ -35,7 +35,9 @@ def misses_per_token(misses, output_tokens: int = OUTPUT_TOKENS) -> float:
 
 
 def _gib(n: float) -> str:
-    return f"{n / 2**30:.2f} GiB"
+    from sactool.units import format_bytes  # the one unit rule (units.py)
+
+    return format_bytes(n)
 
 
 @dataclass(frozen=True)
