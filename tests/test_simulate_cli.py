@@ -159,4 +159,4 @@ def test_profile_form_takes_gpu_budget_and_pool_capacity_from_the_profile(tmp_pa
     sac = [p for p in data["points"] if p["placement"] == "sac"][0]
     per_gpu = 5e9 // (4096 * 61 * 656 + 32768 * 61 * 132)       # hot buffer + index keys per request
     assert sac["max_concurrency"] == min(int(60e9 // kv), int(per_gpu) * 8)
-    assert any("60 GB: the profile's pool targets" in n for n in data["notes"])
+    assert any("55.88 GiB: the profile's pool targets" in n for n in data["notes"])  # 60e9 B, IEC (units rule)
