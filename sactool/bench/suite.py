@@ -262,6 +262,40 @@ def loaded(words, chase_order, cpus: list[int], delay: int | None, slot: int = 0
     return m
 
 
+def _convert_regions(src_bytes, layers: int, record_bytes: int, threads: int):
+    """(remote, staging, tmp, kv, tokens, words per record): the buffer cut in four equal regions."""
+    from sactool.errors import UsageError
+
+    if record_bytes % 8:
+        raise UsageError(f"convert needs records of whole 8-byte words, got {record_bytes} B", "e.g. --record-bytes 1152")
+    w = record_bytes // 8
+    words = src_bytes[: (src_bytes.size // 8) * 8].view(np.uint64)
+    tokens = words.size // (4 * layers * w)
+    if tokens < threads or tokens < 2:
+        raise UsageError(f"the buffer holds {tokens} tokens of {layers} × {record_bytes} B in each of the four "
+                         "convert regions", "use a larger --size")
+    n = tokens * layers * w
+    return (words[:n].reshape(tokens, layers * w), words[n:2 * n].reshape(tokens, layers * w),
+            words[2 * n:3 * n].reshape(layers, tokens, w), words[3 * n:4 * n].reshape(layers, tokens, w), tokens, w)
+
+
+def _numpy_passes(remote, staging, tmp, kv, idx, lo: int, hi: int):
+    """The fork's three tensor expressions, in numpy, for tokens ``lo:hi``."""
+    sidx = idx.astype(np.intp)
+    layers, tokens, w = kv.shape
+    st3 = staging.reshape(tokens, layers, w)
+
+    def gather():
+        staging[lo:hi] = remote[sidx[lo:hi]]
+
+    def transpose():
+        tmp[:, lo:hi] = st3[lo:hi].transpose(1, 0, 2).copy()
+
+    def scatter():
+        kv[:, sidx[lo:hi]] = tmp[:, lo:hi]
+    return gather, transpose, scatter
+
+
 def convert(src_bytes, cpus: list[int], threads: int, layers: int, record_bytes: int, seed: int,
             impl: str = "numba") -> Measure:
     """The RDMA baseline's page-first -> layer-first conversion of one request's prefix.
@@ -279,23 +313,13 @@ def convert(src_bytes, cpus: list[int], threads: int, layers: int, record_bytes:
     slice, ``transpose(1, 0, 2).copy()``, fancy-index assignment), one thread (numpy has no
     intra-op thread pool; the fork's torch may use several).
     """
-    if record_bytes % 8:
-        from sactool.errors import UsageError
+    from sactool.errors import UsageError
 
-        raise UsageError(f"convert needs records of whole 8-byte words, got {record_bytes} B", "e.g. --record-bytes 1152")
-    w = record_bytes // 8
-    words = src_bytes[: (src_bytes.size // 8) * 8].view(np.uint64)
-    tokens = words.size // (4 * layers * w)
-    if tokens < threads or tokens < 2:
-        from sactool.errors import UsageError
-
-        raise UsageError(f"the buffer holds {tokens} tokens of {layers} × {record_bytes} B in each of the four "
-                         "convert regions", "use a larger --size")
-    n = tokens * layers * w
-    remote = words[:n].reshape(tokens, layers * w)
-    staging = words[n:2 * n].reshape(tokens, layers * w)
-    tmp = words[2 * n:3 * n].reshape(layers, tokens, w)
-    kv = words[3 * n:4 * n].reshape(layers, tokens, w)
+    if impl not in ("numba", "numpy"):
+        raise UsageError(f"unknown convert implementation {impl!r}", "use numba or numpy")
+    if impl == "numpy" and threads != 1:
+        raise UsageError("the numpy convert runs on one thread", "use threads=1")
+    remote, staging, tmp, kv, tokens, w = _convert_regions(src_bytes, layers, record_bytes, threads)
     idx = np.random.default_rng([seed, record_bytes]).permutation(tokens).astype(np.uint64)
     use = cpus[:threads]
     parts = split(tokens, threads)
@@ -306,35 +330,11 @@ def convert(src_bytes, cpus: list[int], threads: int, layers: int, record_bytes:
     compile_s = time.perf_counter() - t0
     barrier = threading.Barrier(len(use))
 
-    sidx = idx.astype(np.intp)
-    st3 = staging.reshape(tokens, layers, w)
-    kv_flat = kv.reshape(layers, tokens, w)
-
-    def np_passes(lo, hi):
-        def g():
-            staging[lo:hi] = remote[sidx[lo:hi]]
-
-        def t():
-            tmp[:, lo:hi] = st3[lo:hi].transpose(1, 0, 2).copy()
-
-        def sc():
-            kv_flat[:, sidx[lo:hi]] = tmp[:, lo:hi]
-        return g, t, sc
-
-    if impl not in ("numba", "numpy"):
-        from sactool.errors import UsageError
-
-        raise UsageError(f"unknown convert implementation {impl!r}", "use numba or numpy")
-    if impl == "numpy" and threads != 1:
-        from sactool.errors import UsageError
-
-        raise UsageError("the numpy convert runs on one thread", "use threads=1")
-
     def one(i: int, reps: int) -> list[float]:
         lo, hi = parts[i]
         wall = [0.0, 0.0, 0.0]
         c0 = time.thread_time_ns()
-        fns = (np_passes(lo, hi) if impl == "numpy" else
+        fns = (_numpy_passes(remote, staging, tmp, kv, idx, lo, hi) if impl == "numpy" else
                (lambda: K.convert_gather(remote, staging, idx, lo, hi),
                 lambda: K.convert_transpose(staging, tmp, layers, w, lo, hi),
                 lambda: K.convert_scatter(tmp, kv, idx, lo, hi)))

@@ -144,24 +144,13 @@ def _path(p: Platform, placement: str, record_bytes: int) -> engine.PathModel:
     return engine.PathModel(fixed, s_rec, p.gpu_link_bytes_per_s, None, 1)
 
 
-def simulate(opts: SimulationOptions) -> SimulationResult:
-    from sactool.models import get_model
-
+def _check(opts: SimulationOptions, spec, contexts, concs, out: int, case: str, rate) -> None:
+    """Refuse what the model cannot run, naming the option (before any work)."""
     p = opts.platform
-    notes: list[str] = list(opts.notes)
-    spec = get_model(p.model)
-    R = spec.record_bytes(p.kv_dtype)
-    L = spec.num_layers
-    contexts = tuple(opts.contexts or p.contexts)
-    concs = tuple(opts.concurrency or p.concurrency)
-    out = p.output_tokens if opts.output_tokens is None else opts.output_tokens
-    case = opts.case or p.case
     if out < 1:
         raise UsageError(f"output tokens {out} must be >= 1", "e.g. --output-tokens 1024")
     if case not in CASES:
         raise UsageError(f"unknown case {case!r}", f"use {' or '.join(CASES)}")
-    prefetch = p.prefetch if opts.prefetch is None else opts.prefetch
-    rate = opts.arrival_rate_per_s if opts.arrival_rate_per_s is not None else p.arrival_rate_per_s
     for c in contexts:
         if c > spec.max_position_embeddings:
             raise UsageError(f"context {c} tokens exceeds {spec.name}'s max_position_embeddings "
@@ -181,6 +170,22 @@ def simulate(opts: SimulationOptions) -> SimulationResult:
     if bad:
         raise UsageError(f"unknown placement {bad[0]!r}", f"use {', '.join(engine.PLACEMENTS)}")
 
+
+def simulate(opts: SimulationOptions) -> SimulationResult:
+    from sactool.models import get_model
+
+    p = opts.platform
+    notes: list[str] = list(opts.notes)
+    spec = get_model(p.model)
+    R = spec.record_bytes(p.kv_dtype)
+    L = spec.num_layers
+    contexts = tuple(opts.contexts or p.contexts)
+    concs = tuple(opts.concurrency or p.concurrency)
+    out = p.output_tokens if opts.output_tokens is None else opts.output_tokens
+    case = opts.case or p.case
+    prefetch = p.prefetch if opts.prefetch is None else opts.prefetch
+    rate = opts.arrival_rate_per_s if opts.arrival_rate_per_s is not None else p.arrival_rate_per_s
+    _check(opts, spec, contexts, concs, out, case, rate)
     if p.gpu.step_points:
         compute = measured_model(p.gpu.step_points)
     else:
@@ -194,10 +199,13 @@ def simulate(opts: SimulationOptions) -> SimulationResult:
                      f"{'cache_populate' if case != 'cache_hit' else 'Poisson arrivals'} use the steady model")
     total_points = len(contexts) * len(concs) * len(opts.placements)
     done_points = 0
+    overheads: dict[int, dict[int, float]] = {}
+
+    setup = _Setup(p, opts, L, R, out, case, rate, prefetch, compute, miss_fn, harness)
+
     ranks = p.attn_dp_size
     points: list[PlacementPoint] = []
     miss_used: dict[str, dict[str, float]] = {}
-    overheads: dict[int, dict[int, float]] = {}
     for ctx in contexts:
         kv = rdma_full_prefix_bytes(ctx, R, L)     # one request's full KV (all layers)
         idx_bytes = ctx * L * spec.indexer_bytes
@@ -225,34 +233,7 @@ def simulate(opts: SimulationOptions) -> SimulationResult:
                 prof = miss_fn(ctx, buf)
                 miss_used[f"{ctx}/{buf}"] = {"cold_misses_per_layer": prof.at(0), "steady_misses_per_layer": prof.steady,
                                              "hit_rate": prof.hit_rate}
-                write_bw = p.cxl_write_bytes_per_s if pl == "sac" else p.dram_write_bytes_per_s
-                rpc = p.requests_per_concurrency
-                if harness and pl == "rdma" and p.rdma_requests_per_concurrency:
-                    rpc = p.rdma_requests_per_concurrency
-                sc = engine.Scenario(
-                    placement=pl, ranks=ranks, layers=L, record_bytes=R, context=ctx, output_tokens=out,
-                    concurrency=conc, limit=limit, requests=max(conc, int(round(rpc * conc))),
-                    arrival_rate_per_s=rate, case=case, compute=compute,
-                    hisparse_overhead_s=p.gpu.hisparse_overhead_s, prefetch=prefetch, path=_path(p, pl, R),
-                    misses=prof, gpus_per_switch=p.gpus_per_switch,
-                    switch_uplink_bytes_per_s=p.switch_uplink_bytes_per_s, nics=p.nics,
-                    nic_bytes_per_s=p.nic_bytes_per_s, nic_chunk_bytes=p.nic_chunk_bytes,
-                    nic_per_message_s=p.nic_per_message_s, fetch_blocks_decode=p.rdma_fetch_blocks_decode,
-                    conversion_bytes_per_s=p.rdma_conversion_bytes_per_s,
-                    prefill_s=prefill_s(p.prefill_points, ctx) if p.prefill_points else 0.0,
-                    pool_write_bytes_per_s=write_bw, seed=opts.seed)
-                if p.gpu.dram_step_points:
-                    ovh_fn, ovh_table = _overhead_fn(p, sc, compute,
-                                                     miss_fn(ctx, p.gpu.dram_step_buffer or p.device_buffer_size), ctx)
-                    sc = dataclasses.replace(sc, overhead_fn=ovh_fn)
-                    overheads[ctx] = ovh_table
-                if harness:
-                    from sactool.simulate.harness import HarnessInputs, run_harness
-
-                    res = run_harness(sc, HarnessInputs(p.frontend_s_per_prompt_token * ctx,
-                                                        prefill_s(p.extend_points, ctx) if p.extend_points else 0.0))
-                else:
-                    res = engine.run(sc)
+                res = _run_point(setup, pl, ctx, conc, limit, prof, overheads)
                 done_points += 1
                 points.append(PlacementPoint(
                     pl, ctx, conc, True, limit < conc, cap, local, per_gpu_hot,
@@ -266,28 +247,9 @@ def simulate(opts: SimulationOptions) -> SimulationResult:
                     f"(CXL pool {format_bytes(p.cxl_capacity_bytes)}, host DRAM {format_bytes(p.dram_capacity_bytes)})",
                     "lower --concurrency or --context, or add pool capacity")
     ratios = _ratios(points, contexts, concs)
-    if p.rdma_conversion_bytes_per_s is None and "rdma" in opts.placements:
-        notes.append("RDMA layout conversion (page-first -> layer-first CPU copy) not modelled: "
-                     "no measured rate in the platform (rdma.layout_conversion_bytes_per_s)")
-    if p.rdma_device_buffer_size and p.rdma_device_buffer_size != p.device_buffer_size:
-        notes.append(f"RDMA runs with a {p.rdma_device_buffer_size}-slot hot buffer, SAC/DRAM with "
-                     f"{p.device_buffer_size} (as in the platform's source runs)")
-    if not p.gpu.kv_budget_bytes:
-        notes.append("GPU memory (hot buffers + index keys) does not cap concurrency here: no gpu.kv_budget_bytes")
-    if ranks < p.gpus:
-        notes.append(f"{p.gpus} GPUs in {ranks} attention-DP ranks: each rank is simulated as one GPU; the "
-                     "replicated swap-ins of its attention-TP peers are not added to the shared links")
-    notes.append(f"hot-buffer misses from {opts.hotbuffer_steps} simulated decode steps per context; "
-                 "later steps use the steady mean")
     if opts.progress:
         opts.progress("done", total_points, total_points)
-    if harness:
-        rq = {pl: max(1, int(round((p.rdma_requests_per_concurrency if pl == "rdma" and p.rdma_requests_per_concurrency
-                                    else p.requests_per_concurrency) * c))) for pl in opts.placements for c in concs[:1]}
-        notes.append("harness e2e_bench (the platform's default, as the authors' runs): the first concurrency requests "
-                     "are dispatched in one burst, each completion sends the next; throughput = output tokens / round "
-                     "duration; TTFT = first streamed chunk; run set sizes at concurrency "
-                     f"{concs[0]}: " + ", ".join(f"{pl} {n}" for pl, n in rq.items()))
+    notes += _run_notes(p, opts, concs, harness)
     inputs = {
         "compute": compute.detail,
         "hisparse_overhead_s": p.gpu.hisparse_overhead_s,
@@ -365,6 +327,82 @@ def _overhead_fn(p: Platform, sc, compute, dram_misses: MissProfile, ctx: int):
     for b in sorted({q.requests_per_rank for q in p.gpu.dram_step_points}):
         table[b] = fn(b)
     return fn, table
+
+
+@dataclass(frozen=True)
+class _Setup:
+    """What every simulated point of one run shares."""
+
+    p: Platform
+    opts: SimulationOptions
+    layers: int
+    record_bytes: int
+    out: int
+    case: str
+    rate: float | None
+    prefetch: bool
+    compute: Any
+    miss_fn: Callable[[int, int], MissProfile]
+    harness: bool
+
+
+def _run_point(st: _Setup, pl: str, ctx: int, conc: int, limit: int, prof: MissProfile,
+               overheads: dict[int, dict[int, float]]):
+    """One placement at one (context, concurrency): the harness or the steady model."""
+    p, opts, L, R, out, case, rate = st.p, st.opts, st.layers, st.record_bytes, st.out, st.case, st.rate
+    prefetch, compute, miss_fn, harness = st.prefetch, st.compute, st.miss_fn, st.harness
+    rpc = p.requests_per_concurrency
+    if harness and pl == "rdma" and p.rdma_requests_per_concurrency:
+        rpc = p.rdma_requests_per_concurrency
+    sc = engine.Scenario(
+        placement=pl, ranks=p.attn_dp_size, layers=L, record_bytes=R, context=ctx, output_tokens=out,
+        concurrency=conc, limit=limit, requests=max(conc, int(round(rpc * conc))),
+        arrival_rate_per_s=rate, case=case, compute=compute,
+        hisparse_overhead_s=p.gpu.hisparse_overhead_s, prefetch=prefetch, path=_path(p, pl, R),
+        misses=prof, gpus_per_switch=p.gpus_per_switch,
+        switch_uplink_bytes_per_s=p.switch_uplink_bytes_per_s, nics=p.nics,
+        nic_bytes_per_s=p.nic_bytes_per_s, nic_chunk_bytes=p.nic_chunk_bytes,
+        nic_per_message_s=p.nic_per_message_s, fetch_blocks_decode=p.rdma_fetch_blocks_decode,
+        conversion_bytes_per_s=p.rdma_conversion_bytes_per_s,
+        prefill_s=prefill_s(p.prefill_points, ctx) if p.prefill_points else 0.0,
+        pool_write_bytes_per_s=p.cxl_write_bytes_per_s if pl == "sac" else p.dram_write_bytes_per_s,
+        seed=opts.seed)
+    if p.gpu.dram_step_points:
+        ovh_fn, overheads[ctx] = _overhead_fn(p, sc, compute,
+                                              miss_fn(ctx, p.gpu.dram_step_buffer or p.device_buffer_size), ctx)
+        sc = dataclasses.replace(sc, overhead_fn=ovh_fn)
+    if not harness:
+        return engine.run(sc)
+    from sactool.simulate.harness import HarnessInputs, run_harness
+
+    return run_harness(sc, HarnessInputs(p.frontend_s_per_prompt_token * ctx,
+                                         prefill_s(p.extend_points, ctx) if p.extend_points else 0.0))
+
+
+def _run_notes(p: Platform, opts: SimulationOptions, concs, harness: bool) -> list[str]:
+    """What the reader should know about how this run was modelled."""
+    notes = []
+    if p.rdma_conversion_bytes_per_s is None and "rdma" in opts.placements:
+        notes.append("RDMA layout conversion (page-first -> layer-first CPU copy) not modelled: "
+                     "no measured rate in the platform (rdma.layout_conversion_bytes_per_s)")
+    if p.rdma_device_buffer_size and p.rdma_device_buffer_size != p.device_buffer_size:
+        notes.append(f"RDMA runs with a {p.rdma_device_buffer_size}-slot hot buffer, SAC/DRAM with "
+                     f"{p.device_buffer_size} (as in the platform's source runs)")
+    if not p.gpu.kv_budget_bytes:
+        notes.append("GPU memory (hot buffers + index keys) does not cap concurrency here: no gpu.kv_budget_bytes")
+    if p.attn_dp_size < p.gpus:
+        notes.append(f"{p.gpus} GPUs in {p.attn_dp_size} attention-DP ranks: each rank is simulated as one GPU; the "
+                     "replicated swap-ins of its attention-TP peers are not added to the shared links")
+    notes.append(f"hot-buffer misses from {opts.hotbuffer_steps} simulated decode steps per context; "
+                 "later steps use the steady mean")
+    if harness:
+        rq = {pl: max(1, int(round((p.rdma_requests_per_concurrency if pl == "rdma" and p.rdma_requests_per_concurrency
+                                    else p.requests_per_concurrency) * concs[0]))) for pl in opts.placements}
+        notes.append("harness e2e_bench (the platform's default, as the authors' runs): the first concurrency requests "
+                     "are dispatched in one burst, each completion sends the next; throughput = output tokens / round "
+                     "duration; TTFT = first streamed chunk; run set sizes at concurrency "
+                     f"{concs[0]}: " + ", ".join(f"{pl} {n}" for pl, n in rq.items()))
+    return notes
 
 
 def _div(a, b):

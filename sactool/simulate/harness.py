@@ -49,234 +49,254 @@ class HarnessInputs:
 
 def run_harness(sc: Scenario, hx: HarnessInputs) -> RunResult:
     """Simulate one run set of ``sc.requests`` requests under the benchmark's client semantics."""
-    R, c, N, out = sc.ranks, sc.concurrency, sc.requests, sc.output_tokens
-    kv_bytes = rdma_full_prefix_bytes(sc.context, sc.record_bytes, sc.layers)
-    prof = sc.misses
-    table = list(prof.per_step)
-    W = len(table)
-    steady = prof.steady
-    rdma = sc.placement == "rdma"
-    conv = kv_bytes / sc.conversion_bytes_per_s if (rdma and sc.conversion_bytes_per_s) else 0.0
+    return _Harness(sc, hx).run()
 
-    post_t: dict[int, float] = {}
-    tok_t: dict[int, float] = {}
-    ext_start: dict[int, float] = {}
-    ext_end: dict[int, float] = {}
-    first_t: dict[int, float] = {}
-    fin_ready: dict[int, float] = {}
-    fin_t: dict[int, float] = {}
-    fetch_wait: dict[int, float] = {}
-    admit_wait: dict[int, float] = {}
-    capped: set[int] = set()
-    issued = 0
-    fe_free = 0.0
-    tokenized: list[tuple[float, int]] = []        # heap (done, request)
-    n_tokenized = 0
-    rank_of: dict[int, int] = {}
-    inbox: list[list[int]] = [[] for _ in range(R)]
-    unfetched: list[list[int]] = [[] for _ in range(R)]
-    running: list[list[int]] = [[] for _ in range(R)]
-    age: dict[int, int] = {}                        # decode steps done (for the cold-buffer misses)
-    made: dict[int, int] = {}                       # tokens produced
-    pending: list[tuple[float, int, int]] = []      # heap (ready, FIRST|FINISH, request): firsts go out first
-    nic_free = [0.0] * max(1, sc.nics)
-    bd = Breakdown()
-    sums = [0.0] * 5                                # compute, overhead, swapin, fetch stall, extend stall
-    tok_total = 0
-    dec_total = 0                                   # decode-step tokens (what TBT is made of)
-    pool_bytes = 0.0
-    comp_cache: dict[int, float] = {}
 
-    def post(t: float) -> None:
-        nonlocal issued, fe_free
-        i = issued
-        issued += 1
-        post_t[i] = t
-        fe_free = max(t, fe_free) + hx.frontend_s
-        heapq.heappush(tokenized, (fe_free, i))
+class _Harness:
+    """State of one run set; each scheduler iteration runs the stages in order: front-end
+    deliveries, receive, fetch phase (RDMA), batches, one forward (or several identical decode
+    steps at once), its tokens."""
 
-    def deliver(batch, t: float) -> None:
+    def __init__(self, sc: Scenario, hx: HarnessInputs) -> None:
+        self.sc, self.hx = sc, hx
+        R = sc.ranks
+        self.kv_bytes = rdma_full_prefix_bytes(sc.context, sc.record_bytes, sc.layers)
+        self.table = list(sc.misses.per_step)
+        self.rdma = sc.placement == "rdma"
+        self.conv = (self.kv_bytes / sc.conversion_bytes_per_s
+                     if (self.rdma and sc.conversion_bytes_per_s) else 0.0)
+        # per request: POST, tokenized, extend start/end, first and last chunk out, waits
+        self.post_t: dict[int, float] = {}
+        self.tok_t: dict[int, float] = {}
+        self.ext_start: dict[int, float] = {}
+        self.ext_end: dict[int, float] = {}
+        self.first_t: dict[int, float] = {}
+        self.fin_t: dict[int, float] = {}
+        self.fetch_wait: dict[int, float] = {}
+        self.admit_wait: dict[int, float] = {}
+        self.capped: set[int] = set()
+        self.issued = 0
+        self.fe_free = 0.0                              # the front-end loop is busy until then
+        self.tokenized: list[tuple[float, int]] = []    # heap (done, request)
+        self.n_tokenized = 0
+        self.inbox: list[list[int]] = [[] for _ in range(R)]
+        self.unfetched: list[list[int]] = [[] for _ in range(R)]
+        self.running: list[list[int]] = [[] for _ in range(R)]
+        self.age: dict[int, int] = {}                   # decode steps done (cold-buffer misses)
+        self.made: dict[int, int] = {}                  # tokens produced
+        self.pending: list[tuple[float, int, int]] = []  # heap (ready, FIRST|FINISH, request)
+        self.nic_free = [0.0] * max(1, sc.nics)
+        self.sums = [0.0] * 5                           # compute, overhead, swapin, fetch stall, extend stall
+        self.tok_total = 0
+        self.dec_total = 0                              # decode-step tokens (what TBT is made of)
+        self.pool_bytes = 0.0
+        self.comp_cache: dict[int, float] = {}
+
+    # ---- client and front-end ------------------------------------------------------------
+    def post(self, t: float) -> None:
+        i = self.issued
+        self.issued += 1
+        self.post_t[i] = t
+        self.fe_free = max(t, self.fe_free) + self.hx.frontend_s
+        heapq.heappush(self.tokenized, (self.fe_free, i))
+
+    def deliver(self, batch, t: float) -> None:
         """Chunks that go out together at ``t``; the POSTs they release come after all of them."""
         done = 0
         for _, kind, i in batch:
             if kind == FIRST:
-                first_t[i] = t
+                self.first_t[i] = t
             else:
-                fin_t[i] = t
+                self.fin_t[i] = t
                 done += 1
         for _ in range(done):
-            if issued < N:
-                post(t)
+            if self.issued < self.sc.requests:
+                self.post(t)
 
-    def frontend(T: float) -> None:
+    def frontend(self, T: float) -> None:
         """Deliver ready chunks up to time T: at once when the loop is idle, else when it goes idle."""
+        pending = self.pending
         while pending and pending[0][0] <= T + 1e-12:
             x = pending[0][0]
-            if x >= fe_free - 1e-12:
+            if x >= self.fe_free - 1e-12:
                 d = x               # idle loop: out now, with everything ready at the same moment
-            elif fe_free > T + 1e-12:
+            elif self.fe_free > T + 1e-12:
                 return              # the loop is still busy at T: the backlog may still grow
             else:
-                d = fe_free         # out when the loop goes idle, all waiting chunks at once
+                d = self.fe_free    # out when the loop goes idle, all waiting chunks at once
             batch = []
             while pending and pending[0][0] <= d + 1e-12:
                 batch.append(heapq.heappop(pending))
-            deliver(batch, d)
+            self.deliver(batch, d)
 
-    def next_event_after(T: float) -> float:
+    def next_event_after(self, T: float) -> float:
         cand = []
-        if tokenized:
-            cand.append(tokenized[0][0])
-        if pending:
-            cand.append(max(pending[0][0], fe_free))
+        if self.tokenized:
+            cand.append(self.tokenized[0][0])
+        if self.pending:
+            cand.append(max(self.pending[0][0], self.fe_free))
         cand = [x for x in cand if x > T + 1e-12]
         return min(cand) if cand else math.inf
 
-    for _ in range(min(c, N)):
-        post(0.0)
-    T = 0.0
-    while len(fin_t) < N:
-        frontend(T)
-        while tokenized and tokenized[0][0] <= T + 1e-12:
-            d, i = heapq.heappop(tokenized)
-            tok_t[i] = d
-            r = n_tokenized % R
-            n_tokenized += 1
-            rank_of[i] = r
-            inbox[r].append(i)
-        # 1. fetch phase (RDMA): every rank fetches all its extended requests, one after the other
+    def receive(self, T: float) -> None:
+        """Tokenized requests reach the DP ranks round robin."""
+        while self.tokenized and self.tokenized[0][0] <= T + 1e-12:
+            d, i = heapq.heappop(self.tokenized)
+            self.tok_t[i] = d
+            self.inbox[self.n_tokenized % self.sc.ranks].append(i)
+            self.n_tokenized += 1
+
+    # ---- scheduler -----------------------------------------------------------------------
+    def fetch_phase(self, T: float) -> float:
+        """Every rank fetches all its extended requests, one after the other; a NIC serves the
+        ranks mapped to it (rank % nics) in the order their reads are posted. Returns when the
+        slowest rank joins the forward."""
+        sc, R = self.sc, self.sc.ranks
         ready = [T] * R
-        n_run_before = sum(len(x) for x in running)
-        # each rank's fetches run one after the other; a NIC serves the ranks mapped to it
-        # (rank % nics) in the order their reads are posted
-        asks = [(T, r, 0) for r in range(R) if unfetched[r]]
-        fetched = [i for r in range(R) for i in unfetched[r]]
+        n_run_before = sum(len(x) for x in self.running)
+        asks = [(T, r, 0) for r in range(R) if self.unfetched[r]]
+        fetched = [i for r in range(R) for i in self.unfetched[r]]
         heapq.heapify(asks)
         while asks:
             at, r, j = heapq.heappop(asks)
             n = r % max(1, sc.nics)
-            i = unfetched[r][j]
-            start = max(at, nic_free[n])
-            end = start + _nic_time(sc, kv_bytes)
-            nic_free[n] = end
-            ready[r] = end + conv
-            fetch_wait[i] = ready[r] - ext_end[i]
-            running[r].append(i)
-            age[i] = 0
-            if j + 1 < len(unfetched[r]):
+            i = self.unfetched[r][j]
+            end = max(at, self.nic_free[n]) + _nic_time(sc, self.kv_bytes)
+            self.nic_free[n] = end
+            ready[r] = end + self.conv
+            self.fetch_wait[i] = ready[r] - self.ext_end[i]
+            self.running[r].append(i)
+            self.age[i] = 0
+            if j + 1 < len(self.unfetched[r]):
                 heapq.heappush(asks, (ready[r], r, j + 1))
-        for r in range(R):
-            unfetched[r] = []
+        self.unfetched = [[] for _ in range(R)]
         F = max(ready)
-        sums[3] += (F - T) * n_run_before
+        self.sums[3] += (F - T) * n_run_before
         for i in fetched:     # from its first token (the extend) to its first decode step
-            sums[3] += F - ext_end[i]
-        # 2. batches: requests received at T extend (while the KV capacity admits them); the others decode
-        ext = {}
-        resident = sum(len(x) for x in running) + sum(len(x) for x in unfetched)
-        for r in range(R):
+            self.sums[3] += F - self.ext_end[i]
+        return F
+
+    def batches(self, T: float) -> tuple[dict[int, list[int]], list[int]]:
+        """Requests received at T extend (while the KV capacity admits them); the others decode."""
+        ext: dict[int, list[int]] = {}
+        resident = sum(len(x) for x in self.running) + sum(len(x) for x in self.unfetched)
+        for r in range(self.sc.ranks):
             take = []
-            while inbox[r] and resident < sc.limit:
-                i = inbox[r].pop(0)
-                take.append(i)
+            while self.inbox[r] and resident < self.sc.limit:
+                take.append(self.inbox[r].pop(0))
                 resident += 1
-            for i in inbox[r]:
-                capped.add(i)
+            self.capped.update(self.inbox[r])
             if take:
                 ext[r] = take
                 for i in take:
-                    if i in capped:
-                        admit_wait[i] = T - tok_t[i]
-        dec = [r for r in range(R) if running[r] and r not in ext]
-        if not ext and not dec:
-            nxt = next_event_after(F)
-            if F > T:
-                T = F
-                continue
-            if math.isinf(nxt):     # pragma: no cover - nothing can happen any more
-                break
-            T = nxt
-            continue
-        counts = [0] * R
-        rec = [0.0] * R
-        mx = [0.0] * R
+                    if i in self.capped:
+                        self.admit_wait[i] = T - self.tok_t[i]
+        return ext, [r for r in range(self.sc.ranks) if self.running[r] and r not in ext]
+
+    def decode_step(self, dec: list[int]):
+        """(step, compute, overhead, swap-in, per-rank counts, summed misses, any cold request)."""
+        R, W, steady = self.sc.ranks, len(self.table), self.sc.misses.steady
+        counts, rec, mx = [0] * R, [0.0] * R, [0.0] * R
         warm = False
         for r in dec:
-            for i in running[r]:
-                a = age[i]
-                m = table[a] if a < W else steady
+            for i in self.running[r]:
+                a = self.age[i]
+                m = self.table[a] if a < W else steady
                 warm = warm or a < W
                 counts[r] += 1
                 rec[r] += m
-                if m > mx[r]:
-                    mx[r] = m
+                mx[r] = max(mx[r], m)
         dt = comp = ovh = swap = 0.0
         if dec:
-            dt, comp, ovh, swap = _step_time(sc, counts, rec, mx, [], comp_cache)
-        D = max(dt, hx.extend_s if ext else 0.0)
-        # identical decode steps can be taken at once until the next event
-        k = 1
-        if not ext and not warm and F == T and not any(unfetched) and not any(inbox):
-            left = min(out - made[i] for r in dec for i in running[r])
-            k = max(1, left)
-            nxt = next_event_after(T)
-            if not math.isinf(nxt):
-                k = max(1, min(k, math.ceil((nxt - T) / dt)))
-        E = F + D * k
-        n_dec = sum(counts)
-        if dec:
-            sums[0] += comp * n_dec * k
-            sums[1] += ovh * n_dec * k
-            sums[2] += swap * n_dec * k
-            sums[4] += (D - dt) * n_dec
-            pool_bytes += fetch_bytes_per_token(sum(rec), sc.record_bytes, sc.layers) * k
-            tok_total += n_dec * k
-            dec_total += n_dec * k
-        for r in ext:   # running requests of an extending rank do not decode this iteration
-            sums[4] += D * len(running[r])
+            dt, comp, ovh, swap = _step_time(self.sc, counts, rec, mx, [], self.comp_cache)
+        return dt, comp, ovh, swap, counts, rec, warm
+
+    def tokens(self, ext, dec, F: float, D: float, k: int) -> None:
+        """First tokens of the extended requests; ``k`` decode tokens of the decoding ranks."""
+        E, out = F + D * k, self.sc.output_tokens
         for r, reqs in ext.items():
             for i in reqs:
-                ext_start[i], ext_end[i] = F, E
-                made[i] = 1
-                tok_total += 1
-                heapq.heappush(pending, (E, FIRST, i))
+                self.ext_start[i], self.ext_end[i] = F, E
+                self.made[i] = 1
+                self.tok_total += 1
+                heapq.heappush(self.pending, (E, FIRST, i))
                 if out == 1:
-                    fin_ready[i] = E
-                    heapq.heappush(pending, (E, FINISH, i))
-                elif rdma:
-                    unfetched[r].append(i)
+                    heapq.heappush(self.pending, (E, FINISH, i))
+                elif self.rdma:
+                    self.unfetched[r].append(i)
                 else:
-                    running[r].append(i)
-                    age[i] = 0
+                    self.running[r].append(i)
+                    self.age[i] = 0
         for r in dec:
             keep = []
-            for i in running[r]:
-                made[i] += k
-                age[i] += k
-                if made[i] >= out:
-                    t_done = F + D * (k - (made[i] - out))
-                    fin_ready[i] = t_done
-                    heapq.heappush(pending, (t_done, FINISH, i))
+            for i in self.running[r]:
+                self.made[i] += k
+                self.age[i] += k
+                if self.made[i] >= out:
+                    heapq.heappush(self.pending, (F + D * (k - (self.made[i] - out)), FINISH, i))
                 else:
                     keep.append(i)
-            running[r] = keep
-        T = E
-        # deliveries that fall inside a fast-forwarded stretch go out at their own time
-    ids = sorted(fin_t)
-    ttft = [first_t[i] - post_t[i] for i in ids]
-    tbt = [(fin_t[i] - first_t[i]) / max(1, out - 1) for i in ids]
-    makespan = max(fin_t.values())
-    thr = N * out / makespan if makespan > 0 else 0.0
-    n = len(ids)
-    tt = max(1, dec_total)
-    bd.compute_s, bd.overhead_s, bd.swapin_s, bd.stall_s = (s / tt for s in sums[:4])
-    bd.extend_stall_s = sums[4] / tt
-    bd.ttft_frontend_s = sum(tok_t[i] - post_t[i] for i in ids) / n
-    bd.ttft_admission_wait_s = sum(admit_wait.values()) / n
-    bd.ttft_lockstep_wait_s = sum(ext_start[i] - tok_t[i] - admit_wait.get(i, 0.0) for i in ids) / n
-    bd.ttft_extend_s = sum(ext_end[i] - ext_start[i] for i in ids) / n
-    bd.ttft_delivery_s = sum(first_t[i] - ext_end[i] for i in ids) / n
-    bd.fetch_after_first_token_s = sum(fetch_wait.values()) / n if fetch_wait else 0.0
-    bd.pool_bytes_per_token = pool_bytes / max(1, tok_total)
-    bd.nic_bytes_per_request = kv_bytes if rdma else 0.0
-    return RunResult(ttft, tbt, thr, makespan, 0, bd)
+            self.running[r] = keep
+
+    def iteration(self, T: float) -> float:
+        """One scheduler iteration from T; returns the time the next one starts."""
+        self.frontend(T)
+        self.receive(T)
+        F = self.fetch_phase(T)
+        ext, dec = self.batches(T)
+        if not ext and not dec:
+            nxt = self.next_event_after(F)
+            return F if F > T else nxt
+        dt, comp, ovh, swap, counts, rec, warm = self.decode_step(dec)
+        D = max(dt, self.hx.extend_s if ext else 0.0)
+        k = 1      # identical decode steps can be taken at once until the next event
+        if not ext and not warm and F == T and not any(self.inbox):
+            k = max(1, min(self.sc.output_tokens - self.made[i] for r in dec for i in self.running[r]))
+            nxt = self.next_event_after(T)
+            if not math.isinf(nxt):
+                k = max(1, min(k, math.ceil((nxt - T) / dt)))
+        n_dec = sum(counts)
+        if dec:
+            s = self.sums
+            s[0] += comp * n_dec * k
+            s[1] += ovh * n_dec * k
+            s[2] += swap * n_dec * k
+            s[4] += (D - dt) * n_dec
+            self.pool_bytes += fetch_bytes_per_token(sum(rec), self.sc.record_bytes, self.sc.layers) * k
+            self.tok_total += n_dec * k
+            self.dec_total += n_dec * k
+        for r in ext:   # running requests of an extending rank do not decode this iteration
+            self.sums[4] += D * len(self.running[r])
+        self.tokens(ext, dec, F, D, k)
+        return F + D * k
+
+    def run(self) -> RunResult:
+        for _ in range(min(self.sc.concurrency, self.sc.requests)):
+            self.post(0.0)
+        T = 0.0
+        while len(self.fin_t) < self.sc.requests:
+            T = self.iteration(T)
+            if math.isinf(T):     # pragma: no cover - nothing can happen any more
+                break
+        return self.result()
+
+    def result(self) -> RunResult:
+        out, N = self.sc.output_tokens, self.sc.requests
+        ids = sorted(self.fin_t)
+        ttft = [self.first_t[i] - self.post_t[i] for i in ids]
+        tbt = [(self.fin_t[i] - self.first_t[i]) / max(1, out - 1) for i in ids]
+        makespan = max(self.fin_t.values())
+        n, tt = len(ids), max(1, self.dec_total)
+        bd = Breakdown()
+        bd.compute_s, bd.overhead_s, bd.swapin_s, bd.stall_s = (s / tt for s in self.sums[:4])
+        bd.extend_stall_s = self.sums[4] / tt
+        bd.ttft_frontend_s = sum(self.tok_t[i] - self.post_t[i] for i in ids) / n
+        bd.ttft_admission_wait_s = sum(self.admit_wait.values()) / n
+        bd.ttft_lockstep_wait_s = sum(self.ext_start[i] - self.tok_t[i] - self.admit_wait.get(i, 0.0)
+                                      for i in ids) / n
+        bd.ttft_extend_s = sum(self.ext_end[i] - self.ext_start[i] for i in ids) / n
+        bd.ttft_delivery_s = sum(self.first_t[i] - self.ext_end[i] for i in ids) / n
+        bd.fetch_after_first_token_s = sum(self.fetch_wait.values()) / n if self.fetch_wait else 0.0
+        bd.pool_bytes_per_token = self.pool_bytes / max(1, self.tok_total)
+        bd.nic_bytes_per_request = self.kv_bytes if self.rdma else 0.0
+        return RunResult(ttft, tbt, N * out / makespan if makespan > 0 else 0.0, makespan, 0, bd)

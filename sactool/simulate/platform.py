@@ -253,33 +253,37 @@ def _bad(path: str):
     raise _err(path, "must be a mapping")
 
 
+def _step_points(d, path: str) -> list[StepPoint]:
+    """``[{requests_per_rank, context_tokens, step_time_s}, ...]`` at ``path`` (optional)."""
+    out = []
+    for i, p in enumerate(_get(d, path, optional=True, default=[]) or []):
+        q = f"{path}[{i}]"
+        if not isinstance(p, Mapping):
+            _bad(q)
+        out.append(StepPoint(_int(p, "requests_per_rank", label=f"{q}.requests_per_rank"),
+                             _int(p, "context_tokens", label=f"{q}.context_tokens"),
+                             _num(p, "step_time_s", label=f"{q}.step_time_s")))
+    return out
+
+
+def _time_points(d, path: str) -> list[tuple[int, float]]:
+    """``[{context_tokens, time_s}, ...]`` at ``path`` (optional) as (context, seconds)."""
+    out = []
+    for i, p in enumerate(_get(d, path, optional=True, default=[]) or []):
+        q = f"{path}[{i}]"
+        if not isinstance(p, Mapping):
+            _bad(q)
+        out.append((_int(p, "context_tokens", label=f"{q}.context_tokens"), _num(p, "time_s", label=f"{q}.time_s")))
+    return out
+
+
 def from_data(data: Mapping[str, Any], *, origin: str = "platform") -> Platform:
     """Build and validate a :class:`Platform` from loaded YAML/JSON."""
     data = upgrade(dict(data), kind=KIND, current=SCHEMA_VERSION, source=origin)
     d = data
-    steps = []
-    for i, p in enumerate(_get(d, "gpu.decode_step.measured", optional=True, default=[]) or []):
-        if not isinstance(p, Mapping):
-            _bad(f"gpu.decode_step.measured[{i}]")
-        q = f"gpu.decode_step.measured[{i}]"
-        steps.append(StepPoint(_int(p, "requests_per_rank", label=f"{q}.requests_per_rank"),
-                               _int(p, "context_tokens", label=f"{q}.context_tokens"),
-                               _num(p, "step_time_s", label=f"{q}.step_time_s")))
-    dsteps = []
-    for i, p in enumerate(_get(d, "gpu.hisparse_dram_step.measured", optional=True, default=[]) or []):
-        if not isinstance(p, Mapping):
-            _bad(f"gpu.hisparse_dram_step.measured[{i}]")
-        q = f"gpu.hisparse_dram_step.measured[{i}]"
-        dsteps.append(StepPoint(_int(p, "requests_per_rank", label=f"{q}.requests_per_rank"),
-                                _int(p, "context_tokens", label=f"{q}.context_tokens"),
-                                _num(p, "step_time_s", label=f"{q}.step_time_s")))
-    extend = []
-    for i, p in enumerate(_get(d, "first_token.extend.measured", optional=True, default=[]) or []):
-        if not isinstance(p, Mapping):
-            _bad(f"first_token.extend.measured[{i}]")
-        q = f"first_token.extend.measured[{i}]"
-        extend.append((_int(p, "context_tokens", label=f"{q}.context_tokens"),
-                       _num(p, "time_s", label=f"{q}.time_s")))
+    steps = _step_points(d, "gpu.decode_step.measured")
+    dsteps = _step_points(d, "gpu.hisparse_dram_step.measured")
+    extend = _time_points(d, "first_token.extend.measured")
     harness = _get(d, "workload.harness", optional=True, default="steady")
     if harness not in HARNESSES:
         raise _err("workload.harness", f"must be one of {', '.join(HARNESSES)}, got {harness!r}")
@@ -292,12 +296,7 @@ def from_data(data: Mapping[str, Any], *, origin: str = "platform") -> Platform:
         kv_budget_bytes=_num(d, "gpu.kv_budget_bytes", optional=True),
         source=str(_get(d, "gpu.source", optional=True, default="")),
     )
-    prefill = []
-    for i, p in enumerate(_get(d, "prefill.measured", optional=True, default=[]) or []):
-        if not isinstance(p, Mapping):
-            _bad(f"prefill.measured[{i}]")
-        prefill.append((_int(p, "context_tokens", label=f"prefill.measured[{i}].context_tokens"),
-                        _num(p, "time_s", label=f"prefill.measured[{i}].time_s")))
+    prefill = _time_points(d, "prefill.measured")
     rate = _num(d, "workload.arrival_rate_per_s", optional=True)
     case = _get(d, "workload.case", optional=True, default="cache_hit")
     if case not in CASES:
