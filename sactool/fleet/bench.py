@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
 from sactool import records
-from sactool.errors import Interrupted, SactoolError, TopologyError, UsageError
+from sactool.errors import Interrupted, TopologyError, UsageError
 from sactool.fleet.mpi import Fleet, FleetError, FleetInterrupted, Terminated
 from sactool.fleet.sweep import step_entry, sweep_sizes
 

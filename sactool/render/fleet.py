@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rich.markup import escape as esc
 
-from sactool.units import format_bytes, format_rate
+from sactool.units import format_bytes
 
 
 def _b(n) -> str:
@@ -79,25 +79,33 @@ def render_fleet_bench(data: dict, console=None) -> None:
     for s in fl["sweep"]:
         by.setdefault(s["config"], []).append(s)
     for key, steps in by.items():
-        t = Table(title=f"Contention sweep: {key}", title_justify="left")
         lat = next((k for k in ("topk_step_us", "latency_ns") if k in steps[0]), None)
-        cols = ["active ranks", "aggregate", "× one rank", "on-CPU aggregate", "per rank (min–max)"]
+        t = Table(title=f"Contention sweep: {key}", title_justify="left", show_edge=False)
+        cols = ["ranks", "GB/s", "×1", "on-CPU", "per rank"]
         if lat:
-            cols += [f"{'top-k step µs' if lat == 'topk_step_us' else 'latency ns'} median", "worst p95"]
-        cols += ["fairness min/max"]
+            cols += ["step µs" if lat == "topk_step_us" else "ns/load", "p95"]
+        cols += ["min/max"]
         for col in cols:
             t.add_column(col, justify="right")
         for s in steps:
-            bws = [r["bandwidth_bytes_per_s"] for r in s["per_rank"]]
-            row = [str(s["active_ranks"]), format_rate(s["aggregate_bytes_per_s"]),
+            bws = [r["bandwidth_bytes_per_s"] / 1e9 for r in s["per_rank"]]
+            oc = s.get("aggregate_on_cpu_bytes_per_s")
+            row = [str(s["active_ranks"]), f"{s['aggregate_bytes_per_s'] / 1e9:.2f}",
                    "-" if s["speedup_vs_one_rank"] is None else f"{s['speedup_vs_one_rank']:.2f}",
-                   "-" if s.get("aggregate_on_cpu_bytes_per_s") is None else format_rate(s["aggregate_on_cpu_bytes_per_s"]),
-                   f"{format_rate(min(bws))}–{format_rate(max(bws))}"]
+                   "-" if oc is None else f"{oc / 1e9:.2f}",
+                   f"{min(bws):.2f}" if len(bws) == 1 else f"{min(bws):.2f}–{max(bws):.2f}"]
             if lat:
                 row += [f"{s[lat]['median_of_ranks']:.1f}", f"{s[lat]['worst_p95']:.1f}"]
             f = s["fairness"]["min_over_max"]
             row.append("-" if f is None else f"{f:.2f}")
             t.add_row(*row)
         c.print(t)
+    if by:
+        lat = next((k for k in ("topk_step_us", "latency_ns") if k in fl["sweep"][0]), None)
+        c.print("GB/s: all active ranks together (bytes / the slowest rank's time); ×1: over one rank; on-CPU: the "
+                "same over each rank's on-CPU time; per rank: min–max; "
+                + ("step µs: one top-k step, median of the ranks, p95 of the worst rank; " if lat == "topk_step_us"
+                   else "ns/load: median of the ranks, p95 of the worst rank; " if lat else "")
+                + "min/max: fairness between ranks")
     if data.get("stand_in"):
         c.print(f"[yellow]{esc(data['stand_in']['node'])} stands in for CXL[/]: {esc(data['stand_in'].get('reason') or '')}")
