@@ -28,10 +28,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
-from sactool import records
 from sactool.errors import Interrupted, TopologyError, UsageError
 from sactool.fleet.mpi import Fleet, FleetError, FleetInterrupted, Terminated
-from sactool.fleet.sweep import step_entry, sweep_sizes
+from sactool.fleet.record import activation_order, build_record, record_step, standard_result
+from sactool.fleet.sweep import sweep_sizes
 
 FLEET_TESTS = ("gather", "latency", "bandwidth", "loaded")
 
@@ -58,17 +58,6 @@ def check_agreement(canon: list[dict[str, Any]]) -> None:
                 raise UsageError(f"ranks disagree on the options: rank {r} has {k}={c.get(k)!r}, "
                                  f"rank 0 has {k}={canon[0].get(k)!r}",
                                  "give every rank the same sactool bench arguments")
-
-
-def activation_order(hosts: list[str]) -> list[int]:
-    """Ranks in the order the sweep activates them: the first rank of every host, then the second…
-    (``hosts[r]``: rank r's host), so k active ranks are on k hosts while there are that many."""
-    seen: dict[str, int] = {}
-    nth = []
-    for h in hosts:
-        nth.append(seen.get(h, 0))
-        seen[h] = nth[-1] + 1
-    return sorted(range(len(hosts)), key=lambda r: (nth[r], r))
 
 
 def split_cpus(cpus: tuple[int, ...], local_rank: int, local_size: int) -> tuple[tuple[int, ...], bool]:
@@ -357,112 +346,9 @@ def _sweep(fleet: Fleet, opts, loc: _Local, proto, state: dict, write, progress)
         got = fleet.exchange({"samples": mine, "params": {m.cfg.key: _params(m) for m in loc.measures},
                               "tests": {m.cfg.key: m.test for m in loc.measures}} if active else None)
         if fleet.is_root:
-            _record_step(state, k, [order[i] for i in range(k)], got, single)
+            record_step(state, k, [order[i] for i in range(k)], got, single)
             if write:
-                write(_record(state, opts, proto, complete=False))
-
-
-def _record_step(state: dict, k: int, active: list[int], got: list, single: dict[str, float]) -> None:
-    ranks = state["ranks"]
-    first = got[active[0]]
-    for key, params in first["params"].items():
-        per = [{"rank": r, "host": ranks[r]["host"], "cpus": ranks[r]["cpus"], "samples": got[r]["samples"][key]}
-               for r in sorted(active)]
-        entry = step_entry(k, _test_of(first["tests"][key]), key, params, per, single.get(key))
-        if k == 1:
-            single[key] = entry["aggregate_bytes_per_s"]
-        state["steps"].append(entry)
-
-
-def _test_of(measure_test: str) -> str:
-    """Measures of the bandwidth test are named by their operation (read/write/copy)."""
-    return "bandwidth" if measure_test in ("read", "write", "copy") else measure_test
-
-
-def standard_result(m, samples: list[dict], info: dict) -> dict:
-    """Rank 0's one-rank result in the plain ``sactool bench`` form (so the record also reads as a
-    single-host bench record: ``load_bench``, ``gather_figure``, ``tune --bench``)."""
-    from sactool.bench.runner import result_of
-
-    saved = (m.cfg.samples, m.cpu, m.extra)
-    try:
-        m.cfg.samples = [(s["seconds"], s["work"]) for s in samples]
-        m.cpu = [s["thread_cpu_seconds"] for s in samples] if all("thread_cpu_seconds" in s for s in samples) else []
-        m.extra = [s.get("extra", 0.0) for s in samples]
-        r = result_of(m)
-    finally:
-        m.cfg.samples, m.cpu, m.extra = saved
-    r["memory_node"], r["cpu_node"] = info["memory_node"], info["cpu_node"]
-    return r
-
-
-def _hosts(ranks: list[dict]) -> list[dict]:
-    out: dict[str, dict] = {}
-    for r in ranks:
-        h = out.setdefault(r["host"], {"host": r["host"], "ranks": [], "machines": [], "memory_node": r["memory_node"],
-                                       "pool_device": r["pool_device"], "stand_in": r["stand_in"]})
-        h["ranks"].append(r["rank"])
-        if r["machine"] not in h["machines"]:
-            h["machines"].append(r["machine"])
-    return list(out.values())
-
-
-def _warnings(state: dict) -> list[dict]:
-    seen, out = set(), []
-    ranks = state["ranks"]
-    extra = []
-    if any(r["stand_in"] for r in ranks):
-        nodes = sorted({f"{r['host']}:{r['memory_node']}" for r in ranks if r["stand_in"]})
-        extra.append({"code": "stand_in", "message": f"{', '.join(nodes)}: not CXL memory, standing in for it",
-                      "hint": "figures describe this memory, not a CXL device"})
-    low: dict[int, list[tuple[int, float]]] = {}
-    for st in state["steps"]:
-        for pr in st["per_rank"]:
-            oc = pr.get("on_cpu_fraction")
-            if oc is not None and oc < 0.9:
-                low.setdefault(st["active_ranks"], []).append((pr["rank"], oc))
-    for k, lows in low.items():
-        rs = sorted({r for r, _ in lows})
-        fr = [f for _, f in lows]
-        extra.append({"code": "descheduled", "message": f"at {k} active rank{'s' if k > 1 else ''}: the threads of "
-                      f"rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))} ran {min(fr):.0%}–{max(fr):.0%} "
-                      "of the sample time", "hint": "other processes (or ranks sharing CPUs) had the CPUs: those "
-                      "figures include waiting; per-rank on_cpu_fraction is in the record"})
-    for w in [w for r in ranks for w in r.get("warnings", [])] + extra:
-        k = (w["code"], w["message"].split(": rank ")[0] if w["code"] == "cpus_shared" else w["message"])
-        if k not in seen:
-            seen.add(k)
-            out.append(w)
-    return out
-
-
-def _record(state: dict, opts, proto, complete: bool) -> dict:
-    from sactool.bench import record as R
-    from sactool.host.machine import machine_block
-
-    ranks = state["ranks"]
-    r0 = ranks[0]
-    warnings = _warnings(state)
-    if not complete:
-        warnings.append({"code": "interrupted", "message": "the sweep stopped early: finished steps are kept",
-                         "hint": "rerun to complete it"})
-    data = records.header(R.KIND, R.SCHEMA_VERSION)
-    data.update({
-        "machine": machine_block(), "command": opts.command, "tests": list(opts.tests), "protocol": proto.to_data(),
-        "memory_node": r0["memory_node"], "cpu_node": r0["cpu_node"], "cpus": r0["cpus"], "stand_in": r0["stand_in"],
-        "llc_bytes": r0["llc_bytes"], "buffer": r0.get("buffer") or {}, "results": state.get("results", []),
-        "warnings": warnings, "complete": complete,
-        "fleet": {
-            "world_size": len(ranks),
-            "sync": "every sample starts at an MPI barrier of all ranks (MPI_Ibarrier polled with sleeps, then "
-                    "an allgather); inactive ranks wait there",
-            "activation_order": activation_order([r["host"] for r in ranks]),
-            "hosts": _hosts(ranks),
-            "ranks": [{k: v for k, v in r.items() if k != "warnings"} for r in ranks],
-            "sweep": state["steps"],
-        },
-    })
-    return data
+                write(build_record(state, opts, proto, complete=False))
 
 
 def _finish(fleet: Fleet, opts, loc, state: dict, write) -> dict | None:
@@ -470,7 +356,7 @@ def _finish(fleet: Fleet, opts, loc, state: dict, write) -> dict | None:
         return None
     from sactool.bench.protocol import PRESETS
 
-    rec = _record(state, opts, opts.protocol or PRESETS[opts.preset], state["complete"])
+    rec = build_record(state, opts, opts.protocol or PRESETS[opts.preset], state["complete"])
     if write:
         write(rec)
     return rec
