@@ -115,7 +115,7 @@ def _prepare(fleet: Fleet, opts, reader, res: dict, cpus: tuple[int, ...], share
     from sactool.bench import api, env
     from sactool.bench.protocol import PRESETS
     from sactool.host.machine import machine_block
-    from sactool.memory.nodes import check_fits, free_estimate
+    from sactool.memory.nodes import free_estimate
 
     topo, mem, cpu_node, node_cpus = res["topo"], res["mem"], res["cpu_node"], res["node_cpus"]
     loc = _Local()
@@ -127,8 +127,7 @@ def _prepare(fleet: Fleet, opts, reader, res: dict, cpus: tuple[int, ...], share
     llc = env.llc_bytes(reader, cpus[0]) or (32 << 20)
     size = opts.size_bytes or api.PRESET_SIZES.get(opts.preset, 1 << 30)
     api._validate(opts, size, llc)
-    check_fits(free_estimate(topo, reader, mem), size * fleet.local_size,
-               what=f"{fleet.local_size} buffers of {size} bytes (one per rank on this machine)")
+    _check_fits_all(free_estimate(topo, reader, mem), size, fleet.local_size)
     if shared:
         loc.warnings.append({"code": "cpus_shared", "message": f"{fleet.local_size} ranks share the "
                              f"{len(node_cpus)} CPUs of node{cpu_node} on {fleet.machine}",
@@ -146,6 +145,23 @@ def _prepare(fleet: Fleet, opts, reader, res: dict, cpus: tuple[int, ...], share
                 "pool_device": pool_device(topo, reader, mem, fleet.machine), "machine_block": machine_block(reader)}
     proto = opts.protocol or PRESETS[opts.preset]
     return loc, (topo, mem, cpus, threads, llc, size, gather_idx, proto)
+
+
+def _check_fits_all(free, size: int, ranks_here: int) -> None:
+    """All of this machine's ranks' buffers must fit its node; the hint gives the per-rank --size."""
+    from sactool.errors import CapacityError
+    from sactool.memory import nodes
+    from sactool.units import format_bytes
+
+    try:
+        nodes.check_fits(free, size * ranks_here, what=f"{ranks_here} buffers (one per rank on this machine)")
+    except CapacityError as e:
+        if ranks_here == 1 or free.bytes is None:
+            raise
+        margin = max(nodes.SAFETY_MARGIN_BYTES, int(nodes.SAFETY_MARGIN_FRACTION * (free.total_bytes or 0)))
+        per = max(0, free.bytes - margin) // ranks_here
+        raise CapacityError(e.message, f"use --size {format_bytes(per).replace(' ', '')} or less (per rank), or fewer ranks "
+                                       "per machine") from None
 
 
 def pool_device(topo, reader, mem: int, machine: str) -> dict[str, Any]:
