@@ -44,7 +44,7 @@ def _show(data: dict, fmt: str, what: str) -> None:
     render_warnings(data)
     if fmt != "table":
         emit_data(data, fmt)
-    elif what == "probe":
-        render_fleet_probe(data)
-    else:
-        render_fleet_bench(data)
+        return
+    from sactool.render.fleet import plain_console
+
+    (render_fleet_probe if what == "probe" else render_fleet_bench)(data, console=plain_console())

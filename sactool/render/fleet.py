@@ -12,6 +12,14 @@ def _b(n) -> str:
     return "?" if n is None else format_bytes(n)
 
 
+def plain_console():
+    """stdout without colour codes. Open MPI gives each rank a pseudo-terminal as stdout (its I/O
+    forwarding), so a rank cannot tell whether ``mpirun``'s own stdout is a terminal or a file."""
+    from rich.console import Console
+
+    return Console(force_terminal=False, no_color=True, highlight=False, width=100)
+
+
 def render_warnings(data: dict, err=None) -> None:
     from sactool.render import stderr_console
 
