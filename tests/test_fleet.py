@@ -228,3 +228,19 @@ def test_host_file_names_stay_in_their_directory():
 
     assert host_file_name("node-7.example") == "node-7.example"
     assert host_file_name("../../etc/x") == "_.._etc_x" and host_file_name("..") == "host"
+
+
+def test_pool_map_two_socket_recordings(tmp_path):
+    """sac2s (two sockets, a CXL device each: serial 0x3001 is mem1 behind cxl.1, 0x3002 is mem0
+    behind cxl.2 — names crossed against bridge order) read as two hosts in two phases of one boot:
+    both devices are seen by both, and each DAX device is matched to its memdev by serial."""
+    hosts = [(n, _topo(n, tmp_path)) for n in ("sac2s__10-region", "sac2s__20-devdax")]
+    pm = pool_map(hosts)
+    by = {d["serial"]: d for d in pm["memdevs"]}
+    assert sorted(by) == ["0x3001", "0x3002"] and all(d["shared"] for d in by.values())
+    assert {h["memdev"] for h in by["0x3001"]["hosts"]} == {"mem1"} and {h["memdev"] for h in by["0x3002"]["hosts"]} == {"mem0"}
+    onlined = {h["host"]: h["nodes"] for h in by["0x3001"]["hosts"]}
+    assert onlined == {"sac2s__10-region": ["node2"], "sac2s__20-devdax": []}
+    dax = {tuple(g["memdev_serials"]): sorted((h["dax"], h["mode"]) for h in g["hosts"]) for g in pm["dax_devices"]}
+    assert dax == {("0x3001",): [("dax0.0", "devdax"), ("dax0.0", "system-ram")],
+                   ("0x3002",): [("dax1.0", "devdax"), ("dax1.0", "system-ram")]}

@@ -43,7 +43,9 @@ def render_fleet_probe(data: dict, console=None) -> None:
         topo = h["topology"]
         devs = ", ".join(f"{m['name']} ({m.get('serial') or '?'})" for m in topo.get("cxl", {}).get("memdevs", []))
         nodes = ", ".join(f"{n['node']} {n['kind']}" for n in topo.get("nodes", []))
-        src = "this system" if h["live"] else f"recording {h['sysfs_root']}"
+        import os
+
+        src = "this system" if h["live"] else f"recording {os.path.basename(str(h['sysfs_root']).rstrip('/'))}"
         v = topo.get("verdict") or {}
         pool = ", ".join(f"node{n}" for n in v.get("pool_nodes") or ()) + (" (stand-in)" if v.get("stand_in") else "")
         t.add_row(esc(h["host"]), ",".join(map(str, h["ranks"])), esc(src), esc(nodes), esc(devs or "-"),
