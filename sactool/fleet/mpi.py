@@ -182,10 +182,13 @@ class Fleet:
         return FleetError(err.message, err.hint, exit_code=int(err.exit_code), quiet=not self.is_root)
 
     def _error_of(self, errors: list[tuple[int, dict]]) -> FleetError:
-        by_msg: dict[str, list[int]] = {}
-        for r, p in errors:
-            by_msg.setdefault(str(p.get("message")), []).append(r)
-        parts = [f"rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))}: {m}" for m, rs in by_msg.items()]
+        import re
+
+        by_msg: dict[str, tuple[str, list[int]]] = {}
+        for r, p in errors:  # the same error with other figures (each rank read its own free memory) once
+            m = str(p.get("message"))
+            by_msg.setdefault(re.sub(r"\d+(\.\d+)?", "#", m), (m, []))[1].append(r)
+        parts = [f"rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))}: {m}" for m, rs in by_msg.values()]
         first = errors[0][1]
         return FleetError("; ".join(parts), first.get("hint"), exit_code=int(first.get("exit_code", 1)),
                           quiet=not self.is_root)
