@@ -244,3 +244,17 @@ def test_pool_map_two_socket_recordings(tmp_path):
     dax = {tuple(g["memdev_serials"]): sorted((h["dax"], h["mode"]) for h in g["hosts"]) for g in pm["dax_devices"]}
     assert dax == {("0x3001",): [("dax0.0", "devdax"), ("dax0.0", "system-ram")],
                    ("0x3002",): [("dax1.0", "devdax"), ("dax1.0", "system-ram")]}
+
+
+def test_sweep_steps_take_the_rounds_every_active_rank_finished():
+    from sactool.fleet.record import sweep_steps
+
+    ranks = [{"host": h, "cpus": [i]} for i, h in enumerate("abc")]
+    s = {"seconds": 1.0, "work": 1e6}
+    got = [{"samples": [[1, "g", [s, s]], [2, "g", [s, s]], [3, "g", [s]]], "params": {"g": {"record_bytes": 64,
+            "topk": 10, "threads": 1}}, "tests": {"g": "gather"}},
+           {"samples": [[2, "g", [s]], [3, "g", [s]]]}, {"samples": [[3, "g", [s, s]]]}]
+    steps = sweep_steps(ranks, [0, 1, 2], got)
+    assert [(e["active_ranks"], [len(r["raw"]) for r in e["per_rank"]]) for e in steps] == [
+        (1, [2]), (2, [1, 1]), (3, [1, 1, 1])]
+    assert steps[1]["speedup_vs_one_rank"] == pytest.approx(2.0)  # twice the bytes in the same time

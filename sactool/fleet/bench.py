@@ -10,14 +10,15 @@ at the same point, before anything expensive where possible):
 3. placement: each rank maps and verifies its own buffer on the node (ranks of one machine split
    its CPU node's CPUs; when there are fewer CPUs than ranks they share them, and the record says so);
 4. the sweep: for k = 1, 2, 4, … N the first k ranks of the activation order (round-robin over
-   hosts, so 2 active ranks are on 2 hosts when there are 2) calibrate together and agree
-   on one repetition count (the largest), then run ``rounds`` rounds of every configuration in
-   rotated order; before every sample all N ranks meet at a barrier and the k active ones start
-   together while the others wait. After each step rank 0 gathers the samples and (with ``--out``)
-   rewrites the record, so a step once finished is on disk whatever happens next.
+   hosts, so 2 active ranks are on 2 hosts when there are 2) calibrate together and agree on one
+   repetition count (the largest); then the rounds run every (k, configuration) unit in rotated
+   order, so drift hits every step of the curve alike; before every sample all N ranks meet at a
+   barrier and the k active ones start together while the others wait. After each round rank 0
+   gathers the samples and (with ``--out``) rewrites the record, so a finished round of every step
+   is on disk whatever happens next.
 
 Ctrl-C on any rank: the running sample ends, the next barrier stops every rank, rank 0 writes the
-finished steps (``complete: false``) and all exit 130.
+finished rounds (``complete: false``) and all exit 130.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any, Callable
 
 from sactool.errors import Interrupted, TopologyError, UsageError
 from sactool.fleet.mpi import Fleet, FleetError, FleetInterrupted, Terminated
-from sactool.fleet.record import activation_order, build_record, record_step, standard_result
+from sactool.fleet.record import activation_order, build_record, standard_result, sweep_steps
 from sactool.fleet.sweep import sweep_sizes
 
 FLEET_TESTS = ("gather", "latency", "bandwidth", "loaded")
@@ -317,54 +318,63 @@ def _prepare_local(fleet: Fleet, opts, reader):
 
 
 def _kept(state: dict, write) -> str:
-    n = len({s["active_ranks"] for s in state["steps"]})
-    return f"{n} finished contention step{'s' if n != 1 else ''} kept" + ("" if write else " (no --out given)")
+    n = state.get("rounds_done", 0)
+    return (f"{n} finished round{'s' if n != 1 else ''} of every contention step kept"
+            + ("" if write else " (no --out given)"))
 
 
 def _sweep(fleet: Fleet, opts, loc: _Local, proto, state: dict, write, progress) -> None:
-    from sactool.bench.protocol import _timed, calibrate
-
+    """Calibrate every (active-rank count, configuration) unit, then run the rounds with the units
+    interleaved in rotated order — 1, 2, 4 ranks × every configuration, then rotated by one — so
+    drift on the machine hits every step of the curve alike (STYLE.md §4). After every round rank 0
+    gathers the samples and rewrites the record."""
     order = activation_order([r["host"] for r in state["ranks"]])
-    sizes = sweep_sizes(fleet.size)
-    single: dict[str, float] = {}
-    done, total = 0, len(sizes) * proto.rounds * len(loc.measures)
-    clock = time.perf_counter_ns
-    for k in sizes:
+    units = [(k, m) for k in sweep_sizes(fleet.size) for m in loc.measures]
+    reps: dict[tuple[int, str], int] = {}
+    for k, m in units:  # calibrate together: the contended sample must still be long enough
         active = fleet.rank in order[:k]
-        for m in loc.measures:  # calibrate together: the contended sample must still be long enough
-            fleet.exchange()
-            if active:
+        fleet.exchange()
+        if active:
+            _calibrate(fleet, m, proto)
+        reps[(k, m.cfg.key)] = max(fleet.exchange(m.cfg.reps if active else 0))
+    mine: dict[tuple[int, str], list] = {(k, m.cfg.key): [] for k, m in units}
+    done, total = 0, proto.rounds * len(units)
+    for r in range(proto.rounds):
+        j = r % len(units)
+        for k, m in units[j:] + units[:j]:
+            m.cfg.reps = reps[(k, m.cfg.key)]
+            fleet.exchange()  # the barrier every sample starts at (and where Ctrl-C stops all)
+            if fleet.rank in order[:k]:
                 try:
-                    if m.cfg.first_call_seconds is None:
-                        m.cfg.first_call_seconds, _ = _timed(m.cfg, 1, clock)
-                    for _ in range(proto.warmup):
-                        _timed(m.cfg, 1, clock)
-                    calibrate(m.cfg, proto, clock)
+                    mine[(k, m.cfg.key)].append(_sample(m))
                 except Exception as e:
                     raise fleet.fail(e) from e
-            reps = fleet.exchange(m.cfg.reps if active else 0)
-            m.cfg.reps = max(reps)
-        mine: dict[str, list] = {m.cfg.key: [] for m in loc.measures}
-        for r in range(proto.rounds):
-            j = r % len(loc.measures)
-            for m in loc.measures[j:] + loc.measures[:j]:
-                fleet.exchange()  # the barrier every sample starts at (and where Ctrl-C stops all)
-                if active:
-                    try:
-                        mine[m.cfg.key].append(_sample(m))
-                    except Exception as e:
-                        raise fleet.fail(e) from e
-                done += 1
-                if progress and fleet.is_root:
-                    progress(f"{k} active rank{'s' if k > 1 else ''}: {m.cfg.key}", done, total)
-        if k == 1 and fleet.is_root:
-            state["results"] = [standard_result(m, mine[m.cfg.key], state["ranks"][0]) for m in loc.measures]
-        got = fleet.exchange({"samples": mine, "params": {m.cfg.key: _params(m) for m in loc.measures},
-                              "tests": {m.cfg.key: m.test for m in loc.measures}} if active else None)
+            done += 1
+            if progress and fleet.is_root:
+                progress(f"{k} active rank{'s' if k > 1 else ''}: {m.cfg.key}", done, total)
+        got = fleet.exchange({"samples": [[k, key, v] for (k, key), v in mine.items() if v],
+                              "params": {m.cfg.key: _params(m) for m in loc.measures},
+                              "tests": {m.cfg.key: m.test for m in loc.measures}})
         if fleet.is_root:
-            record_step(state, k, [order[i] for i in range(k)], got, single)
+            state["results"] = [standard_result(m, mine[(1, m.cfg.key)], state["ranks"][0]) for m in loc.measures]
+            state["steps"] = sweep_steps(state["ranks"], order, got)
+            state["rounds_done"] = r + 1
             if write:
                 write(build_record(state, opts, proto, complete=False))
+
+
+def _calibrate(fleet: Fleet, m, proto) -> None:
+    from sactool.bench.protocol import _timed, calibrate
+
+    clock = time.perf_counter_ns
+    try:
+        if m.cfg.first_call_seconds is None:
+            m.cfg.first_call_seconds, _ = _timed(m.cfg, 1, clock)
+        for _ in range(proto.warmup):
+            _timed(m.cfg, 1, clock)
+        calibrate(m.cfg, proto, clock)
+    except Exception as e:
+        raise fleet.fail(e) from e
 
 
 def _finish(fleet: Fleet, opts, loc, state: dict, write) -> dict | None:

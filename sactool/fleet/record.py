@@ -20,16 +20,28 @@ def activation_order(hosts: list[str]) -> list[int]:
     return sorted(range(len(hosts)), key=lambda r: (nth[r], r))
 
 
-def record_step(state: dict, k: int, active: list[int], got: list, single: dict[str, float]) -> None:
-    ranks = state["ranks"]
-    first = got[active[0]]
-    for key, params in first["params"].items():
-        per = [{"rank": r, "host": ranks[r]["host"], "cpus": ranks[r]["cpus"], "samples": got[r]["samples"][key]}
-               for r in sorted(active)]
-        entry = step_entry(k, _test_of(first["tests"][key]), key, params, per, single.get(key))
+def sweep_steps(ranks: list[dict], order: list[int], got: list) -> list[dict]:
+    """Every step's ``fleet.sweep`` entries from all ranks' samples so far. ``got[r]``: rank r's
+    ``{"samples": [[active ranks, config key, [samples]], …], "params", "tests"}``."""
+    by: dict[tuple[int, str], dict[int, list]] = {}
+    for r, g in enumerate(got):
+        for k, key, samples in g["samples"]:
+            by.setdefault((k, key), {})[r] = samples
+    params, tests = got[0]["params"], got[0]["tests"]
+    steps, single = [], {}
+    for k, key in sorted(by, key=lambda x: (x[0], list(params).index(x[1]))):
+        per_rank = by[(k, key)]
+        active = sorted(order[:k])
+        if any(r not in per_rank for r in active):
+            continue  # not every active rank has a sample of it yet
+        n = min(len(per_rank[r]) for r in active)
+        per = [{"rank": r, "host": ranks[r]["host"], "cpus": ranks[r]["cpus"], "samples": per_rank[r][:n]}
+               for r in active]
+        entry = step_entry(k, _test_of(tests[key]), key, params[key], per, single.get(key))
         if k == 1:
             single[key] = entry["aggregate_bytes_per_s"]
-        state["steps"].append(entry)
+        steps.append(entry)
+    return steps
 
 
 def _test_of(measure_test: str) -> str:
@@ -115,6 +127,8 @@ def build_record(state: dict, opts, proto, complete: bool) -> dict:
             "sync": "every sample starts at an MPI barrier of all ranks (MPI_Ibarrier polled with sleeps, then "
                     "an allgather); inactive ranks wait there",
             "activation_order": activation_order([r["host"] for r in ranks]),
+            "order": "rounds interleave every (active ranks, configuration) unit in rotated order",
+            "rounds_done": state.get("rounds_done", 0),
             "hosts": _hosts(ranks),
             "ranks": [{k: v for k, v in r.items() if k != "warnings"} for r in ranks],
             "sweep": state["steps"],
@@ -123,4 +137,4 @@ def build_record(state: dict, opts, proto, complete: bool) -> dict:
     return data
 
 
-__all__ = ["build_record", "record_step", "standard_result", "activation_order"]
+__all__ = ["build_record", "sweep_steps", "standard_result", "activation_order"]
