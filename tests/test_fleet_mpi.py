@@ -113,6 +113,9 @@ def test_tune_fleet_writes_one_valid_profile_per_host(four_ranks, tmp_path, monk
         assert f["bandwidth_bytes_per_s"] == pytest.approx(want) and f["active_ranks"] == 4
         assert prof.bench["source"] == "fleet" and prof.bench["bandwidth_bytes_per_s"] == pytest.approx(want)
         assert "fleet record" in prof.provenance["pool.nodes"].detail
+        capsys.readouterr()
+        assert main(["profile", "show", str(q)]) == 0
+        assert f"fleet: host {f['host']} gets " in capsys.readouterr().out
     capsys.readouterr()
     assert main(args) == 5  # the profiles exist: refused before tuning anything
     assert "already exists" in capsys.readouterr().err
