@@ -280,8 +280,14 @@ def gather_config(cuda, clock: GpuClock, dev_u8, host_u8, *, record_bytes: int, 
         swap_in[blocks, threads, clock.stream](*args)
 
     t0 = time.perf_counter()
-    launch(src, idx_d, base_d, dst, 0, 1, words)   # compile (or load from cache) and check step 0
-    clock.stream.synchronize()
+    try:
+        launch(src, idx_d, base_d, dst, 0, 1, words)   # compile (or load from cache) and check step 0
+        clock.stream.synchronize()
+    except Exception as e:  # NVVM/NVRTC missing, driver too old for the PTX, launch failure: say which
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise TopologyError(f"numba-cuda could not compile or launch the swap-in kernel: {type(e).__name__}: {first}",
+                            "numba-cuda needs the CUDA compiler libraries: pip install 'numba-cuda[cu12]' (or "
+                            "[cu13], matching the driver)") from None
     compile_s = time.perf_counter() - t0
     chk = None
     if check:
@@ -485,11 +491,15 @@ def run_gpu_gather(o: GpuGatherOptions, *, reader: SysfsReader | None = None, pr
         elif bdesc.get("verified_fraction") is not None and bdesc["verified_fraction"] < 0.999:
             warnings.append(_warn("placement_unverified", f"only {bdesc['verified_fraction']:.1%} of the sampled pages "
                                   f"are on the node asked for", "the node may be short of free memory"))
-        host_u8 = buf.array("uint8")
-        fill_pattern(buf.array("uint64"))
+        placed_u8 = buf.array("uint8")
         stream = cuda.stream()
         clock = GpuClock(cuda, stream, sim)
-        with gpuplace.registered(cuda, host_u8) as (dev_u8, reg):
+        with gpuplace.registered(cuda, placed_u8, fallback=o.placement == "best-effort") as (dev_u8, host_u8, reg):
+            fill_pattern(host_u8.view("uint64"))
+            if not reg["placed_buffer"]:
+                warnings.append(_warn("driver_buffer", "the placed buffer could not be registered with the GPU: the "
+                                      "driver's own pinned allocation was measured, on whatever node it got",
+                                      reg.get("registration_error")))
             ms: list[_Measure] = []
             for rb in o.record_bytes:
                 total = size // rb
@@ -523,10 +533,7 @@ def run_gpu_gather(o: GpuGatherOptions, *, reader: SysfsReader | None = None, pr
     except KeyboardInterrupt:
         complete = False
     finally:
-        try:
-            del host_u8
-        except NameError:
-            pass
+        host_u8 = placed_u8 = None  # noqa: F841  (drop the views before unmapping)
         buf.close()
     for r in results:
         s = r["stats"]

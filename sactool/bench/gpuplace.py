@@ -246,26 +246,46 @@ def place(size: int, *, node: int | None, dax: str | None, cpus, topo, reader: S
 
 
 @contextmanager
-def registered(cuda, host_u8):
+def registered(cuda, host_u8, *, fallback: bool = False):
     """The host array mapped into the GPU: ``cuMemHostRegister(DEVICEMAP)`` via ``cuda.mapped``;
-    yields ``(device array, registration block)``. The simulator runs kernels on the host, so there
-    the host array itself is passed and the block says so."""
+    yields ``(device array, host array, registration block)``. The simulator runs kernels on the
+    host, so there the host array itself is passed and the block says so.
+
+    ``fallback`` (best-effort placement): when registering the placed buffer fails (a sandbox's
+    GPU proxy may refuse foreign memory), the driver allocates the pinned, mapped buffer itself
+    (``cuMemHostAlloc(DEVICEMAP)``, numba ``cuda.mapped_array``); that buffer's placement is the
+    driver's, and the block says so. The caller writes the buffer's contents after this."""
     if simulated():
-        yield host_u8, {"method": "simulator: host array passed to the simulated kernel (nothing registered)",
-                        "seconds": 0.0}
+        yield host_u8, host_u8, {"method": "simulator: host array passed to the simulated kernel (nothing registered)",
+                                 "seconds": 0.0, "placed_buffer": True}
         return
     t0 = time.perf_counter()
     try:
         cm = cuda.mapped(host_u8)
         dev = cm.__enter__()
     except Exception as e:
-        raise TopologyError(f"cannot register {host_u8.nbytes} bytes of host memory with the GPU "
-                            f"(cuMemHostRegister DEVICEMAP): {e}",
-                            "check the locked-memory limit (ulimit -l) and, for a DAX device, that the "
-                            "driver accepts it") from None
+        first = f"cuMemHostRegister DEVICEMAP of {host_u8.nbytes} bytes failed: {type(e).__name__}: {e}"
+        if not fallback:
+            raise TopologyError(f"cannot register the buffer with the GPU ({first})",
+                                "check the locked-memory limit (ulimit -l) and, for a DAX device, that the driver "
+                                "accepts it; or pass --placement best-effort to let the driver allocate it") from None
+        try:
+            import numpy as np
+
+            mapped = cuda.mapped_array(host_u8.nbytes, dtype=host_u8.dtype)
+            dev = cuda.as_cuda_array(mapped)
+            host = np.asarray(mapped)  # a plain ndarray on the same pinned pages
+        except Exception as e2:
+            raise TopologyError(f"cannot map host memory for the GPU ({first}; cuMemHostAlloc fallback: "
+                                f"{type(e2).__name__}: {e2})", "check the GPU driver and numba-cuda") from None
+        yield dev, host, {"method": "cuMemHostAlloc(CU_MEMHOSTALLOC_DEVICEMAP) via numba cuda.mapped_array: "
+                          "the placed buffer could not be registered, the driver's own allocation was measured "
+                          "(its NUMA placement is the driver's, not verified)", "registration_error": first,
+                          "seconds": round(time.perf_counter() - t0, 4), "placed_buffer": False}
+        return
     secs = time.perf_counter() - t0
     try:
-        yield dev, {"method": "cuMemHostRegister(CU_MEMHOSTREGISTER_DEVICEMAP) via numba cuda.mapped",
-                    "seconds": round(secs, 4)}
+        yield dev, host_u8, {"method": "cuMemHostRegister(CU_MEMHOSTREGISTER_DEVICEMAP) via numba cuda.mapped",
+                             "seconds": round(secs, 4), "placed_buffer": True}
     finally:
         cm.__exit__(None, None, None)
