@@ -257,3 +257,12 @@ def test_best_effort_placement_without_a_node_is_first_touch_and_says_so():
         assert buf.describe()["policy"] == "first-touch" and buf.array("uint8")[::4096].min() == 1  # pre-faulted
     finally:
         buf.close()
+
+
+def test_gpu_check_without_a_gpu_exits_3(tmp_path):
+    code = ("import runpy, sys\nsys.argv = ['gpu-check', '--out', %r]\n"
+            "runpy.run_path('scripts/gpu-check', run_name='__main__')" % str(tmp_path))
+    p = _child(code, simulator=False, timeout=120)
+    if p.returncode == 0:  # pragma: no cover - a machine with a GPU measures instead
+        pytest.skip("a CUDA GPU is present here")
+    assert p.returncode == 3 and p.stdout == "" and p.stderr.startswith("error: no CUDA GPU")
