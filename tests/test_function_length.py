@@ -19,14 +19,11 @@ LIMIT = 80
 # module:function -> (lines when listed, who splits it)
 STILL_LONG = {
     "simulate/api.py:simulate": (97, "simulate (issue 12)"),
-    "bench/gpugather.py:run_gpu_gather": (133, "GPU gathers (issue 14)"),
     "topology/cxl.py:read_cxl": (118, "probe (issue 10)"),
     "bench/api.py:run_bench": (97, "bench"),
     "render/probe.py:render_probe": (104, "probe rendering (issue 10)"),
     "render/bench.py:render_bench": (88, "bench rendering"),
-    "cli/gpugather.py:gpu_gather": (86, "GPU gathers (issue 14)"),
     "topology/classify.py:classify": (129, "probe (issue 10)"),
-    "tune/pool.py:from_bench": (109, "tune (landed long in 53cc8c0; listed so the suite runs green)"),
 }
 
 

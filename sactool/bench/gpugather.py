@@ -439,6 +439,77 @@ def run_gpu_gather(o: GpuGatherOptions, *, reader: SysfsReader | None = None, pr
     warnings: list[dict] = []
     topo, mem, cpu_node, cpus = _resolve(o, reader, warnings)
     gpu = gpuplace.select_gpu(cuda, o.gpu, reader)
+    plan = _plan(o, gpu, sim, topo, mem, reader, warnings, progress)
+    proto = o.protocol or PRESETS[o.preset]
+    if progress:
+        progress(f"placing {plan.size} bytes on " + (o.dax or (f"node{mem}" if mem is not None else "host memory")), 0, 1)
+    buf, placement = gpuplace.place(plan.size, node=mem, dax=o.dax, cpus=cpus, topo=topo, reader=reader,
+                                    placement=o.placement, hugepages=o.hugepages)
+    results: list[dict] = []
+    complete, reg, bdesc = True, None, {}
+    ceiling = gpuplace.path_ceiling(gpu, topo, mem, o.dax, reader)
+    try:
+        bdesc = _buffer_block(buf, placement, warnings)
+        placed_u8 = buf.array("uint8")
+        clock = GpuClock(cuda, cuda.stream(), sim)
+        with gpuplace.registered(cuda, placed_u8, fallback=o.placement == "best-effort") as (dev_u8, host_u8, reg):
+            fill_pattern(host_u8.view("uint64"))
+            if not reg["placed_buffer"]:
+                warnings.append(_warn("driver_buffer", "the placed buffer could not be registered with the GPU: the "
+                                      "driver's own pinned allocation was measured, on whatever node it got",
+                                      reg.get("registration_error")))
+            ms = _configs(o, plan, cuda, clock, dev_u8, host_u8)
+            if progress:
+                progress("measuring", 0, len(ms) * proto.rounds)
+            complete = run_protocol([m.cfg for m in ms], proto, clock=clock, progress=progress)
+            results = _results(ms, o, plan, ceiling["ceiling_bytes_per_s"], sim, mem, cpu_node)
+            del dev_u8
+    except KeyboardInterrupt:
+        complete = False
+    finally:
+        host_u8 = placed_u8 = None  # noqa: F841  (drop the views before unmapping)
+        buf.close()
+    for r in results:
+        st = r["stats"]
+        if st["n"] >= 3 and st["mean"] and st["stdev"] / st["mean"] > 0.10 and not sim:
+            warnings.append(_warn("high_variance", f"{r['key']}: relative stdev {st['stdev'] / st['mean']:.0%}",
+                                  "rerun with --preset rigorous when the GPU is idle"))
+    if not complete:
+        warnings.append(_warn("interrupted", "interrupted: finished samples are kept", "rerun to complete"))
+    warnings.extend(_path_warnings(gpu, topo, mem))
+    from sactool.host.machine import machine_block
+
+    data = records.header(R.KIND, R.SCHEMA_VERSION)
+    pdata = proto.to_data()
+    pdata["clock"] = "wall time (simulator)" if sim else "CUDA events (GPU time of each launch)"
+    pdata["samples"] = "one launch per sample; the launch walks reps top-k steps"
+    data.update({
+        "machine": machine_block(reader), "command": o.command,
+        "tests": ["gpu_gather"] + (["gpu_prefix_copy"] if o.full_prefix else []),
+        "protocol": pdata, "memory_node": f"node{mem}" if mem is not None else None,
+        "dax_device": o.dax, "cpu_node": f"node{cpu_node}" if cpu_node is not None else None, "cpus": list(cpus),
+        "stand_in": _stand_in(topo, mem, o.dax), "buffer": bdesc,
+        "gpu": gpu.to_data(), "registration": reg, "path_ceiling": ceiling,
+        "context_tokens": o.context_tokens, "results": results, "warnings": warnings, "complete": complete,
+    })
+    return R.from_data(data)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Sizes and index streams of one run: ``size`` bytes of host buffer; prefixes of
+    ``region_records`` records (context + the most steps any stream has); ``streams[(topk,
+    pattern)]`` = (uint32 [steps, requests, topk] indices, where they came from)."""
+
+    size: int
+    steps_max: int
+    region_records: int
+    streams: dict
+
+
+def _plan(o: GpuGatherOptions, gpu, sim: bool, topo, mem, reader, warnings: list, progress) -> _Plan:
+    """Buffer size and step counts (the L2 footprint rule), checked; index streams made before any
+    buffer exists, so a bad trace fails fast."""
     l2 = gpu.l2_bytes or (0 if sim else L2_FALLBACK_BYTES)  # the simulator has no cache to outrun
     need_steps = {(k, rb): o.steps or steps_for(k, rb, l2, max(o.blocks)) for k in o.topk for rb in o.record_bytes}
     steps_max = max(need_steps.values())
@@ -452,113 +523,73 @@ def run_gpu_gather(o: GpuGatherOptions, *, reader: SysfsReader | None = None, pr
     if l2 and size < 4 * l2:
         warnings.append(_warn("small_buffer", f"the buffer ({size} B) is less than 4× the GPU's L2 ({l2} B)",
                               "GPU L2 may serve repeated reads: use a larger --size"))
-    if mem is not None and topo is not None and not o.dax and not sim:
+    if mem is not None and topo is not None and mem in topo.node_ids and not o.dax and not sim:
         from sactool.memory.nodes import check_fits, free_estimate
 
-        try:
-            check_fits(free_estimate(topo, reader, mem), size)
-        except TopologyError:
-            pass
-    # indices before the buffer: bad traces fail fast
+        check_fits(free_estimate(topo, reader, mem), size)
     streams = {}
     for k in o.topk:
         for pat in o.patterns:
-            st = max(need_steps[(k, rb)] for rb in o.record_bytes)
             if progress:
                 progress(f"index stream {pat} top-{k}", 0, 1)
+            st = max(need_steps[(k, rb)] for rb in o.record_bytes)
             streams[(k, pat)] = index_stream(pat, requests=max(o.blocks), topk=k, steps=st, context=o.context_tokens,
                                              seed=o.seed + k, trace=o.trace)
     if sim:
         warnings.append(_warn("simulated", "numba's CUDA simulator ran the kernel: correctness only, no GPU figure",
                               "run on a machine with an NVIDIA GPU for figures"))
-    proto = o.protocol or PRESETS[o.preset]
-    if progress:
-        progress(f"placing {size} bytes on " + (o.dax or (f"node{mem}" if mem is not None else "host memory")), 0, 1)
-    buf, placement = gpuplace.place(size, node=mem, dax=o.dax, cpus=cpus, topo=topo, reader=reader,
-                                    placement=o.placement, hugepages=o.hugepages)
-    results: list[dict] = []
-    complete = True
-    reg = None
-    bdesc: dict = {}
-    ceiling = gpuplace.path_ceiling(gpu, topo, mem, o.dax, reader)
-    try:
-        bdesc = buf.describe()
-        bdesc["placement"] = placement
-        if not placement["verified"]:
-            warnings.append(_warn("placement_unverified", "the kernel could not confirm where the buffer's pages are: "
-                                  + "; ".join(placement["notes"]),
-                                  "figures describe host memory whose node is unknown"))
-        elif bdesc.get("verified_fraction") is not None and bdesc["verified_fraction"] < 0.999:
-            warnings.append(_warn("placement_unverified", f"only {bdesc['verified_fraction']:.1%} of the sampled pages "
-                                  f"are on the node asked for", "the node may be short of free memory"))
-        placed_u8 = buf.array("uint8")
-        stream = cuda.stream()
-        clock = GpuClock(cuda, stream, sim)
-        with gpuplace.registered(cuda, placed_u8, fallback=o.placement == "best-effort") as (dev_u8, host_u8, reg):
-            fill_pattern(host_u8.view("uint64"))
-            if not reg["placed_buffer"]:
-                warnings.append(_warn("driver_buffer", "the placed buffer could not be registered with the GPU: the "
-                                      "driver's own pinned allocation was measured, on whatever node it got",
-                                      reg.get("registration_error")))
-            ms: list[_Measure] = []
-            for rb in o.record_bytes:
-                total = size // rb
-                for k in o.topk:
-                    for pat in o.patterns:
-                        idx, _src = streams[(k, pat)]
-                        bases = region_bases(idx.shape[0], max(o.blocks), region_records, total)
-                        for b in o.blocks:
-                            for t in o.threads:
-                                ms.append(gather_config(cuda, clock, dev_u8, host_u8, record_bytes=rb, topk=k,
-                                                        blocks=b, threads=t, pattern=pat, idx=idx, bases=bases))
-                if o.full_prefix:
-                    bases = region_bases(steps_max, max(o.blocks), region_records, total)
-                    for b in o.blocks:
-                        ms.append(prefix_config(cuda, clock, host_u8, record_bytes=rb, blocks=b,
-                                                context=o.context_tokens, bases=bases))
-            if progress:
-                progress("measuring", 0, len(ms) * proto.rounds)
-            complete = run_protocol([m.cfg for m in ms], proto, clock=clock, progress=progress)
-            for m in ms:
-                r = result_of(m, ceiling["ceiling_bytes_per_s"], sim)
-                if r is not None:
-                    r["params"]["context_tokens"] = o.context_tokens
-                    if m.test == "gpu_gather":
-                        r["params"]["index_source"] = streams[(r["params"]["topk"], r["params"]["index_pattern"])][1]
-                    r["memory_node"] = f"node{mem}" if mem is not None else None
-                    r["cpu_node"] = f"node{cpu_node}" if cpu_node is not None else None
-                    results.append(r)
-            link_prefix_to_gather(results)
-            del dev_u8
-    except KeyboardInterrupt:
-        complete = False
-    finally:
-        host_u8 = placed_u8 = None  # noqa: F841  (drop the views before unmapping)
-        buf.close()
-    for r in results:
-        s = r["stats"]
-        if s["n"] >= 3 and s["mean"] and s["stdev"] / s["mean"] > 0.10 and not sim:
-            warnings.append(_warn("high_variance", f"{r['key']}: relative stdev {s['stdev'] / s['mean']:.0%}",
-                                  "rerun with --preset rigorous when the GPU is idle"))
-    if not complete:
-        warnings.append(_warn("interrupted", "interrupted: finished samples are kept", "rerun to complete"))
-    from sactool.host.machine import machine_block
+    return _Plan(size, steps_max, region_records, streams)
 
-    data = records.header(R.KIND, R.SCHEMA_VERSION)
-    pdata = proto.to_data()
-    pdata["clock"] = "wall time (simulator)" if sim else "CUDA events (GPU time of each launch)"
-    pdata["samples"] = "one launch per sample; the launch walks reps top-k steps"
-    data.update({
-        "machine": machine_block(reader), "command": o.command, "tests": ["gpu_gather"] + (["gpu_prefix_copy"] if o.full_prefix else []),
-        "protocol": pdata, "memory_node": f"node{mem}" if mem is not None else None,
-        "dax_device": o.dax, "cpu_node": f"node{cpu_node}" if cpu_node is not None else None, "cpus": list(cpus),
-        "stand_in": _stand_in(topo, mem, o.dax), "buffer": bdesc,
-        "gpu": gpu.to_data(), "registration": reg, "path_ceiling": ceiling,
-        "context_tokens": o.context_tokens, "results": results, "warnings": warnings, "complete": complete,
-    })
-    for w in _path_warnings(gpu, topo, mem):
-        warnings.append(w)
-    return R.from_data(data)
+
+def _buffer_block(buf, placement: dict, warnings: list) -> dict:
+    """The record's buffer block, and a warning when the placement is not (fully) verified."""
+    bdesc = buf.describe()
+    bdesc["placement"] = placement
+    if not placement["verified"]:
+        warnings.append(_warn("placement_unverified", "the kernel could not confirm where the buffer's pages are: "
+                              + "; ".join(placement["notes"]), "figures describe host memory whose node is unknown"))
+    elif bdesc.get("verified_fraction") is not None and bdesc["verified_fraction"] < 0.999:
+        warnings.append(_warn("placement_unverified", f"only {bdesc['verified_fraction']:.1%} of the sampled pages "
+                              "are on the node asked for", "the node may be short of free memory"))
+    return bdesc
+
+
+def _configs(o: GpuGatherOptions, plan: _Plan, cuda, clock, dev_u8, host_u8) -> list[_Measure]:
+    """Every swap-in configuration of the sweep, then the full-prefix copies, per record size."""
+    ms: list[_Measure] = []
+    for rb in o.record_bytes:
+        total = plan.size // rb
+        for k in o.topk:
+            for pat in o.patterns:
+                idx = plan.streams[(k, pat)][0]
+                bases = region_bases(idx.shape[0], max(o.blocks), plan.region_records, total)
+                for b in o.blocks:
+                    for t in o.threads:
+                        ms.append(gather_config(cuda, clock, dev_u8, host_u8, record_bytes=rb, topk=k, blocks=b,
+                                                threads=t, pattern=pat, idx=idx, bases=bases))
+        if o.full_prefix:
+            bases = region_bases(plan.steps_max, max(o.blocks), plan.region_records, total)
+            for b in o.blocks:
+                ms.append(prefix_config(cuda, clock, host_u8, record_bytes=rb, blocks=b, context=o.context_tokens,
+                                        bases=bases))
+    return ms
+
+
+def _results(ms, o: GpuGatherOptions, plan: _Plan, ceiling, sim: bool, mem, cpu_node) -> list[dict]:
+    """Record entries of every configuration with samples, each gather linked to its full-prefix copy."""
+    out = []
+    for m in ms:
+        r = result_of(m, ceiling, sim)
+        if r is None:
+            continue
+        r["params"]["context_tokens"] = o.context_tokens
+        if m.test == "gpu_gather":
+            r["params"]["index_source"] = plan.streams[(r["params"]["topk"], r["params"]["index_pattern"])][1]
+        r["memory_node"] = f"node{mem}" if mem is not None else None
+        r["cpu_node"] = f"node{cpu_node}" if cpu_node is not None else None
+        out.append(r)
+    link_prefix_to_gather(out)
+    return out
 
 
 def _resolve(o: GpuGatherOptions, reader, warnings):

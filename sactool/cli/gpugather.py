@@ -86,6 +86,10 @@ def gpu_gather(
         rec = run_gpu_gather(opts, progress=cb)
     finally:
         close()
+    _emit(rec, out, fmt)
+
+def _emit(rec, out: Path | None, fmt: str) -> None:
+    """Write the record, render it (table) or print it (json/yaml); an interrupted run exits 130."""
     from sactool import records
 
     if out is not None:

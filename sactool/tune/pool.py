@@ -116,15 +116,32 @@ def from_bench(paths, record_bytes: int, pool: PoolInfo, machine: dict, *, stric
     For a GPU figure that is the conservative reading: it is one GPU's throughput from the target,
     and one GPU cannot show how much more the target gives several GPUs at once.
     """
-    from pathlib import Path
+    from sactool.bench import load_bench
 
-    from sactool.bench import gather_figure, load_bench
-    from sactool.bench.gpufigure import gpu_gather_figure
-    from sactool.records import digest
+    recs = [(p, load_bench(p)) for p in bench_paths(paths)]
+    warnings = _machine_warnings(recs, machine, strict)
+    want = {"record_bytes": record_bytes, "blocks": blocks or 1, "threads": swap_in_block, "topk": top_k}
+    rows = [_target_row(t, _records_of(t, recs, strict, warnings), want) for t in pool.targets]
+    used_for: dict[str, list[str]] = {}
+    for r in rows:
+        used_for.setdefault(r["path"], []).append(r["target"])
+    for p, ts in used_for.items():
+        if len(ts) > 1:
+            warnings.append(_warn("bench_one_node", f"one bench record for {len(ts)} pool targets: {p}'s figure is used "
+                                  f"for {', '.join(ts)}", "bench each pool target to compare placements on measured figures"))
+    proxy = [r["target"] for r in rows if r["figure"] == "cpu_proxy"]
+    if proxy:
+        why = next((r["gpu_not_used"] for r in rows if r.get("gpu_not_used")), "")
+        warnings.append(_warn("cpu_proxy", f"fetch throughput of {', '.join(proxy)} is a CPU gather figure, a CPU proxy "
+                              "for the GPU swap-in" + (f" ({why})" if why else ""),
+                              "measure the GPU path: sactool bench gpu-gather --node <target> --out F, then tune --bench F"))
+    info = _bench_info(recs, rows, pool, record_bytes, blocks)
+    return GatherInputs(({r["target"]: r["bandwidth_bytes_per_s"] for r in rows},), info, tuple(warnings))
 
-    paths = bench_paths(paths)
-    recs = [(p, load_bench(p)) for p in paths]
-    warnings = []
+
+def _machine_warnings(recs, machine: dict, strict: bool) -> list[dict[str, str]]:
+    """A record from another host or CPU model warns (refused with ``strict``)."""
+    out = []
     for p, rec in recs:
         theirs = (rec.data.get("machine") or {})
         for key in ("hostname", "cpu_model"):
@@ -132,84 +149,79 @@ def from_bench(paths, record_bytes: int, pool: PoolInfo, machine: dict, *, stric
                 msg = f"bench record {p} was measured on {key} {theirs[key]!r}, this is {machine[key]!r}"
                 if strict:
                     raise RecordError(msg, "measure here with 'sactool bench', or drop --strict to use it anyway")
-                warnings.append(_warn("bench_other_machine", msg, "figures from another machine may not hold here"))
+                out.append(_warn("bench_other_machine", msg, "figures from another machine may not hold here"))
                 break
-    names = [t.name for t in pool.targets]
+    return out
 
-    def where(rec) -> str:
-        return rec.data.get("dax_device") or (f"node{rec.memory_node}" if rec.memory_node is not None else "?")
 
-    rnd: dict[str, float] = {}
-    per_target: list[dict] = []
-    used_for: dict[str, list[str]] = {}
-    proxy: list[str] = []
-    for t in pool.targets:
-        mine = [(p, r) for p, r in recs if _measures(r, t)]
-        if not mine:
-            p, rec = recs[0]
-            msg = (f"bench record {p} measured {where(rec)}, not pool target {t.name}" if len(recs) == 1 else
-                   f"no bench record measured pool target {t.name}; {p} ({where(rec)}) stands in")
-            if strict:
-                raise RecordError(msg, f"bench the pool target: sactool bench --node {t.name}")
-            warnings.append(_warn("bench_other_node", msg, "its figure is used for that target"))
-            mine = [(p, rec)]
-        gpu_why = []
-        row = None
-        for p, rec in mine:  # a GPU figure from any of the target's records beats a CPU one
-            try:
-                f = gpu_gather_figure(rec, record_bytes, blocks or 1, threads=swap_in_block, topk=top_k)
-            except RecordError as e:
-                gpu_why.append(e.message)
-                continue
-            row = {"target": t.name, "path": str(p), "figure": "gpu", "bandwidth_bytes_per_s": f.bandwidth_bytes_per_s,
-                   "ns_per_record": f.ns_per_record, "blocks": f.blocks, "threads": f.threads_per_block,
-                   "topk_step_us": f.topk_step_us, "ceiling_ratio": f.ceiling_ratio, "full_prefix_us": f.full_prefix_us,
-                   "figure_source": f.source, "detail": f.detail, "stand_in": bool(rec.stand_in)}
-            break
-        if row is None:
-            err = None
-            for p, rec in mine:
-                try:
-                    f = gather_figure(rec, record_bytes)
-                except RecordError as e:
-                    err = e
-                    continue
-                row = {"target": t.name, "path": str(p), "figure": "cpu_proxy",
-                       "bandwidth_bytes_per_s": f.bandwidth_bytes_per_s, "ns_per_record": f.ns_per_record,
-                       "threads": f.threads, "figure_source": f.source, "detail": f.detail,
-                       "gpu_not_used": "; ".join(gpu_why), "stand_in": bool(rec.stand_in)}
-                break
-            if row is None:
-                raise RecordError(f"no usable fetch figure for pool target {t.name}: " + "; ".join(gpu_why + [err.message]),
-                                  "pass a record of 'sactool bench gpu-gather' or 'sactool bench gather' for it")
-            proxy.append(t.name)
-        rnd[t.name] = row["bandwidth_bytes_per_s"]
-        per_target.append(row)
-        used_for.setdefault(row["path"], []).append(t.name)
-    for p, ts in used_for.items():
-        if len(ts) > 1:
-            warnings.append(_warn("bench_one_node", f"one bench record for {len(ts)} pool targets: {p}'s figure is used "
-                                  f"for {', '.join(ts)}", "bench each pool target to compare placements on measured figures"))
-    if proxy:
-        why = next((r["gpu_not_used"] for r in per_target if r.get("gpu_not_used")), "")
-        warnings.append(_warn("cpu_proxy", f"fetch throughput of {', '.join(proxy)} is a CPU gather figure, a CPU proxy "
-                              "for the GPU swap-in" + (f" ({why})" if why else ""),
-                              "measure the GPU path: sactool bench gpu-gather --node <target> --out F, then tune --bench F"))
-    kinds = {r["figure"] for r in per_target}
+def _where(rec) -> str:
+    return rec.data.get("dax_device") or (f"node{rec.memory_node}" if rec.memory_node is not None else "?")
+
+
+def _records_of(t, recs, strict: bool, warnings: list) -> list:
+    """The records that measured target ``t``; else the first record, with a warning (refused with ``strict``)."""
+    mine = [(p, r) for p, r in recs if _measures(r, t)]
+    if mine:
+        return mine
+    p, rec = recs[0]
+    msg = (f"bench record {p} measured {_where(rec)}, not pool target {t.name}" if len(recs) == 1 else
+           f"no bench record measured pool target {t.name}; {p} ({_where(rec)}) stands in")
+    if strict:
+        raise RecordError(msg, f"bench the pool target: sactool bench --node {t.name}")
+    warnings.append(_warn("bench_other_node", msg, "its figure is used for that target"))
+    return [(p, rec)]
+
+
+def _target_row(t, mine, want: dict) -> dict:
+    """Target ``t``'s figure: a GPU swap-in figure from any of its records, else a CPU gather one."""
+    from sactool.bench import gather_figure
+    from sactool.bench.gpufigure import gpu_gather_figure
+
+    gpu_why = []
+    for p, rec in mine:
+        try:
+            f = gpu_gather_figure(rec, want["record_bytes"], want["blocks"], threads=want["threads"], topk=want["topk"])
+        except RecordError as e:
+            gpu_why.append(e.message)
+            continue
+        return {"target": t.name, "path": str(p), "figure": "gpu", "bandwidth_bytes_per_s": f.bandwidth_bytes_per_s,
+                "ns_per_record": f.ns_per_record, "blocks": f.blocks, "threads": f.threads_per_block,
+                "topk_step_us": f.topk_step_us, "ceiling_ratio": f.ceiling_ratio, "full_prefix_us": f.full_prefix_us,
+                "figure_source": f.source, "detail": f.detail, "stand_in": bool(rec.stand_in)}
+    err = None
+    for p, rec in mine:
+        try:
+            f = gather_figure(rec, want["record_bytes"])
+        except RecordError as e:
+            err = e
+            continue
+        return {"target": t.name, "path": str(p), "figure": "cpu_proxy", "bandwidth_bytes_per_s": f.bandwidth_bytes_per_s,
+                "ns_per_record": f.ns_per_record, "threads": f.threads, "figure_source": f.source, "detail": f.detail,
+                "gpu_not_used": "; ".join(gpu_why), "stand_in": bool(rec.stand_in)}
+    raise RecordError(f"no usable fetch figure for pool target {t.name}: " + "; ".join(gpu_why + [err.message]),
+                      "pass a record of 'sactool bench gpu-gather' or 'sactool bench gather' for it")
+
+
+def _bench_info(recs, rows, pool: PoolInfo, record_bytes: int, blocks: int | None) -> dict[str, Any]:
+    """The profile's bench block: the first target's figure in the historical keys, every target in ``targets``."""
+    from pathlib import Path
+
+    from sactool.records import digest
+
+    kinds = {r["figure"] for r in rows}
     path = "gpu" if kinds == {"gpu"} else "cpu_proxy" if kinds == {"cpu_proxy"} else "mixed"
-    first = per_target[0]
+    first = rows[0]
     frec = next(r for p, r in recs if str(p) == first["path"])
-    info = {"source": "file", "path": first["path"], "digest": digest(Path(first["path"]).read_bytes()),
+    return {"source": "file", "path": first["path"], "digest": digest(Path(first["path"]).read_bytes()),
             "paths": [str(p) for p, _ in recs], "digests": [digest(Path(p).read_bytes()) for p, _ in recs],
             "memory_node": f"node{frec.memory_node}" if frec.memory_node is not None else frec.data.get("dax_device"),
-            "stand_in": any(r["stand_in"] for r in per_target) or pool.stand_in, "record_bytes": record_bytes,
+            "stand_in": any(r["stand_in"] for r in rows) or pool.stand_in, "record_bytes": record_bytes,
             "threads": first["threads"], "bandwidth_bytes_per_s": first["bandwidth_bytes_per_s"],
             "ns_per_record": first["ns_per_record"], "figure_source": first["figure_source"],
-            "detail": first["detail"] if len(per_target) == 1 else "; ".join(f"{r['target']}: {r['detail']}" for r in per_target),
+            "detail": first["detail"] if len(rows) == 1 else "; ".join(f"{r['target']}: {r['detail']}" for r in rows),
             "fetch_path": path,
             "fetch_figure": FETCH_FIGURES.get(path, "GPU swap-in for some targets, CPU proxy for others"),
-            "design_blocks": blocks, "targets": per_target}
-    return GatherInputs((rnd,), info, tuple(warnings))
+            "design_blocks": blocks, "targets": rows}
 
 
 def measure_rounds(pool: PoolInfo, record_bytes: int, top_k: int, rounds: int, *, seconds: float,
