@@ -3,7 +3,24 @@
 * a header: ``schema_version``, ``sactool_version``, ``created_at`` (UTC, ISO 8601), ``kind``;
 * step-by-step upgrades of older records and refusal of newer ones (pyperf/asv style);
 * atomic writes: a temporary file in the same directory, fsync, rename; ``--force`` to overwrite;
-* JSON-lines appends for sweeps that must survive Ctrl-C.
+* JSON-lines appends for sweeps that must survive Ctrl-C;
+* one :class:`Warning` type: every warning a record carries (probe, bench, tune, fleet) is a
+  ``code`` (stable, for scripts), a one-line ``message`` and an optional ``hint``.
+
+Format history of each record kind (``kind``: ``schema_version`` — what changed). A change to a
+record's fields bumps its version and adds an upgrade step ``n -> n+1`` next to its reader:
+
+* ``topology`` (``sactool probe``, sactool/topology/model.py): 1 — the first format; fields added
+  since (CPU node per pool node, DAX locality) are optional, so readers of 1 still read them.
+* ``bench`` (``sactool bench``, sactool/bench/record.py ``UPGRADES``): 1 — the first format; GPU
+  gather results (``bench gpu-gather``) and ``convert`` results are new ``test`` values in it.
+* ``profile`` (``sactool tune``, sactool/profile.py ``_UPGRADES``): 1 — the first format.
+* ``tune_result`` (``sactool tune --format json``): not versioned; a report, never read back.
+* ``simulation`` (``sactool simulate --format json``, sactool/simulate/api.py): 1 — the first format.
+* ``platform`` (``sactool simulate --platform``, sactool/simulate/platform.py): 1 — the first format.
+* ``fleet_topology`` (``sactool probe`` under MPI, sactool/fleet/probe.py): 1 — the first format.
+* points files (``*.points.jsonl`` of ``sactool tune``): one JSON object per finished point,
+  keyed by a digest of the inputs; a key that does not match is ignored, never upgraded.
 """
 
 from __future__ import annotations
@@ -12,11 +29,30 @@ import datetime as _dt
 import hashlib
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from sactool import __version__
 from sactool.errors import ExistsError, RecordError, SactoolError
+
+
+@dataclass(frozen=True)
+class Warning:  # noqa: A001  (records.Warning, not the builtin category)
+    """Something a record's reader should know: ``code`` (stable), ``message`` (one line) and
+    what to do about it (``hint``, optional). Records hold them as ``to_data()`` mappings."""
+
+    code: str
+    message: str
+    hint: str | None = None
+
+    def to_data(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, "hint": self.hint}
+
+
+def warning(code: str, message: str, hint: str | None = None) -> dict[str, Any]:
+    """A :class:`Warning` as the mapping bench, tune and fleet records carry."""
+    return Warning(code, message, hint).to_data()
 
 
 def utc_now() -> str:

@@ -58,8 +58,6 @@ class BenchOptions:
 Progress = Callable[[str, int, int], None]
 
 
-def _warn(code: str, message: str, hint: str | None = None) -> dict:
-    return {"code": code, "message": message, "hint": hint}
 
 
 def resolve_cpus(topo, mem_node: int, cpus: tuple[int, ...] | None) -> tuple[int, tuple[int, ...]]:
@@ -180,11 +178,11 @@ def run_bench(opts: BenchOptions, *, reader: SysfsReader | None = None, progress
     if not opts.dax and (topo.verdict.stand_in or kind != "cxl"):
         stand_in = {"node": f"node{mem}", "kind": kind, "stands_in_for": "cxl",
                     "reason": topo.verdict.reason if topo.verdict.stand_in else f"node{mem} is {kind}, not CXL memory"}
-        warnings.append(_warn("stand_in", f"node{mem} is {kind} memory standing in for CXL",
+        warnings.append(records.warning("stand_in", f"node{mem} is {kind} memory standing in for CXL",
                               "figures describe this memory, not a CXL device"))
     busy = env.busy_fraction(reader, cpus)
     if busy is not None and busy > 0.25:
-        warnings.append(_warn("cpus_busy", f"CPUs {list(cpus)} were {busy:.0%} busy before measuring",
+        warnings.append(records.warning("cpus_busy", f"CPUs {list(cpus)} were {busy:.0%} busy before measuring",
                               "other work shares these CPUs: expect noise; rerun when the machine is idle"))
     gather_idx = _prepare_gather(opts, size, llc) if "gather" in opts.tests else []
     if progress:
@@ -220,15 +218,15 @@ def run_bench(opts: BenchOptions, *, reader: SysfsReader | None = None, progress
         r["memory_node"], r["cpu_node"] = f"node{mem}", (f"node{cpu_node}" if cpu_node >= 0 else None)
         oc = r.get("on_cpu_fraction")
         if oc is not None and oc < ON_CPU_MIN:
-            warnings.append(_warn("descheduled", f"{r['key']}: its threads ran {oc:.0%} of the sample time "
+            warnings.append(records.warning("descheduled", f"{r['key']}: its threads ran {oc:.0%} of the sample time "
                                   "(other processes had the CPUs)", "wall-clock figures are inflated; "
                                   "on_cpu_samples show the figures on-CPU time gives; rerun when idle"))
         s = r.get("stats")
         if s and s["n"] >= 3 and s["mean"] and s["stdev"] / s["mean"] > HIGH_RSD:
-            warnings.append(_warn("high_variance", f"{r['key']}: relative stdev {s['stdev'] / s['mean']:.0%}",
+            warnings.append(records.warning("high_variance", f"{r['key']}: relative stdev {s['stdev'] / s['mean']:.0%}",
                                   "the host is noisy: use --preset rigorous or rerun when idle"))
     if not complete:
-        warnings.append(_warn("interrupted", "interrupted: finished samples are kept", "rerun to complete"))
+        warnings.append(records.warning("interrupted", "interrupted: finished samples are kept", "rerun to complete"))
     data = records.header(R.KIND, R.SCHEMA_VERSION)
     data.update({
         "machine": machine_block(reader), "command": opts.command, "tests": list(opts.tests),
@@ -242,15 +240,15 @@ def run_bench(opts: BenchOptions, *, reader: SysfsReader | None = None, progress
 def _buffer_warnings(bdesc: dict, opts: BenchOptions, mem: int, size: int, llc: int) -> list[dict]:
     out = []
     if bdesc["verified_fraction"] is not None and bdesc["verified_fraction"] < 0.999:
-        out.append(_warn("placement_unverified",
+        out.append(records.warning("placement_unverified",
                          f"only {bdesc['verified_fraction']:.1%} of the buffer's pages are on node{mem}",
                          "the node may be short of free memory; try a smaller --size"))
     if opts.hugepages == "thp" and (bdesc["hugepage_fraction"] or 0) < 0.9:
-        out.append(_warn("thp_not_granted", f"only {bdesc['hugepage_fraction'] or 0:.0%} of the buffer got "
+        out.append(records.warning("thp_not_granted", f"only {bdesc['hugepage_fraction'] or 0:.0%} of the buffer got "
                          "transparent huge pages", "random access also misses the TLB: latency and gathers read "
                          "slower (check /sys/kernel/mm/transparent_hugepage/enabled)"))
     if size // 2 < 4 * llc and any(t in opts.tests for t in ("latency", "mlp", "loaded")):
-        out.append(_warn("small_buffer", f"each chase chain covers {size // 2} bytes, less than 4× the "
+        out.append(records.warning("small_buffer", f"each chase chain covers {size // 2} bytes, less than 4× the "
                          f"{llc}-byte last-level cache", "use --size of at least 8× the LLC"))
     return out
 

@@ -415,8 +415,6 @@ def link_prefix_to_gather(results: list[dict]) -> None:
 
 
 # ---- the run ------------------------------------------------------------------------------------
-def _warn(code: str, message: str, hint: str | None = None) -> dict:
-    return {"code": code, "message": message, "hint": hint}
 
 
 def default_size(o: GpuGatherOptions, steps_max: int) -> int:
@@ -455,7 +453,7 @@ def run_gpu_gather(o: GpuGatherOptions, *, reader: SysfsReader | None = None, pr
         with gpuplace.registered(cuda, placed_u8, fallback=o.placement == "best-effort") as (dev_u8, host_u8, reg):
             fill_pattern(host_u8.view("uint64"))
             if not reg["placed_buffer"]:
-                warnings.append(_warn("driver_buffer", "the placed buffer could not be registered with the GPU: the "
+                warnings.append(records.warning("driver_buffer", "the placed buffer could not be registered with the GPU: the "
                                       "driver's own pinned allocation was measured, on whatever node it got",
                                       reg.get("registration_error")))
             ms = _configs(o, plan, cuda, clock, dev_u8, host_u8)
@@ -472,10 +470,10 @@ def run_gpu_gather(o: GpuGatherOptions, *, reader: SysfsReader | None = None, pr
     for r in results:
         st = r["stats"]
         if st["n"] >= 3 and st["mean"] and st["stdev"] / st["mean"] > 0.10 and not sim:
-            warnings.append(_warn("high_variance", f"{r['key']}: relative stdev {st['stdev'] / st['mean']:.0%}",
+            warnings.append(records.warning("high_variance", f"{r['key']}: relative stdev {st['stdev'] / st['mean']:.0%}",
                                   "rerun with --preset rigorous when the GPU is idle"))
     if not complete:
-        warnings.append(_warn("interrupted", "interrupted: finished samples are kept", "rerun to complete"))
+        warnings.append(records.warning("interrupted", "interrupted: finished samples are kept", "rerun to complete"))
     warnings.extend(_path_warnings(gpu, topo, mem))
     from sactool.host.machine import machine_block
 
@@ -521,7 +519,7 @@ def _plan(o: GpuGatherOptions, gpu, sim: bool, topo, mem, reader, warnings: list
                              f"requests × {region_records}-record prefixes",
                              "use a larger --size, fewer --blocks or a shorter --context")
     if l2 and size < 4 * l2:
-        warnings.append(_warn("small_buffer", f"the buffer ({size} B) is less than 4× the GPU's L2 ({l2} B)",
+        warnings.append(records.warning("small_buffer", f"the buffer ({size} B) is less than 4× the GPU's L2 ({l2} B)",
                               "GPU L2 may serve repeated reads: use a larger --size"))
     if mem is not None and topo is not None and mem in topo.node_ids and not o.dax and not sim:
         from sactool.memory.nodes import check_fits, free_estimate
@@ -536,7 +534,7 @@ def _plan(o: GpuGatherOptions, gpu, sim: bool, topo, mem, reader, warnings: list
             streams[(k, pat)] = index_stream(pat, requests=max(o.blocks), topk=k, steps=st, context=o.context_tokens,
                                              seed=o.seed + k, trace=o.trace)
     if sim:
-        warnings.append(_warn("simulated", "numba's CUDA simulator ran the kernel: correctness only, no GPU figure",
+        warnings.append(records.warning("simulated", "numba's CUDA simulator ran the kernel: correctness only, no GPU figure",
                               "run on a machine with an NVIDIA GPU for figures"))
     return _Plan(size, steps_max, region_records, streams)
 
@@ -546,10 +544,10 @@ def _buffer_block(buf, placement: dict, warnings: list) -> dict:
     bdesc = buf.describe()
     bdesc["placement"] = placement
     if not placement["verified"]:
-        warnings.append(_warn("placement_unverified", "the kernel could not confirm where the buffer's pages are: "
+        warnings.append(records.warning("placement_unverified", "the kernel could not confirm where the buffer's pages are: "
                               + "; ".join(placement["notes"]), "figures describe host memory whose node is unknown"))
     elif bdesc.get("verified_fraction") is not None and bdesc["verified_fraction"] < 0.999:
-        warnings.append(_warn("placement_unverified", f"only {bdesc['verified_fraction']:.1%} of the sampled pages "
+        warnings.append(records.warning("placement_unverified", f"only {bdesc['verified_fraction']:.1%} of the sampled pages "
                               "are on the node asked for", "the node may be short of free memory"))
     return bdesc
 
@@ -603,7 +601,7 @@ def _resolve(o: GpuGatherOptions, reader, warnings):
     except SactoolError as e:
         if o.placement != "best-effort" or o.dax:
             raise
-        warnings.append(_warn("no_topology", f"the NUMA topology cannot be read ({e.message})",
+        warnings.append(records.warning("no_topology", f"the NUMA topology cannot be read ({e.message})",
                               "placement is first-touch and unverified"))
         return None, o.node, None, o.cpus or allowed
     if o.dax:
@@ -653,7 +651,7 @@ def _path_warnings(gpu, topo, mem) -> list[dict]:
         return out
     near = topo.nearest_cpu_node(mem)
     if near != gpu.numa_node:
-        out.append(_warn("gpu_remote_memory", f"GPU {gpu.index} hangs off node{gpu.numa_node}, the memory's nearest "
+        out.append(records.warning("gpu_remote_memory", f"GPU {gpu.index} hangs off node{gpu.numa_node}, the memory's nearest "
                          f"CPU node is node{near}: reads cross the inter-socket link",
                          "SAC places each rank's pool on the CXL device of its own socket"))
     return out

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sactool.errors import TopologyError
+from sactool.records import Warning
 from sactool.topology.hardware import GpuDevice, IomemInfo, PcieLink  # noqa: F401 (defined there, used and re-exported here)
 
 SCHEMA_VERSION = 1
@@ -29,16 +30,9 @@ SCHEMA_VERSION = 1
 KINDS = ("dram", "cxl", "hbm", "pmem", "unknown")
 
 
-@dataclass(frozen=True)
-class ProbeWarning:
-    """Something the prober could not read or found inconsistent; kept inside the record."""
-
-    code: str
-    message: str
-    hint: str | None = None
-
-
-Warning = ProbeWarning  # the name other modules use (``topology.Warning``)
+# Something the prober could not read or found inconsistent, kept inside the record: the one
+# warning type of every record (:class:`sactool.records.Warning`)
+ProbeWarning = Warning
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from typing import Any, Callable, Sequence
 
 from sactool.errors import RecordError, TopologyError
 from sactool.hisparse.capacity import PoolTarget
+from sactool.records import warning
 
 
 @dataclass(frozen=True)
@@ -73,8 +74,6 @@ class GatherInputs:
     warnings: tuple[dict[str, str], ...]
 
 
-def _warn(code: str, message: str, hint: str = "") -> dict[str, str]:
-    return {"code": code, "message": message, "hint": hint}
 
 
 FETCH_FIGURES = {
@@ -127,12 +126,12 @@ def from_bench(paths, record_bytes: int, pool: PoolInfo, machine: dict, *, stric
         used_for.setdefault(r["path"], []).append(r["target"])
     for p, ts in used_for.items():
         if len(ts) > 1:
-            warnings.append(_warn("bench_one_node", f"one bench record for {len(ts)} pool targets: {p}'s figure is used "
+            warnings.append(warning("bench_one_node", f"one bench record for {len(ts)} pool targets: {p}'s figure is used "
                                   f"for {', '.join(ts)}", "bench each pool target to compare placements on measured figures"))
     proxy = [r["target"] for r in rows if r["figure"] == "cpu_proxy"]
     if proxy:
         why = next((r["gpu_not_used"] for r in rows if r.get("gpu_not_used")), "")
-        warnings.append(_warn("cpu_proxy", f"fetch throughput of {', '.join(proxy)} is a CPU gather figure, a CPU proxy "
+        warnings.append(warning("cpu_proxy", f"fetch throughput of {', '.join(proxy)} is a CPU gather figure, a CPU proxy "
                               "for the GPU swap-in" + (f" ({why})" if why else ""),
                               "measure the GPU path: sactool bench gpu-gather --node <target> --out F, then tune --bench F"))
     info = _bench_info(recs, rows, pool, record_bytes, blocks)
@@ -149,7 +148,7 @@ def _machine_warnings(recs, machine: dict, strict: bool) -> list[dict[str, str]]
                 msg = f"bench record {p} was measured on {key} {theirs[key]!r}, this is {machine[key]!r}"
                 if strict:
                     raise RecordError(msg, "measure here with 'sactool bench', or drop --strict to use it anyway")
-                out.append(_warn("bench_other_machine", msg, "figures from another machine may not hold here"))
+                out.append(warning("bench_other_machine", msg, "figures from another machine may not hold here"))
                 break
     return out
 
@@ -168,7 +167,7 @@ def _records_of(t, recs, strict: bool, warnings: list) -> list:
            f"no bench record measured pool target {t.name}; {p} ({_where(rec)}) stands in")
     if strict:
         raise RecordError(msg, f"bench the pool target: sactool bench --node {t.name}")
-    warnings.append(_warn("bench_other_node", msg, "its figure is used for that target"))
+    warnings.append(warning("bench_other_node", msg, "its figure is used for that target"))
     return [(p, rec)]
 
 
@@ -263,6 +262,6 @@ def measure_rounds(pool: PoolInfo, record_bytes: int, top_k: int, rounds: int, *
             "bandwidth_samples_bytes_per_s": bws, "figure_source": last.get("source"),
             "detail": (last.get("detail") or "") + f"; {rounds} rounds interleaved over targets",
             "fetch_path": "cpu_proxy", "fetch_figure": FETCH_FIGURES["cpu_proxy"]}
-    warn = _warn("cpu_proxy", "tune measured CPU gathers: the pool's fetch throughput is a CPU proxy for the GPU swap-in",
+    warn = warning("cpu_proxy", "tune measured CPU gathers: the pool's fetch throughput is a CPU proxy for the GPU swap-in",
                  "measure the GPU path: sactool bench gpu-gather --node <target> --out F, then tune --bench F")
     return GatherInputs(tuple(out), info, (warn,))

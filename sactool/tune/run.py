@@ -14,6 +14,7 @@ from sactool.hisparse.capacity import (Deployment, max_requests_per_rank, min_ra
                                       rank_plan)
 from sactool.hisparse.placement import candidates as placement_candidates
 from sactool.hisparse.placement import pool_bytes_per_rank, round_robin
+from sactool.records import warning
 from sactool.tune import search
 from sactool.tune.options import SAC_CONCURRENCY, TuneResult
 
@@ -121,8 +122,8 @@ def _workload(job: Job, warnings: list) -> tuple[tuple[int, ...], int, Any]:
         raise RecordError(f"trace {o.trace} context {trace.context_tokens} exceeds max positions "
                           f"{spec.max_position_embeddings}", "pass a trace of this model")
     if "contexts" in o.given:
-        warnings.append({"code": "trace_context", "message": f"--trace replays its own context "
-                         f"({trace.context_tokens} tokens); --context is ignored", "hint": ""})
+        warnings.append(warning("trace_context", f"--trace replays its own context "
+                                f"({trace.context_tokens} tokens); --context is ignored", ""))
     return (trace.context_tokens,), 1, trace
 
 
@@ -151,7 +152,7 @@ def _probe_pool(job: Job, warnings: list):
 
         pool = tune_inputs(o.fleet_share)[0]
         if pool.stand_in:
-            warnings.append({"code": "stand_in", "message": pool.reason, "hint": "figures describe DRAM, not CXL"})
+            warnings.append(warning("stand_in", pool.reason, "figures describe DRAM, not CXL"))
         return o.fleet_share.machine, pool
     reader = SysfsReader(o.sysfs_root)
     topo = probe(reader)
@@ -161,7 +162,7 @@ def _probe_pool(job: Job, warnings: list):
         raise TopologyError(f"the topology comes from a recording ({o.sysfs_root}), not this system: "
                             "tune cannot measure its pool", "pass --bench FILE measured on that machine")
     if pool.stand_in:
-        warnings.append({"code": "stand_in", "message": pool.reason, "hint": "figures describe DRAM, not CXL"})
+        warnings.append(warning("stand_in", pool.reason, "figures describe DRAM, not CXL"))
     return machine, pool
 
 
@@ -219,12 +220,12 @@ class _Fit:
         concurrency = min(SAC_CONCURRENCY, attn_dp * self.requests(max(design)))
         for c in contexts:
             if c not in design:
-                warnings.append({"code": "context_does_not_fit", "message": str(self.no_fit(attn_dp, c).message),
-                                 "hint": "the profile's context_length stops below it"})
+                warnings.append(warning("context_does_not_fit", str(self.no_fit(attn_dp, c).message),
+                                        "the profile's context_length stops below it"))
         if concurrency < SAC_CONCURRENCY:
-            warnings.append({"code": "concurrency_lowered", "message": f"design concurrency {concurrency}: "
-                             f"the pool holds no more at {max(design)} tokens (SAC's 64 would not fit)",
-                             "hint": "give --concurrency to choose another design point"})
+            warnings.append(warning("concurrency_lowered", f"design concurrency {concurrency}: "
+                                    f"the pool holds no more at {max(design)} tokens (SAC's 64 would not fit)",
+                                    "give --concurrency to choose another design point"))
         return design, concurrency
 
 
