@@ -159,3 +159,27 @@ def test_free_estimate_counts_clean_inactive_page_cache(machine):
     assert reclaimable_file_bytes(reader, 0) == (5260040 - 94260) * 1024
     est = free_estimate(topo, reader, 0)
     assert est.bytes == (11629496 + 5260040 - 94260) * 1024 and "page cache" in est.source
+
+
+def test_map_shared_slices_a_file_at_offsets(tmp_path):
+    """A file stands in for /dev/daxX.Y: the same mmap(MAP_SHARED) at an aligned offset; each slice
+    writes where the file says it is, and slices outside the device or off its align are refused."""
+    from sactool.memory import map_shared
+
+    f = tmp_path / "dax0.0"
+    with open(f, "wb") as fh:
+        fh.truncate(8 * MiB)
+    a = map_shared(str(f), 8 * MiB, 2 * MiB, MiB, offset_bytes=2 * MiB)
+    b = map_shared(str(f), 8 * MiB, 2 * MiB, 3 * MiB, offset_bytes=4 * MiB)
+    assert (a.size_bytes, a.offset_bytes, b.size_bytes, b.offset_bytes) == (2 * MiB, 2 * MiB, 4 * MiB, 4 * MiB)
+    a.mmap[0:1], b.mmap[0:1] = b"A", b"B"
+    a.mmap.flush()
+    b.mmap.flush()
+    data = f.read_bytes()
+    assert data[2 * MiB:2 * MiB + 1] == b"A" and data[4 * MiB:4 * MiB + 1] == b"B" and data[0:1] == b"\0"
+    a.close()
+    b.close()
+    with pytest.raises(UsageError):
+        map_shared(str(f), 8 * MiB, 2 * MiB, MiB, offset_bytes=MiB)
+    with pytest.raises(CapacityError):
+        map_shared(str(f), 8 * MiB, 2 * MiB, 4 * MiB, offset_bytes=6 * MiB)

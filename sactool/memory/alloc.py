@@ -161,11 +161,14 @@ def sc_native_ok(reader: SysfsReader, ws: dict[int, int], kernel: dict[int, int 
     return {n: v // g for n, v in kernel.items()} == ws  # type: ignore[operator]
 
 
-def map_devdax(name_or_path: str, size_bytes: int | None = None, *, reader: SysfsReader | None = None) -> PlacedBuffer:
+def map_devdax(name_or_path: str, size_bytes: int | None = None, *, offset_bytes: int = 0,
+               reader: SysfsReader | None = None) -> PlacedBuffer:
     """Map a device-DAX character device (``dax0.0`` or ``/dev/dax0.0``) with its alignment.
 
-    ``size_bytes`` (default: the whole device) is rounded up to ``daxX.Y/align``. Errors: device
-    missing, bound to kmem (system-ram mode: use its NUMA node instead), or smaller than asked.
+    ``size_bytes`` (default: the whole device from ``offset_bytes`` on) is rounded up to
+    ``daxX.Y/align``; ``offset_bytes`` (a rank's slice of a shared device) must be a multiple of it.
+    Errors: device missing, bound to kmem (system-ram mode: use its NUMA node instead), offset not
+    aligned, or the slice not inside the device.
     """
     reader = reader or SysfsReader()
     name = os.path.basename(str(name_or_path))
@@ -182,16 +185,35 @@ def map_devdax(name_or_path: str, size_bytes: int | None = None, *, reader: Sysf
     if dev.mode != "devdax":
         raise TopologyError(f"{name} is not bound to device_dax (driver: {dev.driver or 'none'})",
                             f"daxctl reconfigure-device --mode=devdax {name}")
-    dev_size = dev.size_bytes or 0
-    align = dev.align_bytes or HUGE_2M
-    size = _round_up(size_bytes or dev_size, align)
-    if size > dev_size:
-        raise CapacityError(f"{name} holds {dev_size} bytes, {size} requested (rounded to align {align})",
-                            "use a smaller --size")
+    slice_size(name, dev.size_bytes or 0, dev.align_bytes or HUGE_2M, size_bytes, offset_bytes)
     if not reader.live:
         raise TopologyError(f"{name} comes from a recorded topology ({reader.root}), not this system",
                             "map DAX devices on the running machine: drop --sysfs-root")
     path = str(name_or_path) if str(name_or_path).startswith("/") else f"/dev/{name}"
+    return map_shared(path, dev.size_bytes or 0, dev.align_bytes or HUGE_2M, size_bytes, offset_bytes=offset_bytes,
+                      node=dev.target_node, name=name)
+
+
+def slice_size(name: str, device_bytes: int, align: int, size_bytes: int | None, offset_bytes: int) -> int:
+    """The mapped length of a slice: ``size_bytes`` (default: to the device's end) rounded up to
+    ``align``; UsageError for an unaligned offset, CapacityError when it does not fit the device."""
+    if offset_bytes < 0 or offset_bytes % align:
+        raise UsageError(f"offset {offset_bytes} into {name} is not a multiple of its align {align}",
+                         "slices of a DAX device start on its alignment")
+    size = _round_up(size_bytes or max(device_bytes - offset_bytes, 0), align)
+    if size <= 0 or offset_bytes + size > device_bytes:
+        raise CapacityError(f"{name} holds {device_bytes} bytes: a slice of {size} bytes at offset {offset_bytes} "
+                            f"(rounded to align {align}) does not fit", "use a smaller --size or offset")
+    return size
+
+
+def map_shared(path: str, device_bytes: int, align: int, size_bytes: int | None = None, *, offset_bytes: int = 0,
+               node: int | None = None, name: str | None = None, note: str = "") -> PlacedBuffer:
+    """``mmap(MAP_SHARED)`` of ``path`` (a ``/dev/daxX.Y``, or a file standing in for one) from
+    ``offset_bytes`` for ``size_bytes`` rounded up to ``align``; the slice must lie inside the
+    ``device_bytes`` of the device and the offset be aligned (device DAX refuses anything else)."""
+    name = name or os.path.basename(path)
+    size = slice_size(name, device_bytes, align, size_bytes, offset_bytes)
     try:
         fd = os.open(path, os.O_RDWR)
     except FileNotFoundError:
@@ -199,14 +221,15 @@ def map_devdax(name_or_path: str, size_bytes: int | None = None, *, reader: Sysf
     except PermissionError:
         raise TopologyError(f"{path}: permission denied", "run as a user with access to the DAX device") from None
     try:
-        mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE, offset=offset_bytes)
     except OSError as e:
-        raise SactoolError(f"cannot mmap {path} ({size} bytes, align {align}): {e.strerror}",
-                           "the size must be a multiple of the device's align") from None
+        raise SactoolError(f"cannot mmap {path} ({size} bytes at offset {offset_bytes}, align {align}): {e.strerror}",
+                           "the size and offset must be multiples of the device's align") from None
     finally:
         os.close(fd)
-    node = dev.target_node
+    notes = (f"{path}, align {align} bytes, offset {offset_bytes}",) + ((note,) if note else ())
     buf = PlacedBuffer(mm, size, node=node, policy="devdax", nodes=[node] if node is not None else [],
-                       hugepages=f"devdax align {align}", page_size_bytes=align, source="devdax",
-                       notes=(f"{path}, align {align} bytes",))
+                       hugepages=f"devdax align {align}", page_size_bytes=align, source="devdax", notes=notes)
+    buf.offset_bytes = offset_bytes
+    buf.path = path
     return buf

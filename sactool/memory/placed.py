@@ -82,7 +82,8 @@ class PlacedBuffer:
     ``address``: virtual address (int); ``size_bytes``: mapping length; ``node``: the memory node
     asked for (None for devdax); ``policy``: "bind", "preferred", "interleave",
     "weighted_interleave" or "devdax"; ``nodes``: all nodes of the policy; ``hugepages``: what
-    was asked ("thp", "none", "2MB", "1GB", or the devdax align); ``prefault_seconds``.
+    was asked ("thp", "none", "2MB", "1GB", or the devdax align); ``prefault_seconds``;
+    ``offset_bytes``/``path``: for devdax, the device mapped and the slice's offset in it.
     """
 
     def __init__(self, mm: mmap.mmap, size_bytes: int, *, node, policy: str, nodes, hugepages: str,
@@ -98,6 +99,8 @@ class PlacedBuffer:
         self.prefault_seconds = prefault_seconds
         self.source = source
         self.notes = notes
+        self.offset_bytes = 0          # devdax: where the mapping starts in the device (a rank's slice)
+        self.path: str | None = None   # devdax: the device (or the file standing in for it)
         c = ctypes.c_char.from_buffer(mm)
         self.address = ctypes.addressof(c)
         del c
