@@ -44,7 +44,7 @@ PLACEMENTS = ("plugin", "numactl", "none")
 POOL_MODES = ("numa", "devdax")
 POLICIES = ("bind", "preferred", "weighted_interleave")
 HUGEPAGES = ("none", "thp", "2MB", "1GB")
-RANK_ASSIGNMENTS = ("round_robin", "packed", "explicit")
+RANK_ASSIGNMENTS = ("locality", "round_robin", "packed", "explicit")
 ROLES = ("colocated", "prefill", "decode")
 ENTRYPOINTS = ("launch_server", "serve")
 from sactool.hisparse.layout import KV_DTYPES  # noqa: E402  (one owner: the HiSparse layout)
@@ -86,7 +86,7 @@ class PoolSettings:
     mode: str = "numa"                   # numa: NUMA node(s); devdax: /dev/daxX.Y mapped
     nodes: tuple[int, ...] = ()          # pool NUMA nodes (CXL, or the DRAM node standing in)
     dax_devices: tuple[str, ...] = ()    # e.g. ("dax0.0",) when mode == devdax
-    rank_assignment: str = "round_robin"  # round_robin (SAC: rank % devices) | packed | explicit
+    rank_assignment: str = "round_robin"  # locality (GPU's socket) | round_robin (SAC: rank % devices) | packed | explicit
     rank_targets: tuple[str, ...] = ()   # resolved per rank: "node2" / "dax0.0"
     policy: str = "bind"                 # bind | preferred | weighted_interleave
     interleave_weights: dict[int, int] = field(default_factory=dict)  # node -> weight (weighted_interleave)
@@ -96,7 +96,11 @@ class PoolSettings:
     register_chunk_gb: int | None = None  # SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB
     strict: bool = False                 # plug-in: stop instead of falling back to SGLang's allocator
     stand_in: bool = False               # True when a DRAM node stood in for CXL (no CXL on the host)
-    gpu_local_nodes: tuple[int, ...] = ()  # per GPU rank -> --numa-node (CPU/DRAM binding, never CXL)
+    gpu_local_nodes: tuple[int, ...] = ()  # per GPU rank -> --numa-node (CPU/DRAM binding, never CXL);
+    #                                        also the GPU locality rank_assignment locality follows
+    capacity_bytes: int | None = None    # bytes of each target the pool may use (the fork's map_bytes):
+    #                                      devdax slices split min(this, device size); None = free
+    #                                      memory of the node / size of the device (tune --pool-bytes)
 
 
 @dataclass(frozen=True)
@@ -134,6 +138,7 @@ class SglangSettings:
     max_running_requests: int | None = None
     context_length: int | None = None
     dsa_decode_backend: str | None = None
+    base_gpu_id: int = 0                  # --base-gpu-id: rank r runs on GPU base_gpu_id + r (one node)
     max_total_tokens: int | None = None   # --max-total-tokens: device KV slots S per rank; the
     #                                       HiSparse host pool is S x host_to_device_ratio tokens
 
@@ -275,6 +280,7 @@ def _validate_sglang(s: SglangSettings, h: HiSparseSettings, m: ModelRef) -> Non
     _int(s.context_length, "sglang.context_length", 1, m.max_position_embeddings, optional=True)
     _str(s.dsa_decode_backend, "sglang.dsa_decode_backend", optional=True)
     _int(s.max_total_tokens, "sglang.max_total_tokens", 1, optional=True)
+    _int(s.base_gpu_id, "sglang.base_gpu_id", 0)
     if s.max_total_tokens is not None and s.max_total_tokens < h.device_buffer_size:
         raise _err("sglang.max_total_tokens", f"{s.max_total_tokens} is smaller than one request's hot buffer "
                    f"(device_buffer_size {h.device_buffer_size})")
@@ -329,6 +335,10 @@ def _validate_pool_allocation(q: PoolSettings, s: SglangSettings) -> None:
         except ValueError:
             raise _err("pool.prefault_cpus", f"must be 'auto' or a cpulist like 0-15, got {q.prefault_cpus!r}") from None
     _int(q.register_chunk_gb, "pool.register_chunk_gb", 1, optional=True)
+    _int(q.capacity_bytes, "pool.capacity_bytes", 1, optional=True)
+    if q.rank_assignment == "locality" and not q.rank_targets and not q.gpu_local_nodes and q.placement != "none":
+        raise _err("pool.rank_assignment", "locality needs each rank's GPU node in pool.gpu_local_nodes",
+                   "set pool.gpu_local_nodes, or use round_robin")
     _bool(q.strict, "pool.strict")
     _bool(q.stand_in, "pool.stand_in")
     if q.gpu_local_nodes:

@@ -5,20 +5,34 @@ SGLang 0.5.23 allocates the HiSparse host pool with ``HostTensorAllocator.alloca
 device)`` — an anonymous mmap returned as ``torch.frombuffer(mm, dtype, count).reshape(dims)`` —
 inside ``HiSparseCoordinator.__init__``, then pins it with cudaHostRegister. It has no way to
 place it on a NUMA node, and it re-execs each rank under ``numactl --membind=<GPU node>``
-(shared/reference/sglang-integration.md §3.4, §4). This plug-in registers two AROUND hooks:
+(shared/reference/sglang-integration.md §3.4, §4). This plug-in registers three AROUND hooks:
 
 * ``HiSparseCoordinator.__init__``: marks "allocating the HiSparse host pool" (a context variable)
-  while the constructor runs;
+  while the constructor runs; afterwards checks that the host pool SGLang kept
+  (``self.mem_pool_host.kv_buffer``) is the buffer the plug-in placed — if not, it stops the rank
+  (``pool.strict``) or logs at WARNING "host pool NOT on <target>";
+* ``pool_host.base.host_memory_budget_bytes``: while marked, answers SGLang's host-memory check
+  (``HostKVCache._allocate_host_buffer`` raises "Not enough host memory available" when the pool
+  exceeds (MemAvailable − reserve) / ranks per host) for the memory the pool really goes to: the
+  target node's free memory, or the rank's slice of its DAX device, which MemAvailable does not
+  count at all (pools larger than DRAM);
 * ``HostTensorAllocator.allocate``: while marked, allocates the buffer itself with
   :mod:`sactool.memory` (mbind to the rank's pool node with the profile's policy, huge pages,
-  pre-faulted by threads pinned near that node, verified with move_pages) or maps the profile's
-  DAX device, and returns the same tensor view SGLang's allocator returns. A VMA policy beats
-  the rank's task policy, so this composes with SGLang's GPU-local binding.
+  pre-faulted by threads pinned near that node, verified with move_pages) or maps the rank's own
+  slice of its DAX device (offset and size from the rank plan, :mod:`sactool.hisparse.rankplan`;
+  zero-filled, as the authors' fork does), and returns the same tensor view SGLang's allocator
+  returns. A VMA policy beats the rank's task policy, so this composes with SGLang's GPU-local
+  binding.
 
 It does nothing unless ``SACTOOL_PROFILE`` names a readable profile. If a hook target is missing
 (another SGLang) or placement fails it logs why and SGLang's own allocator is used, unless the
 profile says ``pool.strict`` (or ``SACTOOL_STRICT=1`` when the profile cannot be read): then it
-stops the rank. Log lines start with ``sactool_cxl:``.
+stops the rank. ``SGLang's apply_hooks`` swallows a failure to patch, so the check after the
+coordinator's constructor is what makes strict strict. Log lines start with ``sactool_cxl:``.
+
+``SACTOOL_DEVDAX_STANDIN`` (JSON ``{"dax0.0": {"path": FILE, "align_bytes": N}}``) lets a file
+stand in for a DAX device that is not there (scripts/sglang-integration: the same
+``mmap(MAP_SHARED)`` at the same offsets, on tmpfs); every line logged about it says so.
 """
 
 from __future__ import annotations
@@ -35,6 +49,8 @@ logger = logging.getLogger("sactool.sglang_plugin")
 
 COORDINATOR_TARGET = "sglang.srt.managers.hisparse_coordinator.HiSparseCoordinator.__init__"
 ALLOCATE_TARGET = "sglang.srt.mem_cache.pool_host.common.HostTensorAllocator.allocate"
+BUDGET_TARGET = "sglang.srt.mem_cache.pool_host.base.host_memory_budget_bytes"
+STANDIN_ENV = "SACTOOL_DEVDAX_STANDIN"
 RANK_FUNCTION = "sglang.srt.distributed.parallel_state.get_tensor_model_parallel_rank"
 VERIFY_ALL_PAGES_UP_TO = 1 << 20
 """Pages checked with move_pages: every page up to this many (4 GiB of 4 KiB pages), else an even
@@ -42,8 +58,9 @@ sample of this many — a bound on the time a 40 GB pool's verification takes, s
 
 _ALLOCATING: contextvars.ContextVar[bool] = contextvars.ContextVar("sactool_hisparse_host_pool", default=False)
 _KEEP: list[Any] = []          # PlacedBuffers stay alive as long as the process (SGLang owns the view)
-_DAX_IN_USE: set[str] = set()
-_STATE: dict[str, Any] = {"profile": None, "strict": False}
+_PLACED: list["PoolResult"] = []   # what was placed, in order (placed_pools())
+_STATE: dict[str, Any] = {"profile": None, "strict": False, "plans": None, "budget_answer": None,
+                          "placed_in_init": None}
 
 
 class PlacementStop(RuntimeError):
@@ -100,27 +117,35 @@ def register(registry: Any = None, hook_type: Any = None) -> bool:
             _fallback(msg)
             return False
         registry, hook_type = HookRegistry, HookType.AROUND
-    missing = [t for t in (COORDINATOR_TARGET, ALLOCATE_TARGET) if not _module_exists(t)]
+    missing = [(t, why) for t in (COORDINATOR_TARGET, BUDGET_TARGET, ALLOCATE_TARGET)
+               for why in [_missing(t)] if why]
     if missing:
-        msg = f"hook target {missing[0]} does not exist in this SGLang"
+        msg = f"hook target {missing[0][0]} does not exist in this SGLang ({missing[0][1]})"
         if _STATE["strict"]:
             raise SystemExit(f"sactool_cxl: {msg} (pool.strict: stopping)")
         _fallback(msg)
         return False
     registry.register(COORDINATOR_TARGET, around_coordinator_init, hook_type)
+    registry.register(BUDGET_TARGET, around_budget, hook_type)
     registry.register(ALLOCATE_TARGET, around_allocate, hook_type)
     logger.info("sactool_cxl: hooks registered for profile %s (%s)", path, profile.model.name)
     return True
 
 
-def _module_exists(target: str) -> bool:
-    import importlib.util
+def _missing(target: str) -> str:
+    """Why ``target`` cannot be hooked ("" when it can): resolved as SGLang's ``apply_hooks``
+    resolves it (``pkgutil.resolve_name`` of the owner, then the attribute), so a target that
+    would fail there — and be swallowed there — fails here, where strict mode can act on it."""
+    import pkgutil
 
-    module = target.rsplit(".", 2)[0]
+    owner, attr = target.rsplit(".", 1)
     try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False
+        obj = pkgutil.resolve_name(owner)
+    except (ImportError, AttributeError, ValueError) as e:
+        return f"{owner}: {type(e).__name__}: {e}"
+    if not hasattr(obj, attr):
+        return f"{owner} has no attribute {attr}"
+    return ""
 
 
 # ------------------------------------------------------------------------------------------
@@ -129,12 +154,88 @@ def _module_exists(target: str) -> bool:
 
 
 def around_coordinator_init(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
-    """AROUND ``HiSparseCoordinator.__init__``: host-pool allocations inside it are ours."""
+    """AROUND ``HiSparseCoordinator.__init__``: host-pool allocations inside it are ours; after it,
+    the pool SGLang kept must be the one placed (strict: stop; else WARNING "NOT on")."""
     token = _ALLOCATING.set(True)
+    _STATE["placed_in_init"] = None
     try:
-        return original(self, *args, **kwargs)
+        out = original(self, *args, **kwargs)
     finally:
         _ALLOCATING.reset(token)
+    if _STATE["profile"] is not None:
+        check_placed(self)
+    return out
+
+
+def _address(t: Any) -> int | None:
+    if hasattr(t, "data_ptr"):
+        return int(t.data_ptr())
+    ctypes_ = getattr(t, "ctypes", None)
+    return int(ctypes_.data) if ctypes_ is not None else None
+
+
+def check_placed(coordinator: Any) -> bool:
+    """Is ``coordinator.mem_pool_host.kv_buffer`` inside the buffer placed during its constructor?"""
+    rank, _ = current_rank()
+    try:
+        target = plans_for(rank).target if rank is not None else "the profile's pool target"
+    except Exception:  # the plan itself failed: already reported by the allocation hook
+        target = "the profile's pool target"
+    placed = _STATE.get("placed_in_init")
+    kv = getattr(getattr(coordinator, "mem_pool_host", None), "kv_buffer", None)
+    addr = _address(kv) if kv is not None else None
+    ok = placed is not None and addr is not None and placed.address <= addr < placed.address + placed.size_bytes
+    if ok:
+        return True
+    why = ("the allocation hook did not run or did not place it" if placed is None else
+           f"SGLang's kv_buffer at {addr:#x} is not the placed buffer at {placed.address:#x}" if addr is not None
+           else "the coordinator has no mem_pool_host.kv_buffer to check")
+    msg = f"rank {rank}: host pool NOT on {target}: {why}"
+    if _STATE["strict"]:
+        _stop(msg)
+    logger.warning("sactool_cxl: %s (SGLang's allocator placed it where the rank's memory policy says)", msg)
+    return False
+
+
+def around_budget(original: Callable, *args: Any, **kwargs: Any) -> Any:
+    """AROUND ``host_memory_budget_bytes(requested_bytes=0, *, auto_size=False)``: inside the
+    coordinator, the budget of the memory the plug-in places the pool in; elsewhere SGLang's."""
+    if not _ALLOCATING.get() or _STATE["profile"] is None:
+        return original(*args, **kwargs)
+    requested = args[0] if args else kwargs.get("requested_bytes", 0)
+    rank, _ = current_rank()
+    answer, source = None, ""
+    try:
+        if rank is not None:
+            answer, source = pool_budget(plans_for(rank))
+    except Exception as e:  # the allocation hook reports (and in strict mode stops) on the same failure
+        logger.warning("sactool_cxl: rank %s: no pool budget (%s); SGLang's host-memory budget applies", rank, e)
+    if answer is None:
+        return original(*args, **kwargs)
+    _STATE["budget_answer"] = answer
+    logger.warning("sactool_cxl: rank %s: SGLang's host-memory check of the %s-byte HiSparse pool answered with "
+                   "%d bytes: %s", rank, requested, answer, source)
+    return answer
+
+
+def pool_budget(plan: Any, reader: Any = None) -> tuple[int | None, str]:
+    """Bytes the pool of ``plan`` may take where it goes, and where that figure came from."""
+    if plan.mode == "devdax":
+        if plan.slot is None or plan.slot.size_bytes is None:
+            return None, ""
+        return plan.slot.size_bytes, (f"its slice of {plan.target} at offset {plan.offset_bytes} "
+                                      f"(rank plan, align {plan.align_bytes})")
+    if plan.policy == "weighted_interleave" or plan.node is None:
+        return None, ""
+    from sactool.host.sysfs import SysfsReader
+    from sactool.memory import nodes as memnodes
+
+    reader = reader or SysfsReader()
+    f = memnodes.free_estimate(memnodes.topology(reader), reader, plan.node)
+    if f.bytes is None:
+        return None, ""
+    margin = f.margin_bytes
+    return max(f.bytes - margin, 0), f"free memory of {plan.target}: {f.source}, minus {margin} bytes kept back"
 
 
 def _bind_allocate_args(args: tuple, kwargs: dict) -> tuple[tuple, Any, str]:
@@ -157,6 +258,7 @@ def around_allocate(original: Callable, self: Any, *args: Any, **kwargs: Any) ->
     buf = place_pool(_STATE["profile"], rank, count * element_size(dtype), rank_source=how, strict=_STATE["strict"])
     if buf is None:
         return original(self, *args, **kwargs)
+    _STATE["placed_in_init"] = buf
     self.dtype, self.dims = dtype, dims      # what SGLang's allocate records
     return view(buf, dims, dtype)
 
@@ -212,7 +314,7 @@ def current_rank() -> tuple[int | None, str]:
 
 @dataclass(frozen=True)
 class PoolResult:
-    """What was placed, for the log and for tests."""
+    """What was placed, for the log, for tests and for scripts/sglang-integration."""
 
     rank: int
     target: str
@@ -222,6 +324,77 @@ class PoolResult:
     node_pages: dict[int, int]
     hugepage_bytes: int
     line: str
+    address: int = 0
+    offset_bytes: int = 0           # devdax: the slice's offset in the device
+    path: str | None = None         # devdax: the device (or the file standing in for it)
+    budget_answer: int | None = None  # what the plug-in answered SGLang's host-memory check
+
+
+def placed_pools() -> list[PoolResult]:
+    """Every pool this process placed, in order."""
+    return list(_PLACED)
+
+
+def standin_devices() -> dict[str, dict]:
+    """``$SACTOOL_DEVDAX_STANDIN``: DAX device name -> {"path", "align_bytes"} of a file standing in."""
+    import json
+
+    raw = os.environ.get(STANDIN_ENV, "")
+    if not raw:
+        return {}
+    try:
+        data = json.loads(raw)
+        return {str(k): {"path": str(v["path"]), "align_bytes": int(v["align_bytes"])} for k, v in data.items()}
+    except (ValueError, TypeError, KeyError, AttributeError) as e:
+        raise ValueError(f"${STANDIN_ENV} is not a JSON mapping name -> {{path, align_bytes}}: {e}") from None
+
+
+def live_targets(profile: Any, reader: Any = None) -> list[Any]:
+    """The profile's pool targets with the facts of this machine (sizes, align, CPU node), or of
+    the files standing in for DAX devices (``$SACTOOL_DEVDAX_STANDIN``)."""
+    from sactool.hisparse.hostpool import pool_targets as names_of
+    from sactool.hisparse.rankplan import Target
+    from sactool.hisparse.targets import pool_targets
+    from sactool.host.sysfs import SysfsReader
+
+    q = profile.pool
+    names = names_of(profile)
+    stand = standin_devices() if q.mode == "devdax" else {}
+    out = {}
+    for n in names:
+        if n in stand:
+            size = os.stat(stand[n]["path"]).st_size
+            if q.capacity_bytes is not None:
+                size = min(size, q.capacity_bytes)
+            out[n] = Target(n, "devdax", size, f"{stand[n]['path']} standing in for /dev/{n} (${STANDIN_ENV})",
+                            stand[n]["align_bytes"], None, "a file standing in: no socket")
+    rest = [n for n in names if n not in out]
+    if rest:
+        from sactool.memory import nodes as memnodes
+
+        reader = reader or SysfsReader()
+        for t in pool_targets(memnodes.topology(reader), reader, rest, capacity_bytes=q.capacity_bytes):
+            out[t.name] = t
+    return [out[n] for n in names]
+
+
+def plans_for(rank: int, reader: Any = None) -> Any:
+    """This rank's PoolPlan (the rank plan over this machine's targets), computed once."""
+    from sactool.hisparse.hostpool import plan_for_rank, rank_plan
+
+    profile = _STATE["profile"]
+    cached = _STATE.get("plans")
+    if cached is None or cached[0] is not profile:
+        targets = live_targets(profile, reader)
+        cached = (profile, targets, rank_plan(profile, targets, check_pool=False))
+        _STATE["plans"] = cached
+    _, targets, plan = cached
+    if not 0 <= rank < len(plan.slots):
+        from sactool.errors import RecordError
+
+        raise RecordError(f"rank {rank} is outside the profile's {len(plan.slots)} ranks (sglang.tp_size)",
+                          "the profile's sglang.tp_size must match the --tp-size SGLang runs with")
+    return plan_for_rank(profile, rank, targets, plan)
 
 
 def place_pool(profile: Any, rank: int | None, n_bytes: int, *, rank_source: str = "", strict: bool = False,
@@ -229,16 +402,17 @@ def place_pool(profile: Any, rank: int | None, n_bytes: int, *, rank_source: str
     """Allocate the pool of ``rank`` as the profile says; return the PlacedBuffer (kept alive) or
     None after logging why SGLang's allocator must be used (PlacementStop when ``strict``)."""
     from sactool.errors import SactoolError
-    from sactool.hisparse.hostpool import plan_for_rank
 
     fail = _stop if strict else _fallback
     if rank is None:
         fail("cannot tell this process's rank (no SGLang TP group, no $SACTOOL_RANK/$RANK)")
         return None
+    if _STATE.get("profile") is not profile:
+        _STATE.update(profile=profile, plans=None)
     try:
-        plan = plan_for_rank(profile, rank)
-    except SactoolError as e:
-        fail(f"rank {rank}: {e.message}")
+        plan = plans_for(rank, reader)
+    except (SactoolError, OSError, ValueError) as e:
+        fail(f"rank {rank}: {getattr(e, 'message', e)}")
         return None
     try:
         buf = _allocate(plan, n_bytes, reader)
@@ -254,26 +428,45 @@ def place_pool(profile: Any, rank: int | None, n_bytes: int, *, rank_source: str
             _stop(msg)
         logger.warning("sactool_cxl: %s", msg)
     _KEEP.append(buf)
+    _PLACED.append(res)
     return buf
 
 
 def _allocate(plan: Any, n_bytes: int, reader: Any) -> Any:
     from sactool.host.sysfs import SysfsReader
     from sactool.host.sysfs import parse_cpulist
-    from sactool.memory import allocate, map_devdax
+    from sactool.memory import allocate, map_devdax, map_shared
+    from sactool.memory.placed import zero_fill
 
     reader = reader or SysfsReader()
     sample = None if n_bytes // mmap.PAGESIZE <= VERIFY_ALL_PAGES_UP_TO else VERIFY_ALL_PAGES_UP_TO
+    cpus = None if plan.prefault_cpus == "auto" else list(parse_cpulist(plan.prefault_cpus))
+    if cpus is None and plan.cpu_node is not None and reader.live:
+        from sactool.memory import nodes as memnodes
+
+        allowed = os.sched_getaffinity(0)
+        try:
+            cpus = [c for c in memnodes.topology(reader).node(plan.cpu_node).cpus if c in allowed] or None
+        except Exception:
+            cpus = None
     if plan.mode == "devdax":
-        if plan.shared_with or plan.target in _DAX_IN_USE:
-            raise ValueError(f"{plan.target} is already mapped by another pool (ranks {plan.shared_with}); "
-                             "each rank needs its own DAX device")
-        buf = map_devdax(plan.target, n_bytes, reader=reader)
-        _DAX_IN_USE.add(plan.target)
+        slot = plan.slot
+        if slot is None or slot.size_bytes is None:
+            raise ValueError(f"no slice of {plan.target} is planned for rank {plan.rank} (device size unknown)")
+        if n_bytes > slot.size_bytes:
+            raise ValueError(f"SGLang asks for {n_bytes} bytes, rank {plan.rank}'s slice of {plan.target} holds "
+                             f"{slot.size_bytes} (rank plan)")
+        stand = standin_devices().get(plan.target)
+        if stand:
+            buf = map_shared(stand["path"], os.stat(stand["path"]).st_size, stand["align_bytes"], n_bytes,
+                             offset_bytes=slot.offset_bytes or 0, name=plan.target,
+                             note=f"a file standing in for /dev/{plan.target} (${STANDIN_ENV})")
+        else:
+            buf = map_devdax(plan.target, n_bytes, offset_bytes=slot.offset_bytes or 0, reader=reader)
         _dontfork(buf)
+        buf.prefault_seconds = zero_fill(buf.mmap, buf.size_bytes, plan.prefault_threads, cpus)
         buf.verify(sample)
         return buf
-    cpus = None if plan.prefault_cpus == "auto" else list(parse_cpulist(plan.prefault_cpus))
     kw: dict[str, Any] = dict(node=plan.node, policy="bind" if plan.policy == "weighted_interleave" else plan.policy,
                               hugepages=plan.hugepages, prefault_threads=plan.prefault_threads,
                               prefault_cpus=cpus, check_free=True, verify_sample=sample, reader=reader)
@@ -296,14 +489,27 @@ def describe(plan: Any, buf: Any, rank_source: str = "") -> PoolResult:
     r = buf.report or buf.verify(VERIFY_ALL_PAGES_UP_TO)
     where = ", ".join(f"node{k}: {v}" if k >= 0 else f"errno{-k}: {v}" for k, v in sorted(r.node_pages.items()))
     checked = "all" if r.pages_checked >= r.pages_total else f"a sample of {r.pages_checked} of {r.pages_total}"
-    stand = " (a DRAM node stood in for CXL: pool.stand_in)" if plan.stand_in else ""
-    line = (f"sactool_cxl: rank {plan.rank} ({rank_source or 'given'}) HiSparse host pool {buf.size_bytes} bytes on "
-            f"{plan.target}{stand}, policy {buf.policy}, hugepages {plan.hugepages}: verified "
-            f"{r.verified_fraction:.1%} of {checked} pages on {', '.join(f'node{n}' for n in r.expected_nodes)} "
-            f"[{where}], huge-page bytes {r.hugepage_bytes}, prefault {buf.prefault_seconds:.2f} s "
-            f"by {plan.prefault_threads} threads")
+    stand = " (a DRAM node stood in for CXL: pool.stand_in)" if plan.stand_in and plan.mode == "numa" else ""
     if plan.mode == "devdax":
-        line += ("; devdax: not pre-faulted by sactool, and move_pages may not report device-DAX pages "
-                 "(cudaHostRegister of such memory is unverified here, integration notes §6.5)")
+        expect = (f"{r.verified_fraction:.1%} of {checked} pages on "
+                  f"{', '.join(f'node{n}' for n in r.expected_nodes)}" if r.expected_nodes
+                  else f"{checked} pages asked for (no target node known)")
+        line = (f"sactool_cxl: rank {plan.rank} ({rank_source or 'given'}) HiSparse host pool {buf.size_bytes} bytes "
+                f"on {plan.target}, {buf.hugepages}: move_pages {expect} [{where}], zero-filled in "
+                f"{buf.prefault_seconds:.2f} s by {plan.prefault_threads} threads")
+    else:
+        line = (f"sactool_cxl: rank {plan.rank} ({rank_source or 'given'}) HiSparse host pool {buf.size_bytes} bytes "
+                f"on {plan.target}{stand}, policy {buf.policy}, hugepages {plan.hugepages}: verified "
+                f"{r.verified_fraction:.1%} of {checked} pages on {', '.join(f'node{n}' for n in r.expected_nodes)} "
+                f"[{where}], huge-page bytes {r.hugepage_bytes}, prefault {buf.prefault_seconds:.2f} s "
+                f"by {plan.prefault_threads} threads")
+    if plan.mode == "devdax":
+        gpu = f" (GPU {plan.slot.gpu})" if plan.slot is not None else ""
+        line += (f"; devdax slice{gpu} at offset {buf.offset_bytes} of {buf.path}"
+                 + (" (a file standing in for the device)" if any("standing in" in n for n in buf.notes) else "")
+                 + f", {len(plan.shared_with) + 1} rank(s) share {plan.target}; "
+                 "move_pages may not report device-DAX pages (cudaHostRegister of such memory is unverified "
+                 "here, integration notes §6.5)")
     return PoolResult(plan.rank, plan.target, buf.size_bytes, r.verified_fraction, r.pages_checked,
-                      dict(r.node_pages), r.hugepage_bytes, line)
+                      dict(r.node_pages), r.hugepage_bytes, line, address=buf.address,
+                      offset_bytes=buf.offset_bytes, path=buf.path, budget_answer=_STATE.get("budget_answer"))

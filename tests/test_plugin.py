@@ -32,13 +32,13 @@ def node0_profile(**pool):
 
 @pytest.fixture(autouse=True)
 def clean_state():
-    sp._STATE.update(profile=None, strict=False)
+    sp._STATE.update(profile=None, strict=False, plans=None, budget_answer=None, placed_in_init=None)
     yield
     for b in sp._KEEP:
         b.close()
     sp._KEEP.clear()
-    sp._DAX_IN_USE.clear()
-    sp._STATE.update(profile=None, strict=False)
+    sp._PLACED.clear()
+    sp._STATE.update(profile=None, strict=False, plans=None, budget_answer=None, placed_in_init=None)
 
 
 # ---- placement, for real --------------------------------------------------------------------
@@ -75,12 +75,65 @@ def test_fallback_on_missing_node_and_strict_stop(caplog):
     assert sp.place_pool(node0_profile(), 5, 4 << 20) is None and "outside the profile's 2 ranks" in caplog.text
 
 
-def test_devdax_missing_device_falls_back(caplog):
+def test_devdax_missing_device_falls_back(caplog, monkeypatch):
     caplog.set_level(logging.WARNING, logger="sactool.sglang_plugin")
+    monkeypatch.delenv(sp.STANDIN_ENV, raising=False)
     prof = node0_profile(mode="devdax", nodes=(), dax_devices=("dax0.0", "dax1.0"))
-    assert sp.place_pool(prof, 0, 4 << 20) is None and "dax0.0" in caplog.text
-    shared = node0_profile(mode="devdax", nodes=(), dax_devices=("dax0.0",))
-    assert sp.place_pool(shared, 0, 4 << 20) is None and "its own DAX device" in caplog.text
+    assert sp.place_pool(prof, 0, 4 << 20) is None and "DAX device dax0.0 does not exist" in caplog.text
+
+
+MiB = 1 << 20
+
+
+def _standin(monkeypatch, tmp_path, n=2, size=64 * MiB):
+    import json
+
+    devs = {}
+    for d in range(n):
+        f = tmp_path / f"dax{d}.0"
+        with open(f, "wb") as fh:
+            fh.truncate(size)
+        devs[f"dax{d}.0"] = {"path": str(f), "align_bytes": 2 * MiB}
+    monkeypatch.setenv(sp.STANDIN_ENV, json.dumps(devs))
+    return devs
+
+
+def devdax_profile(ranks=4, devices=2, **pool):
+    p = node0_profile(mode="devdax", nodes=(), dax_devices=tuple(f"dax{d}.0" for d in range(devices)),
+                      stand_in=False, **pool)
+    return validate(replace(p, sglang=replace(p.sglang, tp_size=ranks, attn_dp_size=ranks)))
+
+
+def test_ranks_share_a_devdax_device_each_in_its_own_slice(monkeypatch, tmp_path, caplog):
+    """4 ranks on 2 devices (round-robin): each maps its own aligned slice at the rank plan's
+    offset — a file stands in for each device, written through the slice and read back from the file."""
+    caplog.set_level(logging.WARNING, logger="sactool.sglang_plugin")
+    devs = _standin(monkeypatch, tmp_path)
+    prof = devdax_profile()
+    seen = {}
+    for r in range(4):
+        buf = sp.place_pool(prof, r, 5 * MiB)
+        assert buf is not None, caplog.text
+        res = sp.placed_pools()[-1]
+        seen[r] = (res.target, res.offset_bytes, buf.size_bytes)
+        buf.mmap[0:1] = bytes([0x40 + r])
+        buf.mmap.flush()
+    # partition = 64 MiB // 2 ranks, on the 2 MiB align; rank r on device r % 2
+    assert seen == {0: ("dax0.0", 0, 6 * MiB), 1: ("dax1.0", 0, 6 * MiB),
+                    2: ("dax0.0", 32 * MiB, 6 * MiB), 3: ("dax1.0", 32 * MiB, 6 * MiB)}
+    for r, (t, off, _) in seen.items():
+        with open(devs[t]["path"], "rb") as f:
+            f.seek(off)
+            assert f.read(1) == bytes([0x40 + r])
+    assert "devdax slice (GPU 2) at offset 33554432" in caplog.text and "standing in" in caplog.text
+
+
+def test_devdax_pool_larger_than_its_slice_is_refused(monkeypatch, tmp_path, caplog):
+    _standin(monkeypatch, tmp_path, size=16 * MiB)
+    prof = devdax_profile(ranks=8)          # 4 ranks per 16 MiB device: 4 MiB slices
+    assert sp.place_pool(prof, 0, 5 * MiB) is None and "slice of dax0.0 holds 4194304" in caplog.text
+    with pytest.raises(sp.PlacementStop):
+        sp.place_pool(prof, 0, 5 * MiB, strict=True)
 
 
 # ---- registration -----------------------------------------------------------------------------
@@ -186,6 +239,80 @@ def test_missing_hook_target_falls_back(monkeypatch, tmp_path, sglang, caplog):
     monkeypatch.setenv("SACTOOL_PROFILE", str(strict))
     with pytest.raises(SystemExit, match="gone_in_this_version"):
         sp.register()
+
+
+@pytest.mark.parametrize("target", [
+    "sglang.srt.managers.hisparse_coordinator.HiSparseCoordinator.__init_renamed__",   # module there, method not
+    "sglang.srt.mem_cache.pool_host.base.host_memory_budget_renamed",                  # function gone
+])
+def test_a_hook_target_whose_attribute_is_gone_fails_register_in_strict_mode(monkeypatch, tmp_path, sglang,
+                                                                            caplog, target):
+    """apply_hooks() would log "Failed to apply hooks" and go on; register() resolves the whole
+    target first, so strict mode stops instead of starting with the pool in DRAM."""
+    attr = "COORDINATOR_TARGET" if "Coordinator" in target else "BUDGET_TARGET"
+    monkeypatch.setattr(sp, attr, target)
+    monkeypatch.setenv("SACTOOL_PROFILE", str(_write(tmp_path, node0_profile(strict=True))))
+    with pytest.raises(SystemExit, match="has no attribute"):
+        sp.register()
+    monkeypatch.setenv("SACTOOL_PROFILE", str(_write(tmp_path, node0_profile(strict=False))))
+    assert sp.register() is False and "has no attribute" in caplog.text and not sglang.HookRegistry._hooks
+
+
+def test_budget_check_answered_for_the_placed_memory(monkeypatch, tmp_path, sglang, caplog):
+    """SGLang's host-memory check (stand-in budget far below the pool, a host short of DRAM)
+    refuses the pool without the plug-in and accepts it with it: the answer is the rank's devdax
+    slice; outside the coordinator SGLang's own budget stands."""
+    caplog.set_level(logging.WARNING, logger="sactool.sglang_plugin")
+    _standin(monkeypatch, tmp_path)
+    from sglang.srt.mem_cache.pool_host import base
+
+    monkeypatch.setattr(base, "BUDGET", [1 << 20])
+    with pytest.raises(ValueError, match="Not enough host memory"):
+        _coordinator()                                       # no hooks yet: SGLang alone refuses
+    monkeypatch.setenv("SACTOOL_PROFILE", str(_write(tmp_path, devdax_profile(ranks=2))))
+    monkeypatch.setenv("SACTOOL_RANK", "1")
+    assert sp.register() is True
+    sglang.HookRegistry.apply_hooks()
+    from sglang.srt.mem_cache.pool_host import base as patched
+
+    assert patched.host_memory_budget_bytes(5) == 1 << 20     # not inside the coordinator: SGLang's
+    coord = _coordinator()
+    res = sp.placed_pools()[-1]
+    assert res.target == "dax1.0" and res.budget_answer == 64 * MiB and res.offset_bytes == 0  # 1 rank/device
+    assert coord.mem_pool_host.kv_buffer.ctypes.data == res.address
+    assert "host-memory check of the 10915840-byte HiSparse pool answered with 67108864 bytes" in caplog.text
+
+
+def test_numa_budget_answer_is_the_target_nodes_free_memory(monkeypatch, tmp_path, sglang):
+    from sglang.srt.mem_cache.pool_host import base
+
+    monkeypatch.setattr(base, "BUDGET", [1 << 20])
+    monkeypatch.setenv("SACTOOL_PROFILE", str(_write(tmp_path, node0_profile())))
+    monkeypatch.setenv("SACTOOL_RANK", "0")
+    assert sp.register() is True
+    sglang.HookRegistry.apply_hooks()
+    _coordinator()
+    answer = sp.placed_pools()[-1].budget_answer
+    plan = sp.plans_for(0)
+    assert answer == sp.pool_budget(plan)[0] or abs(answer - sp.pool_budget(plan)[0]) < 256 * MiB
+    assert answer > 1 << 20
+
+
+def test_strict_stops_when_the_allocation_hook_did_not_place_the_pool(monkeypatch, tmp_path, sglang, caplog):
+    """The allocation hook patched nothing (as when apply_hooks swallowed its failure): after the
+    coordinator's constructor, strict raises; fallback logs "host pool NOT on <target>"."""
+    caplog.set_level(logging.WARNING, logger="sactool.sglang_plugin")
+    monkeypatch.setenv("SACTOOL_RANK", "1")
+    monkeypatch.setenv("SACTOOL_PROFILE", str(_write(tmp_path, node0_profile())))
+    assert sp.register() is True
+    reg = sglang.HookRegistry
+    reg._hooks.pop(sp.ALLOCATE_TARGET)            # its patch "failed": only the coordinator hook applies
+    reg.apply_hooks()
+    _coordinator()
+    assert "rank 1: host pool NOT on node0: the allocation hook did not run or did not place it" in caplog.text
+    sp._STATE["strict"] = True
+    with pytest.raises(sp.PlacementStop, match="host pool NOT on node0"):
+        _coordinator()
 
 
 def test_non_plugin_profiles_register_nothing(monkeypatch, tmp_path, sglang):

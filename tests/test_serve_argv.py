@@ -80,6 +80,11 @@ def test_plugins_env_is_appended_and_profile_path_absolute(tmp_path):
     path = REPO / "profiles/examples/cxl-one-node.yaml"
     cmd = _cmd(path, environ={"SGLANG_PLUGINS": "other_plugin"})
     assert cmd.env_delta["SGLANG_PLUGINS"] == "other_plugin,sactool_cxl"
+    # unset stays unset: SGLang then loads every installed plug-in (ours and smg-grpc-servicer's)
+    for unset in ({}, {"SGLANG_PLUGINS": ""}, {"SGLANG_PLUGINS": " , "}):
+        cmd = _cmd(path, environ=unset)
+        assert "SGLANG_PLUGINS" not in cmd.env_delta and any("stays so" in n for n in cmd.notes), unset
+    assert "SGLANG_PLUGINS" not in _cmd(path, environ={"SGLANG_PLUGINS": "a,sactool_cxl"}).env_delta
     rel = os.path.relpath(path)
     cmd = build_command(load_profile(path), profile_path=rel, python="python3", environ={})
     assert os.path.isabs(cmd.env_delta["SACTOOL_PROFILE"]) and cmd.env_delta["SACTOOL_PROFILE"] == str(path)

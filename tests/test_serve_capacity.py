@@ -1,6 +1,6 @@
 """Pool checks of ``sactool serve`` on recorded machines (QEMU CXL captures): node present, free
 memory against the bytes of the ranks mapped to it, DAX device present / in devdax mode / large
-enough, one rank per DAX device."""
+enough, ranks sharing a DAX device each in an aligned slice of it."""
 
 from __future__ import annotations
 
@@ -75,16 +75,21 @@ def test_devdax(trees):
     big = replace(big, hisparse=replace(big.hisparse, host_to_device_ratio=8))
     with pytest.raises(CapacityError) as ei:
         check_pool(big, trees["ram__20-devdax"])
-    assert "dax0.0 holds 256" in ei.value.message
+    assert "does not fit its 1-way slice of dax0.0 (268435456 bytes, align 2097152)" in ei.value.message
     with pytest.raises(TopologyError) as ei:
         check_pool(small(mode="devdax", dax_devices=("dax0.0",), nodes=()), trees["ram__30-system-ram"])
     assert "system-ram mode" in ei.value.message and "pool.nodes [2]" in ei.value.hint
     with pytest.raises(TopologyError) as ei:
         check_pool(small(mode="devdax", dax_devices=("dax3.0",), nodes=()), trees["ram__20-devdax"])
     assert "dax3.0 does not exist" in ei.value.message and "dax0.0" in ei.value.message
-    with pytest.raises(RecordError) as ei:
-        check_pool(small(tp=2, mode="devdax", dax_devices=("dax0.0",), nodes=()), trees["ram__20-devdax"])
-    assert "ranks 0, 1" in ei.value.message
+    # ranks share a device, each in its own aligned slice (the recorded device: 256 MiB, align 2 MiB)
+    shared = check_pool(small(tp=2, mode="devdax", dax_devices=("dax0.0",), nodes=()), trees["ram__20-devdax"])
+    assert [(s.rank, s.target, s.offset_bytes, s.size_bytes) for s in shared.plan.slots] == [
+        (0, "dax0.0", 0, 128 << 20), (1, "dax0.0", 128 << 20, 128 << 20)]
+    assert shared.plan.total_bytes == 256 << 20 and shared.targets[0].need_bytes == 2 * PER_RANK
+    with pytest.raises(CapacityError) as ei:   # 4 slices of 64 MiB cannot hold 84.5 MB pools
+        check_pool(small(tp=4, mode="devdax", dax_devices=("dax0.0",), nodes=()), trees["ram__20-devdax"])
+    assert "4-way slice of dax0.0 (67108864 bytes" in ei.value.message
 
 
 def test_unknown_sizing_is_reported_not_refused(trees):

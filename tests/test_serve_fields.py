@@ -14,7 +14,8 @@ import pytest
 from sactool.profile import load_profile, settings_fields
 from sactool.serve.argv import build_command
 from sactool.serve.checks import EngineInfo, check_engine
-from sactool.hisparse.hostpool import host_sizing, plan_for_rank
+from sactool.hisparse.hostpool import host_sizing, plan_for_rank, pool_targets, rank_plan
+from sactool.hisparse.rankplan import Target
 
 REPO = Path(__file__).resolve().parent.parent
 BASE = REPO / "profiles/examples/cxl-one-node.yaml"
@@ -57,6 +58,8 @@ CHANGES = {
     "sglang.context_length": ({}, 65536),
     "sglang.dsa_decode_backend": ({}, "flashmla_kv"),
     "sglang.max_total_tokens": ({}, 100_000),
+    "sglang.base_gpu_id": ({}, 2),
+    "pool.capacity_bytes": (DEVDAX, 256 << 20),
 }
 
 
@@ -75,11 +78,18 @@ ENGINE = EngineInfo(python="/env/bin/python", python_version="3.11.7", sglang="0
 def fingerprint(profile) -> dict:
     cmd = build_command(profile, profile_path=str(BASE), python="python3", environ={})
     plans = [plan_for_rank(profile, r) for r in range(profile.world_size)] if cmd.placement == "plugin" else []
+    # the rank plan over fixed target facts (as a host would give them): slices, GPUs, sockets
+    facts = [Target(n, profile.pool.mode, 1 << 30, "test", 2 << 20 if n.startswith("dax") else None, i % 2)
+             for i, n in enumerate(pool_targets(profile))]
+    try:
+        rank_rows = rank_plan(profile, facts, check_pool=False).to_data() if cmd.placement == "plugin" else []
+    except Exception as e:
+        rank_rows = [f"refused {type(e).__name__}"]
     try:
         engine = check_engine(profile, ENGINE, entrypoint=profile.sglang.entrypoint, plugin=True)
     except Exception as e:
         engine = [f"refused {e.exit_code}"]
-    return {"argv": cmd.argv, "env": cmd.env_delta, "plugin plans": plans, "engine check": engine,
+    return {"argv": cmd.argv, "env": cmd.env_delta, "plugin plans": plans, "rank plan": rank_rows, "engine check": engine,
             "host bytes per rank": host_sizing(profile).bytes_per_rank}
 
 

@@ -158,7 +158,8 @@ def commands():
         for ep in ("launch_server", "serve"):
             for extra in ([], ["--model-path", "deepseek-ai/DeepSeek-V3.2"]):
                 yield (f"{path}:{ep}:{len(extra)}", prof,
-                       build_command(prof, profile_path=str(path), extra_args=extra, python="python3", entrypoint=ep))
+                       build_command(prof, profile_path=str(path), extra_args=extra, python="python3", entrypoint=ep,
+                                     environ={"SGLANG_PLUGINS": "smg-servicer"}))
 
 
 def test_every_emitted_flag_parses_with_sglang_definitions(src):
@@ -281,3 +282,45 @@ def test_plugin_mechanism_matches(src):
     text = (REPO / "pyproject.toml").read_text()
     assert '[project.entry-points."sglang.srt.plugins"]' in text
     assert 'sactool_cxl = "sactool.sglang_plugin:register"' in text
+
+
+def test_budget_hook_target_is_the_check_sglang_runs_before_allocating(src):
+    """The plug-in answers ``host_memory_budget_bytes`` (pool_host/base.py): it exists with the
+    signature the hook assumes, ``HostKVCache._allocate_host_buffer`` calls it by its module-global
+    name (so the HookRegistry patch of the module attribute is what it calls), compares the
+    request against it and raises "Not enough host memory", all before ``init_kv_buffer`` (the
+    allocation) — and the HiSparse host pool class is a HostKVCache."""
+    mod, fname = sglang_plugin.BUDGET_TARGET.rsplit(".", 1)
+    path = src.parent / (mod.replace(".", "/") + ".py")
+    tree = _tree(path)
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == fname)
+    assert [a.arg for a in fn.args.args] == ["requested_bytes"] and [a.arg for a in fn.args.kwonlyargs] == ["auto_size"]
+    assert not fn.decorator_list
+    alloc = _method(tree, "HostKVCache", "_allocate_host_buffer")
+    calls = [c for c in ast.walk(alloc) if isinstance(c, ast.Call)]
+    budget = [c for c in calls if isinstance(c.func, ast.Name) and c.func.id == fname]
+    init = [c for c in calls if _name(c.func) == "init_kv_buffer"]
+    assert budget and init and budget[0].lineno < init[0].lineno
+    raises = [r for r in ast.walk(alloc) if isinstance(r, ast.Raise)]
+    assert any("Not enough host memory" in ast.unparse(r) for r in raises)
+    mla = _tree(src / "srt" / "mem_cache" / "pool_host" / "mla.py")
+    cls = next(n for n in ast.walk(mla) if isinstance(n, ast.ClassDef) and n.name == "MLATokenToKVPoolHost")
+    assert any(_name(b) == "HostKVCache" for b in cls.bases)
+
+
+def test_apply_hooks_swallows_failures_so_register_must_resolve_targets(src):
+    """The premise of strict registration: ``HookRegistry.apply_hooks`` catches any exception of a
+    target and only logs "Failed to apply hooks", so a missing target cannot stop a rank there."""
+    hooks = _tree(src / "srt" / "plugins" / "hook_registry.py")
+    apply = _method(hooks, "HookRegistry", "apply_hooks")
+    handlers = [h for h in ast.walk(apply) if isinstance(h, ast.ExceptHandler)]
+    assert handlers and any(_name(h.type) == "Exception" for h in handlers)
+    assert "Failed to apply hooks" in ast.unparse(apply)
+    # it resolves targets with pkgutil.resolve_name of the owner, then getattr — as register() does
+    target = _method(hooks, "HookRegistry", "_apply_target")
+    assert "pkgutil.resolve_name" in ast.unparse(target) and "getattr(obj, attr_name)" in ast.unparse(target)
+    # load_plugins: SGLANG_PLUGINS unset or empty -> no whitelist (every installed plug-in loads)
+    plug = _tree(src / "srt" / "plugins" / "__init__.py")
+    by_group = next(n for n in plug.body if isinstance(n, ast.FunctionDef) and n.name == "load_plugins_by_group")
+    text = ast.unparse(by_group)
+    assert "allowed_set: set[str] | None = None" in text and "if allowed_str:" in text

@@ -49,6 +49,10 @@ def tune(
     fleet: Optional[Path] = typer.Option(
         None, "--fleet", help="Fleet bench record (mpirun … sactool bench gather --out): one profile per host, "
         "each for its share of the shared pool; --out is then a directory (default profiles/<model>/)."),
+    pool_bytes: Optional[str] = typer.Option(None, "--pool-bytes",
+                                             help="Pool bytes per target (node or DAX device), e.g. 256GiB; "
+                                                  "default: its free memory + reclaimable page cache, or the "
+                                                  "device's size."),
     fmt: str = FormatOpt,
 ) -> None:
     """Choose HiSparse and pool settings for a model from measurements; write a serving profile."""
@@ -69,8 +73,10 @@ def tune(
         weights_bytes=parse_size(weights_bytes, what="--weights-bytes") if weights_bytes else None,
         kv_dtype=kv_dtype, bench=(tuple(bench) if len(bench) > 1 else bench[0]) if bench else None, trace=trace, strict=strict, out=out, force=force, resume=resume,
         steps=steps, replicates=replicates, seed=seed, sysfs_root=sysfs_root,
+        pool_bytes=parse_size(pool_bytes, what="--pool-bytes") if pool_bytes else None,
         given=_given(ctx, {"context": "contexts", "concurrency": "concurrency", "tp": "tp", "attn_dp": "attn-dp",
-                           "gpu": "gpu", "kv_dtype": "kv-dtype"}))
+                           "gpu": "gpu", "kv_dtype": "kv-dtype",
+                           "pool_bytes": "pool-bytes"}))
     from sactool.fleet.mpi import detect
 
     world = detect()

@@ -58,7 +58,8 @@ class PoolTarget:
 
     ``capacity_bytes``: bytes the pool may take there (free memory of a node, size of a DAX
     device); ``capacity_source``: where that figure was read. ``cpu_node``: the CPU node next to
-    this target (:meth:`sactool.topology.Topology.locality`), whose CPUs prefault it.
+    this target (:meth:`sactool.topology.Topology.locality`), whose CPUs prefault it;
+    ``align_bytes``: a DAX device's align (per-rank slices are multiples of it).
     """
 
     name: str
@@ -66,6 +67,7 @@ class PoolTarget:
     capacity_bytes: int
     capacity_source: str
     cpu_node: int | None = None
+    align_bytes: int | None = None
 
 
 @dataclass(frozen=True)

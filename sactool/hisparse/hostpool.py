@@ -17,12 +17,13 @@ Sources (shared/reference/sglang-integration.md, SGLang 0.5.23):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 from sactool.errors import RecordError
 from sactool.hisparse.capacity import host_pool_bytes
 from sactool.hisparse.layout import record_bytes
 from sactool.hisparse.placement import target_index
+from sactool.hisparse.rankplan import RankPlan, RankSlot, Target
 from sactool.profile import Profile
 
 def row_bytes(profile: Profile) -> int:
@@ -37,10 +38,11 @@ def pool_targets(profile: Profile) -> list[str]:
     return [f"node{n}" for n in q.nodes] if q.mode == "numa" else list(q.dax_devices)
 
 
-def rank_target(profile: Profile, rank: int) -> str:
+def rank_target(profile: Profile, rank: int, targets: Sequence[Target] | None = None) -> str:
     """The target rank ``rank`` maps: ``pool.rank_targets`` when tune resolved them, else the
     ``pool.rank_assignment`` rule over the listed targets (:func:`target_index`: round_robin,
-    rank % targets, as SAC; packed, contiguous blocks of ranks per target)."""
+    rank % targets, as SAC; packed, contiguous blocks of ranks per target; locality, a target on
+    the socket of the rank's GPU — which needs the targets' facts, ``targets``)."""
     q = profile.pool
     world = profile.world_size
     if not 0 <= rank < world:
@@ -48,22 +50,64 @@ def rank_target(profile: Profile, rank: int) -> str:
                           "the profile's sglang.tp_size must match the --tp-size SGLang runs with")
     if q.rank_targets:
         return q.rank_targets[rank]
-    targets = pool_targets(profile)
-    if not targets:
+    names = pool_targets(profile)
+    if not names:
         raise RecordError("profile field pool.nodes / pool.dax_devices: no pool target",
                           "name the node(s) or DAX device(s) that hold the pool")
     if q.rank_assignment == "explicit":
         raise RecordError("profile field pool.rank_targets: is empty while pool.rank_assignment is explicit",
                           "list one target per rank, or use round_robin")
-    return targets[target_index(q.rank_assignment, rank, world, len(targets))]
+    if q.rank_assignment == "locality":
+        if targets is None:
+            raise RecordError("pool.rank_assignment locality: which socket each target is on is not known here",
+                              "resolve it on the machine (sactool serve --dry-run, or sactool tune writes "
+                              "pool.rank_targets)")
+        return assign_targets(profile, targets)[0][rank]
+    return names[target_index(q.rank_assignment, rank, world, len(names))]
 
 
-def ranks_by_target(profile: Profile) -> dict[str, list[int]]:
+def assign_targets(profile: Profile, targets: Sequence[Target]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(target per rank, notes) under the profile's rule, ``targets`` in the profile's order."""
+    from sactool.hisparse.rankplan import assign
+
+    q = profile.pool
+    if q.rank_targets:
+        return tuple(q.rank_targets), ()
+    order = {n: i for i, n in enumerate(pool_targets(profile))}
+    ts = sorted((t for t in targets if t.name in order), key=lambda t: order[t.name])
+    return assign(profile.world_size, ts, q.rank_assignment, rank_cpu_nodes=q.gpu_local_nodes)
+
+
+def ranks_by_target(profile: Profile, targets: Sequence[Target] | None = None) -> dict[str, list[int]]:
     """target -> the ranks that map it."""
     out: dict[str, list[int]] = {}
     for r in range(profile.world_size):
-        out.setdefault(rank_target(profile, r), []).append(r)
+        out.setdefault(rank_target(profile, r, targets), []).append(r)
     return out
+
+
+def rank_plan(profile: Profile, targets: Sequence[Target], *, check_pool: bool = True) -> RankPlan:
+    """Every rank's target and slice (:func:`sactool.hisparse.rankplan.plan`): the profile's rule
+    (or its resolved ``pool.rank_targets``), GPU ``sglang.base_gpu_id + rank``, and with
+    ``check_pool`` the rank's host pool as the profile sizes it (:func:`host_sizing`) checked
+    against its slice (the plug-in checks what SGLang really asks for instead).
+    CapacityError / RecordError."""
+    from sactool.hisparse.rankplan import plan
+
+    q = profile.pool
+    if q.capacity_bytes is not None:     # pinned: never more than a device holds
+        import dataclasses
+
+        targets = [dataclasses.replace(t, capacity_bytes=q.capacity_bytes if t.capacity_bytes is None or t.kind == "numa"
+                                       else min(t.capacity_bytes, q.capacity_bytes),
+                                       capacity_source=t.capacity_source if "pool.capacity_bytes" in t.capacity_source
+                                       else f"pool.capacity_bytes ({t.capacity_source})") for t in targets]
+    names, notes = assign_targets(profile, targets)
+    sizing = host_sizing(profile)
+    p = plan(profile.world_size, targets, "explicit", explicit=names, base_gpu_id=profile.sglang.base_gpu_id,
+             pool_bytes_per_rank=sizing.bytes_per_rank if check_pool else None, pool_source=sizing.source)
+    rule = "explicit (pool.rank_targets)" if q.rank_targets else q.rank_assignment
+    return RankPlan(rule, p.slots, notes + p.notes)
 
 
 @dataclass(frozen=True)
@@ -122,7 +166,7 @@ def host_sizing(profile: Profile) -> HostSizing:
 
 @dataclass(frozen=True)
 class PoolPlan:
-    """What the plug-in does for one rank (all from the profile; nothing measured yet)."""
+    """What the plug-in does for one rank (from the profile, and the targets' facts when given)."""
 
     rank: int
     target: str                          # "node2" or "dax0.0"
@@ -136,24 +180,45 @@ class PoolPlan:
     strict: bool
     stand_in: bool
     shared_with: tuple[int, ...]         # other ranks that map the same target
+    slot: RankSlot | None = None         # the rank's row of the rank plan (offset/size of its slice)
+    align_bytes: int | None = None       # devdax: the device's align
+    cpu_node: int | None = None          # the target's CPU node (prefault threads run there on "auto")
+
+    @property
+    def offset_bytes(self) -> int:
+        return (self.slot.offset_bytes or 0) if self.slot else 0
 
     def describe(self) -> str:
         what = f"{self.target} ({'DAX device' if self.mode == 'devdax' else 'NUMA node'})"
         extra = "; a DRAM node stands in for CXL (pool.stand_in)" if self.stand_in else ""
         if self.mode == "devdax":
+            if self.slot is not None and self.slot.size_bytes is not None:
+                return (f"rank {self.rank} (GPU {self.slot.gpu}): map {what} bytes [{self.slot.offset_bytes}, "
+                        f"{self.slot.offset_bytes + self.slot.size_bytes}) (align {self.align_bytes}){extra}")
             return f"rank {self.rank}: map {what}{extra}"
         pol = self.policy + (f" {self.interleave_weights}" if self.policy == "weighted_interleave" else "")
-        cpus = "the CPUs nearest it" if self.prefault_cpus == "auto" else f"CPUs {self.prefault_cpus}"
+        cpus = (("the CPUs of node" + str(self.cpu_node)) if self.cpu_node is not None else "the CPUs nearest it") \
+            if self.prefault_cpus == "auto" else f"CPUs {self.prefault_cpus}"
         return (f"rank {self.rank}: {what}, policy {pol}, hugepages {self.hugepages}, prefault "
                 f"{self.prefault_threads} threads on {cpus}{extra}")
 
 
-def plan_for_rank(profile: Profile, rank: int) -> PoolPlan:
+def plan_for_rank(profile: Profile, rank: int, targets: Sequence[Target] | None = None,
+                  plan: RankPlan | None = None) -> PoolPlan:
+    """The plug-in's plan for ``rank``; with ``targets`` (or a ``plan`` built from them) it
+    carries the rank's slice and its target's CPU node."""
     q = profile.pool
-    target = rank_target(profile, rank)
-    shared = tuple(r for r in ranks_by_target(profile)[target] if r != rank)
+    if plan is None and targets is not None:
+        plan = rank_plan(profile, targets)
+    target = plan.slot(rank).target if plan is not None else rank_target(profile, rank)
+    by = plan.ranks_by_target() if plan is not None else ranks_by_target(profile)
+    shared = tuple(r for r in by[target] if r != rank)
     node = int(target[4:]) if target.startswith("node") else None
+    facts = {t.name: t for t in targets or ()}
+    t = facts.get(target)
     return PoolPlan(rank=rank, target=target, mode=q.mode, node=node, policy=q.policy,
                     interleave_weights=dict(q.interleave_weights), hugepages=q.hugepages,
                     prefault_threads=q.prefault_threads, prefault_cpus=q.prefault_cpus,
-                    strict=q.strict, stand_in=q.stand_in, shared_with=shared)
+                    strict=q.strict, stand_in=q.stand_in, shared_with=shared,
+                    slot=plan.slot(rank) if plan is not None else None,
+                    align_bytes=t.align_bytes if t else None, cpu_node=t.cpu_node if t else None)

@@ -7,6 +7,11 @@
   resolved ``pool.rank_targets``; a profile that says ``packed`` without them packs over every
   listed target (``k = n``) — the same rule, :func:`target_index`.
 
+* ``locality``: rank ``r`` uses a target on its GPU's socket — the ``i``-th rank (in rank order)
+  whose GPU sits on CPU node ``c`` takes the ``i % k``-th of the ``k`` targets whose CPU node is
+  ``c`` ("each socket's GPUs use that socket's CXL adapter"); a rank whose socket has no target
+  falls back to round-robin over all targets, and says so (:func:`locality`).
+
 Ranks sharing a target split its capacity in equal partitions (one per rank, as SAC partitions a
 device per rank) and share its gather bandwidth.
 """
@@ -15,11 +20,11 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from sactool.hisparse.capacity import PoolTarget
 
-RULES = ("round_robin", "packed")
+RULES = ("round_robin", "packed")       # rules that need nothing but the rank and the target count
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,27 @@ def target_index(rule: str, rank: int, ranks: int, targets: int) -> int:
     raise ValueError(f"unknown rank assignment {rule!r}; rules: {', '.join(RULES)}")
 
 
+def locality(rank_nodes: Sequence[int], targets: Sequence[str], target_nodes: Mapping[str, int | None],
+             ) -> tuple[Placement, tuple[str, ...]]:
+    """Rank ``r`` (whose GPU is on NUMA node ``rank_nodes[r]``) on a target of that socket
+    (``target_nodes[t]``: the CPU node target ``t`` hangs off); (placement, fallback notes)."""
+    if not targets:
+        raise ValueError("no pool targets")
+    seen: dict[int, int] = {}
+    out: list[str] = []
+    notes: list[str] = []
+    for r, node in enumerate(rank_nodes):
+        local = [t for t in targets if target_nodes.get(t) is not None and target_nodes.get(t) == node]
+        i = seen.get(node, 0)
+        seen[node] = i + 1
+        if local:
+            out.append(local[i % len(local)])
+        else:
+            out.append(targets[r % len(targets)])
+            notes.append(f"rank {r}: no pool target on the socket of its GPU (node{node}); round-robin gives {out[-1]}")
+    return Placement("locality", tuple(out)), tuple(notes)
+
+
 def round_robin(ranks: int, targets: Sequence[str]) -> Placement:
     if not targets:
         raise ValueError("no pool targets")
@@ -69,6 +95,9 @@ def candidates(ranks: int, targets: Sequence[str]) -> list[Placement]:
 
 
 def pool_bytes_per_rank(placement: Placement, targets: Sequence[PoolTarget]) -> int:
-    """The smallest per-rank partition: each used target's capacity split over its ranks."""
-    cap = {t.name: t.capacity_bytes for t in targets}
-    return min(cap[name] // n for name, n in placement.ranks_per_target().items())
+    """The smallest per-rank partition: each used target's capacity split over its ranks, rounded
+    down to the target's align (a DAX device's slices start and end on it; the rank plan,
+    :mod:`sactool.hisparse.rankplan`, cuts the same slices)."""
+    by = {t.name: t for t in targets}
+    return min(by[name].capacity_bytes // n // (by[name].align_bytes or 1) * (by[name].align_bytes or 1)
+               for name, n in placement.ranks_per_target().items())

@@ -107,7 +107,10 @@ def gpu_of(rank: int, base_gpu_id: int = 0) -> int:
 
 def assign(world: int, targets: Sequence[Target], rule: str, *, rank_cpu_nodes: Sequence[int | None] = (),
            explicit: Sequence[str] = ()) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(target name per rank, notes). ``rank_cpu_nodes[r]``: the NUMA node of rank r's GPU."""
+    """(target name per rank, notes). ``rank_cpu_nodes[r]``: the NUMA node of rank r's GPU.
+    The rules themselves live in :mod:`sactool.hisparse.placement`."""
+    from sactool.hisparse import placement
+
     names = [t.name for t in targets]
     if rule not in RULES:
         raise RecordError(f"profile field pool.rank_assignment: unknown rule {rule!r}", f"use one of {', '.join(RULES)}")
@@ -119,28 +122,14 @@ def assign(world: int, targets: Sequence[Target], rule: str, *, rank_cpu_nodes: 
     if not names:
         raise RecordError("profile field pool.nodes / pool.dax_devices: no pool target",
                           "name the node(s) or DAX device(s) that hold the pool")
-    if rule == "round_robin":
-        return tuple(names[r % len(names)] for r in range(world)), ()
-    if rule == "packed":
-        return tuple(names[r * len(names) // world] for r in range(world)), ()
+    if rule in placement.RULES:
+        return tuple(names[placement.target_index(rule, r, world, len(names))] for r in range(world)), ()
     if len(rank_cpu_nodes) != world or any(n is None for n in rank_cpu_nodes):
-        raise RecordError("placement locality needs each rank's GPU NUMA node (pool.gpu_local_nodes)",
+        raise RecordError("pool.rank_assignment locality needs the NUMA node of each rank's GPU (pool.gpu_local_nodes)",
                           "set pool.gpu_local_nodes (sactool tune fills it from the GPUs probe sees), or use "
                           "pool.rank_assignment round_robin")
-    out: list[str] = []
-    seen: dict[int, int] = {}
-    notes: list[str] = []
-    for r in range(world):
-        node = rank_cpu_nodes[r]
-        local = [t.name for t in targets if t.cpu_node is not None and t.cpu_node == node]
-        i = seen.get(node, 0)  # type: ignore[arg-type]
-        seen[node] = i + 1  # type: ignore[index]
-        if local:
-            out.append(local[i % len(local)])
-        else:
-            out.append(names[r % len(names)])
-            notes.append(f"rank {r}: no pool target on its GPU's node{node} socket; round-robin gives {out[-1]}")
-    return tuple(out), tuple(notes)
+    p, notes = placement.locality(list(rank_cpu_nodes), names, {t.name: t.cpu_node for t in targets})  # type: ignore[arg-type]
+    return p.rank_targets, notes
 
 
 def _align_down(n: int, unit: int) -> int:

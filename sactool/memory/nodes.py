@@ -23,7 +23,8 @@ SAFETY_MARGIN_BYTES = 512 << 20
 cache the benchmark needs. A policy choice, not a measurement."""
 
 SAFETY_MARGIN_FRACTION = 0.03
-"""...or 3% of the node's memory, whichever is larger (policy choice)."""
+"""...or 3% of the node's memory, whichever is larger (policy choice). A CPU-less node (CXL) runs no
+process: only the 3% is kept back there."""
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,18 @@ class FreeEstimate:
     bytes: int | None
     total_bytes: int | None
     source: str
+    cpu_less: bool = False
+
+    @property
+    def margin_bytes(self) -> int:
+        """What is kept back on this node (:data:`SAFETY_MARGIN_BYTES`, :data:`SAFETY_MARGIN_FRACTION`)."""
+        frac = int(SAFETY_MARGIN_FRACTION * (self.total_bytes or 0))
+        return frac if self.cpu_less else max(SAFETY_MARGIN_BYTES, frac)
+
+    @property
+    def room_bytes(self) -> int | None:
+        """Free estimate minus the margin (None when unknown)."""
+        return None if self.bytes is None else max(self.bytes - self.margin_bytes, 0)
 
 
 def topology(reader: SysfsReader | None = None):
@@ -65,7 +78,7 @@ def free_estimate(topo, reader: SysfsReader, nid: int) -> FreeEstimate:
     if cache:
         est += cache
         source += " + clean inactive page cache (Inactive(file) − Dirty − Writeback)"
-    return FreeEstimate(nid, est, node.mem_total_bytes, source)
+    return FreeEstimate(nid, est, node.mem_total_bytes, source, cpu_less=not node.has_cpu)
 
 
 def check_memory_node(topo, nid: int):
@@ -93,7 +106,7 @@ def check_fits(free: FreeEstimate, size_bytes: int, *, what: str = "buffer") -> 
     """CapacityError when ``size_bytes`` exceeds the node's free estimate minus the margin."""
     if free.bytes is None:
         return
-    margin = max(SAFETY_MARGIN_BYTES, int(SAFETY_MARGIN_FRACTION * (free.total_bytes or 0)))
+    margin = free.margin_bytes
     room = free.bytes - margin
     if size_bytes > room:
         from sactool.units import format_bytes

@@ -95,9 +95,15 @@ def sglang_flags(profile: Profile, *, model_path: str | None) -> list[Flag]:
     if s.role != "colocated":
         out.append(Flag(("--disaggregation-mode", s.role), "sglang.role",
                         "PD disaggregation" + ("; HiSparse off on the prefill side" if s.role == "prefill" else "")))
+    if s.base_gpu_id:
+        out.append(Flag(("--base-gpu-id", str(s.base_gpu_id)), "sglang.base_gpu_id",
+                        f"rank r runs on GPU {s.base_gpu_id} + r; the rank plan follows it"))
     if q.gpu_local_nodes and q.placement != "numactl":
-        out.append(Flag(("--numa-node", *map(str, q.gpu_local_nodes)), "pool.gpu_local_nodes",
-                        "CPU/DRAM binding of each rank (GPU-local node, never the CXL node)"))
+        # SGLang indexes --numa-node by GPU id: GPUs below base_gpu_id are not used by this server
+        pad = (str(q.gpu_local_nodes[0]),) * s.base_gpu_id
+        out.append(Flag(("--numa-node", *pad, *map(str, q.gpu_local_nodes)), "pool.gpu_local_nodes",
+                        "CPU/DRAM binding of each rank (GPU-local node, never the CXL node); indexed by GPU id"
+                        + (f", the first {s.base_gpu_id} entries fill GPUs this server does not use" if pad else "")))
     for name, flag, why in _OPTIONAL_SGLANG_FLAGS:
         value = getattr(s, name)
         if value is not None:
@@ -162,10 +168,12 @@ def build_command(profile: Profile, *, profile_path: str, extra_args: Sequence[s
     notes: list[str] = []
     if hisparse and q.placement == "plugin":
         cur = [p.strip() for p in environ.get("SGLANG_PLUGINS", "").split(",") if p.strip()]
-        val = ",".join(cur + ([PLUGIN_NAME] if PLUGIN_NAME not in cur else []))
-        env.append(EnvVar("SGLANG_PLUGINS", val, "pool.placement",
-                          "load the sactool_cxl plug-in in every scheduler process"
-                          + ("" if cur else " (this whitelists only it: set SGLANG_PLUGINS first to keep others)")))
+        if cur and PLUGIN_NAME not in cur:
+            env.append(EnvVar("SGLANG_PLUGINS", ",".join(cur + [PLUGIN_NAME]), "pool.placement",
+                              "SGLANG_PLUGINS is a whitelist: sactool_cxl appended to the plug-ins already named"))
+        elif not cur:
+            notes.append("SGLANG_PLUGINS is unset, and stays so: SGLang then loads every installed plug-in, "
+                         "sactool_cxl included (setting it would whitelist only the plug-ins it names)")
         env.append(EnvVar("SACTOOL_PROFILE", os.path.abspath(profile_path), "--profile",
                           "the plug-in reads pool.* from it: " + _targets(profile)))
         if q.strict:

@@ -98,6 +98,7 @@ OWNED = {
     ("--max-running-requests",): ("sglang.max_running_requests", lambda p: p.sglang.max_running_requests),
     ("--context-length",): ("sglang.context_length", lambda p: p.sglang.context_length),
     ("--max-total-tokens",): ("sglang.max_total_tokens", lambda p: p.sglang.max_total_tokens),
+    ("--base-gpu-id",): ("sglang.base_gpu_id", lambda p: p.sglang.base_gpu_id),
 }
 
 

@@ -59,6 +59,7 @@ class Launch:
                                  "available_bytes": t.available_bytes, "available_source": t.available_source,
                                  "ok": t.ok} for t in self.pool.targets],
                     "note": self.pool.note}
+        plan = self.pool.plan if self.pool is not None else None
         return {
             "argv": list(c.argv),
             "env_delta": dict(c.env_delta),
@@ -67,6 +68,14 @@ class Launch:
             "env": [{"name": e.name, "value": e.value, "source": e.source, "why": e.why} for e in c.env],
             "checks": list(self.checks),
             "pool": pool,
+            "plan": plan.to_data() if plan is not None else None,
+            "plan_rule": plan.rule if plan is not None else None,
+            "plan_total_bytes": plan.total_bytes if plan is not None else None,
+            "plan_notes": list(plan.notes) if plan is not None else [],
+            "plan_targets": [{"target": t.name, "kind": t.kind, "capacity_bytes": t.capacity_bytes,
+                              "capacity_source": t.capacity_source, "align_bytes": t.align_bytes,
+                              "cpu_node": t.cpu_node, "cpu_node_evidence": t.cpu_node_evidence}
+                             for t in self.pool.facts] if self.pool is not None else [],
             "notes": list(c.notes),
             "problems": [{"exit_code": int(p.exit_code), "message": p.message, "hint": p.hint} for p in self.problems],
             "dry_run": self.dry_run,
@@ -149,7 +158,14 @@ def build_launch(profile_path: str, extra_args: Sequence[str] = (), *, python: s
     if cmd.placement == "plugin":
         from sactool.hisparse.hostpool import plan_for_rank
 
-        lines.extend("plug-in: " + plan_for_rank(profile, r).describe() for r in range(profile.world_size))
+        def plans() -> list[str]:
+            if pool is not None and pool.plan is not None:
+                return [plan_for_rank(profile, r, pool.facts, pool.plan).describe() for r in range(profile.world_size)]
+            return [plan_for_rank(profile, r).describe() for r in range(profile.world_size)]
+
+        lines.extend("plug-in: " + ln for ln in (attempt(plans) or []))
+        if pool is not None and pool.plan is not None:
+            lines.extend(f"rank plan ({pool.plan.rule}): {n}" for n in pool.plan.notes)
     if profile.pool.stand_in and cmd.placement != "none":
         lines.append("pool.stand_in: the profile's pool node is a DRAM node standing in for CXL")
     return Launch(os.path.abspath(profile_path), profile, cmd, tuple(lines), pool, tuple(problems), dry_run)

@@ -57,7 +57,8 @@ def _settings(d, c, plan):
         nodes=tuple(t.node for t in pool.targets) if pool.mode == "numa" else (),
         dax_devices=tuple(t.name for t in pool.targets) if pool.mode == "devdax" else (),
         rank_assignment=c.placement.strategy, rank_targets=c.placement.rank_targets,
-        hugepages="thp", prefault_threads=max(1, pool.cpus_near), stand_in=pool.stand_in)
+        hugepages="thp", prefault_threads=max(1, pool.cpus_near), stand_in=pool.stand_in,
+        capacity_bytes=o.pool_bytes)
     hs = HiSparseSettings(top_k=d.spec.index_topk, device_buffer_size=c.device_buffer_size,
                           host_to_device_ratio=c.host_to_device_ratio, swap_in_block_size=c.swap_in_block_size,
                           prefetch=c.prefetch)
@@ -95,7 +96,7 @@ def _provenance(d, c, req: int, gather) -> dict[str, Provenance]:
         "pool.hugepages": _p("default", "MADV_HUGEPAGE (THP): no hugetlbfs pool is reserved by default"),
         "pool.prefault_threads": _p("derived", "CPUs of each target's own CPU node (the fewest of "
                                     + ", ".join(f"{t.name} → node{t.cpu_node}" for t in pool.targets) + ")"),
-        "pool.prefault_cpus": _p("default", "auto: the CPUs nearest the pool node"),
+        "pool.prefault_cpus": _p("default", "auto: the CPUs of each target's own CPU node (its socket)"),
         "pool.register_chunk_gb": _p("default", "SGLang default (256 GB chunks)"),
         "pool.strict": _p("default", "fall back to SGLang's allocator (and log it) when placement fails"),
         "pool.stand_in": _p("measured", pool.reason),
@@ -120,6 +121,11 @@ def _provenance(d, c, req: int, gather) -> dict[str, Provenance]:
                                         _p("derived", "design concurrency: SAC's 64, or what the pool holds")),
         "sglang.context_length": _p("derived", "longest requested context the deployment holds"),
         "sglang.dsa_decode_backend": _p("default", "auto: HiSparse picks flashmla_kv (fp8) / flashmla_sparse (bf16)"),
+        "pool.capacity_bytes": (_p("user", "--pool-bytes: bytes of each pool target the pool may use")
+                                if o.pool_bytes is not None else
+                                _p("default", "each target's free memory + reclaimable page cache, or its DAX size, "
+                                   "read where the pool is placed")),
+        "sglang.base_gpu_id": _p("default", "0: rank r runs on GPU r (SGLang's default numbering, one node)"),
         "sglang.max_total_tokens": _p("derived", f"device slots per rank: {req} request(s) x "
                                       f"(device_buffer_size + one {DSA_PAGE_SIZE_CUDA}-token page)"),
     }

@@ -43,6 +43,7 @@ class TuneOptions:
     seed: int = 0
     gather_seconds: float = DEFAULT_GATHER_SECONDS
     sysfs_root: Path | None = None
+    pool_bytes: int | None = None                       # pins each pool target's capacity (else free memory / DAX size)
     exhaustive: bool = False                            # evaluate every page-aligned buffer size
     write: bool = True
     given: frozenset[str] = field(default_factory=frozenset)

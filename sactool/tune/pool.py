@@ -26,35 +26,36 @@ class PoolInfo:
                                        # (the fewest any target's CPU node has)
 
 
-def pool_info(topo, reader=None) -> PoolInfo:
-    """Pool targets from ``sactool.topology.probe()``: the verdict's pool nodes (capacity = free
-    memory, with the free-memory rule of :mod:`sactool.memory.nodes` on a live system), else DAX
-    devices in devdax mode (capacity = their size)."""
-    nodes = tuple(topo.verdict.pool_nodes)
-    if nodes:
-        targets = []
-        for nid in nodes:
-            n = topo.node(nid)
-            cap, src = n.mem_free_bytes, f"node{nid}/meminfo MemFree"
-            if topo.live and reader is not None:
-                from sactool.memory.nodes import free_estimate
+def pool_info(topo, reader=None, *, pool_bytes: int | None = None) -> PoolInfo:
+    """Pool targets from ``sactool.topology.probe()`` (live or recorded), via
+    :func:`sactool.hisparse.targets.pool_targets`: the verdict's CXL nodes (capacity = free memory
+    plus reclaimable page cache, :mod:`sactool.memory.nodes`, minus the margin kept back), else DAX
+    devices in devdax mode (capacity = their size) — real CXL as devdax wins over a DRAM node the
+    verdict would let stand in — else the stand-in node. ``pool_bytes`` (``--pool-bytes``) pins the
+    capacity of each target (never above a device's size)."""
+    from sactool.hisparse.targets import pool_targets
 
-                f = free_estimate(topo, reader, nid)
-                if f.bytes is not None:
-                    cap, src = f.bytes, f.source
-            if not cap:
-                raise TopologyError(f"node{nid} reports no free memory", "check 'sactool probe'")
-            cpu = topo.verdict.cpu_node_of(nid)
-            targets.append(PoolTarget(f"node{nid}", nid, int(cap), src,
-                                      cpu if cpu is not None else topo.nearest_cpu_node(nid)))
+    nodes = tuple(topo.verdict.pool_nodes)
+    dax = [d for d in topo.dax_devices if d.mode == "devdax" and d.size_bytes]
+    pin = dict(capacity_bytes=pool_bytes, pinned_source="--pool-bytes")
+    if nodes and not (topo.verdict.stand_in and dax):
+        facts = pool_targets(topo, reader, [f"node{n}" for n in nodes], **pin)
+        targets = []
+        for t in facts:
+            if not t.capacity_bytes:
+                raise TopologyError(f"{t.name} reports no free memory", "check 'sactool probe'")
+            targets.append(PoolTarget(t.name, int(t.name[4:]), int(t.capacity_bytes), t.capacity_source,
+                                      cpu_node=t.cpu_node))
         return PoolInfo("numa", tuple(targets), bool(topo.verdict.stand_in), topo.verdict.reason,
                         targets[0].cpu_node, _cpus_near(topo, targets))
-    dax = [d for d in topo.dax_devices if d.mode == "devdax" and d.size_bytes]
     if dax:
-        targets = [PoolTarget(d.name, d.target_node, int(d.size_bytes), f"{d.name}/size",
-                              topo.dax_locality(d.name).cpu_node) for d in dax]
-        return PoolInfo("devdax", tuple(targets), False, "devdax devices hold the pool", targets[0].cpu_node,
-                        _cpus_near(topo, targets))
+        facts = pool_targets(topo, reader, [d.name for d in dax], **pin)
+        targets = [PoolTarget(t.name, d.target_node, int(t.capacity_bytes), t.capacity_source,
+                              cpu_node=t.cpu_node, align_bytes=t.align_bytes) for t, d in zip(facts, dax)]
+        why = ("devdax devices hold the pool: " + "; ".join(f"{t.name} ({t.cpu_node_evidence})" for t in facts)
+               + (f" (they win over {', '.join(f'node{n}' for n in nodes)}, a DRAM node the verdict would let "
+                  "stand in)" if nodes else ""))
+        return PoolInfo("devdax", tuple(targets), False, why, targets[0].cpu_node, _cpus_near(topo, targets))
     raise TopologyError("no pool memory found: no CXL node, no stand-in node, no devdax device",
                         "run 'sactool probe' to see why")
 

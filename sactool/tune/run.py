@@ -157,7 +157,7 @@ def _probe_pool(job: Job, warnings: list):
     reader = SysfsReader(o.sysfs_root)
     topo = probe(reader)
     machine = machine_block(reader)
-    pool = pool_info(topo, reader if topo.live else None)
+    pool = pool_info(topo, reader, pool_bytes=o.pool_bytes)
     if not topo.live and o.bench is None:
         raise TopologyError(f"the topology comes from a recording ({o.sysfs_root}), not this system: "
                             "tune cannot measure its pool", "pass --bench FILE measured on that machine")

@@ -1,10 +1,16 @@
 """Stand-in for ``sglang.srt.managers.hisparse_coordinator`` (tests only, not SGLang): like
-0.5.23, the constructor builds the MLA host pool, which allocates one layer-first buffer
-``[layers, host tokens, 1, row bytes]`` of uint8 through HostTensorAllocator and pins it."""
+0.5.23, the constructor builds the MLA host pool (``self.mem_pool_host``), which checks the host
+memory budget and then allocates one layer-first buffer ``[layers, host tokens, 1, row bytes]``
+of uint8 through HostTensorAllocator and pins it (``mem_pool_host.kv_buffer``)."""
 
 import numpy as np
 
+from sglang.srt.mem_cache.pool_host import base
 from sglang.srt.mem_cache.pool_host.common import HostTensorAllocator, alloc_with_host_register
+
+
+class _HostPool:
+    pass
 
 
 class HiSparseCoordinator:
@@ -13,5 +19,8 @@ class HiSparseCoordinator:
                  *, layers=4, row_bytes=656, page_size=64):
         self.allocator = HostTensorAllocator()
         tokens = device_buffer_size * host_to_device_ratio + page_size
+        base.check_host_memory(layers * tokens * row_bytes)
         self.host_buffer = alloc_with_host_register((layers, tokens, 1, row_bytes), dtype=np.uint8, device="cpu",
                                                     pin_memory=True, allocator=self.allocator)
+        self.mem_pool_host = _HostPool()
+        self.mem_pool_host.kv_buffer = self.host_buffer
