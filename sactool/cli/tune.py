@@ -21,6 +21,10 @@ def _given(ctx: typer.Context, names: dict) -> frozenset:
     return frozenset(out)
 
 
+POOL_BYTES_HELP = ("Pool bytes per target (node or DAX device), e.g. 256GiB; default: its free memory + "
+                   "reclaimable page cache, or the device's size.")
+
+
 def tune(
     ctx: typer.Context,
     model: str = typer.Option("deepseek-v3.2", "--model", "-m", help="Model name or path to a config.json."),
@@ -49,10 +53,7 @@ def tune(
     fleet: Optional[Path] = typer.Option(
         None, "--fleet", help="Fleet bench record (mpirun … sactool bench gather --out): one profile per host, "
         "each for its share of the shared pool; --out is then a directory (default profiles/<model>/)."),
-    pool_bytes: Optional[str] = typer.Option(None, "--pool-bytes",
-                                             help="Pool bytes per target (node or DAX device), e.g. 256GiB; "
-                                                  "default: its free memory + reclaimable page cache, or the "
-                                                  "device's size."),
+    pool_bytes: Optional[str] = typer.Option(None, "--pool-bytes", help=POOL_BYTES_HELP),
     fmt: str = FormatOpt,
 ) -> None:
     """Choose HiSparse and pool settings for a model from measurements; write a serving profile."""
@@ -75,8 +76,7 @@ def tune(
         steps=steps, replicates=replicates, seed=seed, sysfs_root=sysfs_root,
         pool_bytes=parse_size(pool_bytes, what="--pool-bytes") if pool_bytes else None,
         given=_given(ctx, {"context": "contexts", "concurrency": "concurrency", "tp": "tp", "attn_dp": "attn-dp",
-                           "gpu": "gpu", "kv_dtype": "kv-dtype",
-                           "pool_bytes": "pool-bytes"}))
+                           "gpu": "gpu", "kv_dtype": "kv-dtype", "pool_bytes": "pool-bytes"}))
     from sactool.fleet.mpi import detect
 
     world = detect()

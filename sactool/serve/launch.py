@@ -156,19 +156,20 @@ def build_launch(profile_path: str, extra_args: Sequence[str] = (), *, python: s
         if pool.note:
             lines.append(pool.note)
     if cmd.placement == "plugin":
-        from sactool.hisparse.hostpool import plan_for_rank
-
-        def plans() -> list[str]:
-            if pool is not None and pool.plan is not None:
-                return [plan_for_rank(profile, r, pool.facts, pool.plan).describe() for r in range(profile.world_size)]
-            return [plan_for_rank(profile, r).describe() for r in range(profile.world_size)]
-
-        lines.extend("plug-in: " + ln for ln in (attempt(plans) or []))
-        if pool is not None and pool.plan is not None:
-            lines.extend(f"rank plan ({pool.plan.rule}): {n}" for n in pool.plan.notes)
+        lines.extend(attempt(lambda: _plugin_lines(profile, pool)) or [])
     if profile.pool.stand_in and cmd.placement != "none":
         lines.append("pool.stand_in: the profile's pool node is a DRAM node standing in for CXL")
     return Launch(os.path.abspath(profile_path), profile, cmd, tuple(lines), pool, tuple(problems), dry_run)
+
+
+def _plugin_lines(profile: Profile, pool: capacity.PoolCheck | None) -> list[str]:
+    """What the plug-in will do in each rank: the rank plan's row when the pool was checked."""
+    from sactool.hisparse.hostpool import plan_for_rank
+
+    if pool is None or pool.plan is None:
+        return ["plug-in: " + plan_for_rank(profile, r).describe() for r in range(profile.world_size)]
+    out = ["plug-in: " + plan_for_rank(profile, r, pool.facts, pool.plan).describe() for r in range(profile.world_size)]
+    return out + [f"rank plan ({pool.plan.rule}): {n}" for n in pool.plan.notes]
 
 
 def exec_launch(launch: Launch, environ: Mapping[str, str] | None = None) -> None:
