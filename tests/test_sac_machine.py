@@ -155,3 +155,44 @@ def test_tune_plans_the_devdax_devices_of_a_recording(machine, capsys, monkeypat
     assert d["problems"] == [] and {r["size_bytes"] for r in d["plan"]} == {96 * MiB}
     assert d["plan_total_bytes"] == 768 * MiB
     assert all("pool.capacity_bytes" in t["capacity_source"] for t in d["plan_targets"])
+
+
+def _eight_gpus(root: Path) -> Path:
+    """Constructed (no recording has GPUs): eight GPU functions (class 0x030200, NVIDIA 0x10de,
+    H100 0x2330) behind two host bridges, GPUs 0-3 on node0 and 4-7 on node1, as on the SAC box."""
+    import os
+
+    devs = root / "sys/bus/pci/devices"
+    devs.mkdir(parents=True, exist_ok=True)
+    for i in range(8):
+        node, hb = i // 4, 0x17 + 0x40 * (i // 4)
+        rp_bdf, gpu_bdf = f"0000:{hb:02x}:0{i % 4}.0", f"0000:{0x18 + i:02x}:00.0"
+        rp = root / f"sys/devices/pci0000:{hb:02x}/{rp_bdf}"
+        gpu = rp / gpu_bdf
+        gpu.mkdir(parents=True)
+        (rp / "numa_node").write_text(f"{node}\n")
+        for k, v in {"class": "0x030200", "vendor": "0x10de", "device": "0x2330", "numa_node": str(node),
+                     "local_cpulist": str(node)}.items():
+            (gpu / k).write_text(v + "\n")
+        os.symlink(f"../../../devices/pci0000:{hb:02x}/{rp_bdf}/{gpu_bdf}", devs / gpu_bdf)
+    return root
+
+
+def test_tune_chooses_locality_when_gpu_locality_is_known(machine, capsys, fast_bench_record, tmp_path):
+    root = _eight_gpus(machine("sac2s__20-devdax"))
+    assert [g.cpu_node for g in sorted(probe(SysfsReader(root)).gpus, key=lambda g: g.pci_device)] == list(GPU_NODES)
+    out = tmp_path / "loc.yaml"
+    assert main(["tune", "--sysfs-root", str(root), "--bench", str(fast_bench_record), "--tp", "8", "--context", "2k",
+                 "--gpu-kv-budget", "10GiB", "--steps", "6", "--replicates", "1", "--out", str(out)]) == 0
+    capsys.readouterr()
+    p = load_profile(out)
+    assert p.pool.rank_assignment == "locality" and p.pool.gpu_local_nodes == GPU_NODES
+    assert p.pool.rank_targets == ("dax0.0",) * 4 + ("dax1.0",) * 4
+    assert p.provenance["pool.gpu_local_nodes"].source == "measured"
+    # round_robin stays a rule a profile can ask for
+    from sactool.hisparse.placement import candidates
+
+    names = ["dax0.0", "dax1.0"]
+    got = candidates(8, names, rank_nodes=GPU_NODES, target_nodes={"dax0.0": 0, "dax1.0": 1})
+    assert [c.strategy for c in got][:2] == ["locality", "round_robin"]
+    assert [c.strategy for c in candidates(8, names)][0] == "round_robin"       # no GPU locality: SAC's rule

@@ -47,12 +47,15 @@ def test_fits_on_two_nodes_round_robin(trees):
 
 
 def test_short_node_says_how_much_is_needed(trees):
+    # CXL node2 (256 MiB, CPU-less: 3% kept back) holds one 84.5 MB pool, not four
+    r = check_pool(small(tp=2, nodes=(1, 2)), trees["ram__30-system-ram"])
+    assert [(t.target, t.ranks) for t in r.targets] == [("node1", (0,)), ("node2", (1,))]
     with pytest.raises(CapacityError) as ei:
-        check_pool(small(tp=2, nodes=(1, 2)), trees["ram__30-system-ram"])
+        check_pool(small(tp=8, nodes=(1, 2)), trees["ram__30-system-ram"])
     e = ei.value
     assert e.exit_code == ExitCode.CAPACITY
-    assert "node2 is short of memory" in e.message and "ranks 1 need" in e.message
-    assert "host_to_device_ratio" in e.hint
+    assert "node2 is short of memory" in e.message and "ranks 1, 3, 5, 7 need" in e.message
+    assert "Active(file) + Inactive(file)" in e.message and "host_to_device_ratio" in e.hint
 
 
 def test_weighted_interleave_splits_each_rank_by_weight(trees):

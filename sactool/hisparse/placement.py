@@ -86,9 +86,16 @@ def packed(ranks: int, targets: Sequence[str], k: int) -> Placement:
     return Placement("packed", tuple(targets[target_index("packed", r, ranks, k)] for r in range(ranks)))
 
 
-def candidates(ranks: int, targets: Sequence[str]) -> list[Placement]:
-    """Round-robin over all targets, and packed on each smaller number of targets."""
+def candidates(ranks: int, targets: Sequence[str], *, rank_nodes: Sequence[int | None] = (),
+               target_nodes: Mapping[str, int | None] | None = None) -> list[Placement]:
+    """Round-robin over all targets, and packed on each smaller number of targets; with the NUMA
+    node of every rank's GPU (``rank_nodes``) and every target's socket, locality first."""
     out = [round_robin(ranks, targets)]
+    if (len(rank_nodes) == ranks and all(n is not None for n in rank_nodes) and target_nodes
+            and any(v is not None for v in target_nodes.values())):
+        loc, notes = locality(list(rank_nodes), targets, target_nodes)  # type: ignore[arg-type]
+        if not notes:      # every rank has a target on its socket
+            out.insert(0, loc)
     for k in range(1, min(len(targets), ranks)):
         out.append(packed(ranks, targets, k))
     return out

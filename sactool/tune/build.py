@@ -49,6 +49,12 @@ def build_profile(d, *, chosen, ranked, evals, gather):
     return profile, _summary(d, c, hs, gather, predictions), _alternatives(chosen, evals)
 
 
+def _gpu_nodes(d) -> tuple[int, ...]:
+    """The CPU node of GPUs 0..tp-1 when the probe saw them all with a node, else () (SGLang asks NVML)."""
+    nodes = tuple(getattr(d.pool, "gpu_nodes", ())[:d.o.tp])
+    return nodes if len(nodes) == d.o.tp and all(n is not None for n in nodes) else ()  # type: ignore[return-value]
+
+
 def _settings(d, c, plan):
     """The profile's pool, hisparse and sglang blocks for candidate ``c``."""
     pool, o = d.pool, d.o
@@ -58,7 +64,7 @@ def _settings(d, c, plan):
         dax_devices=tuple(t.name for t in pool.targets) if pool.mode == "devdax" else (),
         rank_assignment=c.placement.strategy, rank_targets=c.placement.rank_targets,
         hugepages="thp", prefault_threads=max(1, pool.cpus_near), stand_in=pool.stand_in,
-        capacity_bytes=o.pool_bytes)
+        capacity_bytes=o.pool_bytes, gpu_local_nodes=_gpu_nodes(d))
     hs = HiSparseSettings(top_k=d.spec.index_topk, device_buffer_size=c.device_buffer_size,
                           host_to_device_ratio=c.host_to_device_ratio, swap_in_block_size=c.swap_in_block_size,
                           prefetch=c.prefetch)
@@ -100,7 +106,9 @@ def _provenance(d, c, req: int, gather) -> dict[str, Provenance]:
         "pool.register_chunk_gb": _p("default", "SGLang default (256 GB chunks)"),
         "pool.strict": _p("default", "fall back to SGLang's allocator (and log it) when placement fails"),
         "pool.stand_in": _p("measured", pool.reason),
-        "pool.gpu_local_nodes": _p("default", "empty: SGLang finds each GPU's node with NVML"),
+        "pool.gpu_local_nodes": (_p("measured", "probe: the CPU node of GPUs 0..tp-1 in PCI address order "
+                                    "(GPU ids assumed in PCI bus order, one node)") if _gpu_nodes(d) else
+                                 _p("default", "empty: no GPU seen by probe; SGLang finds each GPU's node with NVML")),
         "hisparse.top_k": _p("engine", f"{spec.name} index_topk (SGLang overrides top_k with it)"),
         "hisparse.device_buffer_size": _p(measured, f"least predicted fetch time per token under the GPU and pool "
                                           f"limits; misses from LRU simulation, bandwidth {bench_ref}{stand}"),

@@ -24,6 +24,15 @@ class PoolInfo:
     cpu_node: int | None               # the first target's CPU node (each target has its own: targets[i].cpu_node)
     cpus_near: int                     # CPUs available to prefault every target from its own CPU node
                                        # (the fewest any target's CPU node has)
+    gpu_nodes: tuple[int | None, ...] = ()   # CPU node of each GPU, in PCI address order (probe; () = none seen)
+
+
+def gpu_nodes(topo) -> tuple[int | None, ...]:
+    """The socket of each GPU the probe found, GPU 0 first. GPU ids follow PCI bus order
+    (``CUDA_DEVICE_ORDER=PCI_BUS_ID``, nvidia-smi's order; CUDA's default FASTEST_FIRST is the same
+    order on a box of identical GPUs) — an assumption, stated in the profile's provenance."""
+    gpus = sorted(getattr(topo, "gpus", ()) or (), key=lambda g: g.pci_device)
+    return tuple(g.cpu_node for g in gpus)
 
 
 def pool_info(topo, reader=None, *, pool_bytes: int | None = None) -> PoolInfo:
@@ -34,7 +43,10 @@ def pool_info(topo, reader=None, *, pool_bytes: int | None = None) -> PoolInfo:
     verdict would let stand in — else the stand-in node. ``pool_bytes`` (``--pool-bytes``) pins the
     capacity of each target (never above a device's size)."""
     from sactool.hisparse.targets import pool_targets
+    from sactool.host.sysfs import SysfsReader
 
+    if reader is None:      # the tree the topology was read from
+        reader = SysfsReader() if topo.live else SysfsReader(topo.sysfs_root)
     nodes = tuple(topo.verdict.pool_nodes)
     dax = [d for d in topo.dax_devices if d.mode == "devdax" and d.size_bytes]
     pin = dict(capacity_bytes=pool_bytes, pinned_source="--pool-bytes")
@@ -47,7 +59,7 @@ def pool_info(topo, reader=None, *, pool_bytes: int | None = None) -> PoolInfo:
             targets.append(PoolTarget(t.name, int(t.name[4:]), int(t.capacity_bytes), t.capacity_source,
                                       cpu_node=t.cpu_node))
         return PoolInfo("numa", tuple(targets), bool(topo.verdict.stand_in), topo.verdict.reason,
-                        targets[0].cpu_node, _cpus_near(topo, targets))
+                        targets[0].cpu_node, _cpus_near(topo, targets), gpu_nodes(topo))
     if dax:
         facts = pool_targets(topo, reader, [d.name for d in dax], **pin)
         targets = [PoolTarget(t.name, d.target_node, int(t.capacity_bytes), t.capacity_source,
@@ -55,7 +67,8 @@ def pool_info(topo, reader=None, *, pool_bytes: int | None = None) -> PoolInfo:
         why = ("devdax devices hold the pool: " + "; ".join(f"{t.name} ({t.cpu_node_evidence})" for t in facts)
                + (f" (they win over {', '.join(f'node{n}' for n in nodes)}, a DRAM node the verdict would let "
                   "stand in)" if nodes else ""))
-        return PoolInfo("devdax", tuple(targets), False, why, targets[0].cpu_node, _cpus_near(topo, targets))
+        return PoolInfo("devdax", tuple(targets), False, why, targets[0].cpu_node, _cpus_near(topo, targets),
+                        gpu_nodes(topo))
     raise TopologyError("no pool memory found: no CXL node, no stand-in node, no devdax device",
                         "run 'sactool probe' to see why")
 

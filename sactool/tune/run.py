@@ -174,7 +174,9 @@ class _Fit:
         o, spec = job.o, job.spec
         self.dep = Deployment(o.tp, job.attn_dp)
         self.names = [t.name for t in pool.targets]
-        self.placements = placement_candidates(o.tp, self.names)
+        self.gpu_nodes = tuple(pool.gpu_nodes[:o.tp]) if len(pool.gpu_nodes) >= o.tp else ()
+        self.placements = placement_candidates(o.tp, self.names, rank_nodes=self.gpu_nodes,
+                                               target_nodes={t.name: t.cpu_node for t in pool.targets})
         self.part = pool_bytes_per_rank(round_robin(o.tp, self.names), pool.targets)
         self.cap_kw = dict(gpu_budget_bytes=budget.bytes_per_gpu, pool_bytes_per_rank=self.part,
                            layers=spec.num_layers, record_bytes=job.rec_bytes, indexer_bytes=spec.indexer_bytes)

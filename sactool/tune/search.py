@@ -185,7 +185,11 @@ def _preference(e: Evaluation) -> tuple:
     c = e.candidate
     return (e.gpu_bytes_per_rank, e.pool_bytes_per_rank, c.host_to_device_ratio,
             c.swap_in_block_size != DEFAULT_SWAP_IN_BLOCK, c.prefetch != DEFAULT_PREFETCH,
-            c.placement.strategy != "round_robin", c.device_buffer_size)
+            PLACEMENT_PREFERENCE.get(c.placement.strategy, len(PLACEMENT_PREFERENCE)), c.device_buffer_size)
+
+
+PLACEMENT_PREFERENCE = {"locality": 0, "round_robin": 1}
+"""On a tie: a target on each GPU's socket (when GPU locality is known), then SAC's rank % targets."""
 
 
 def choose(evals: Iterable[Evaluation]) -> tuple[Evaluation | None, list[Evaluation]]:
