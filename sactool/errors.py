@@ -10,7 +10,7 @@ import enum
 
 
 class ExitCode(enum.IntEnum):
-    """Process exit codes (STYLE.md §9). Distinct codes let scripts tell failures apart."""
+    """Process exit codes (docs/sources.md, style §9). Distinct codes let scripts tell failures apart."""
 
     OK = 0
     ERROR = 1            # generic failure (I/O, corrupt record, …)

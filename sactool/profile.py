@@ -50,7 +50,7 @@ ENTRYPOINTS = ("launch_server", "serve")
 from sactool.hisparse.layout import KV_DTYPES  # noqa: E402  (one owner: the HiSparse layout)
 PROVENANCE_SOURCES = ("measured", "default", "user", "engine", "derived")
 
-# SGLang 0.5.23 facts (shared/reference/sglang-integration.md §2.2, §1.5)
+# SGLang 0.5.23 facts (docs/sources.md, SGLang §2.2, §1.5)
 DSA_PAGE_SIZE_CUDA = 64           # DSA forces page size 64 on CUDA
 SWAP_IN_BLOCK_RANGE = (1, 1024)   # CUDA threads per CTA of the swap-in kernel
 DEFAULT_SGLANG_TESTED = ">=0.5.23,<0.6"
@@ -66,7 +66,7 @@ class Provenance:
 
 @dataclass(frozen=True)
 class ModelRef:
-    """The model the profile is for (figures from its config.json; shared/DESIGN.md)."""
+    """The model the profile is for (figures from its config.json; docs/sources.md, design facts)."""
 
     name: str                     # sactool's model name, e.g. "deepseek-v3.2"
     hf_id: str                    # Hugging Face id or local path, e.g. "deepseek-ai/DeepSeek-V3.2"

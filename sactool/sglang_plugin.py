@@ -5,7 +5,7 @@ SGLang 0.5.23 allocates the HiSparse host pool with ``HostTensorAllocator.alloca
 device)`` — an anonymous mmap returned as ``torch.frombuffer(mm, dtype, count).reshape(dims)`` —
 inside ``HiSparseCoordinator.__init__``, then pins it with cudaHostRegister. It has no way to
 place it on a NUMA node, and it re-execs each rank under ``numactl --membind=<GPU node>``
-(shared/reference/sglang-integration.md §3.4, §4). This plug-in registers three AROUND hooks:
+(docs/sources.md, SGLang §3.4, §4). This plug-in registers three AROUND hooks:
 
 * ``HiSparseCoordinator.__init__``: marks "allocating the HiSparse host pool" (a context variable)
   while the constructor runs; afterwards checks that the host pool SGLang kept
@@ -509,7 +509,7 @@ def describe(plan: Any, buf: Any, rank_source: str = "") -> PoolResult:
                  + (" (a file standing in for the device)" if any("standing in" in n for n in buf.notes) else "")
                  + f", {len(plan.shared_with) + 1} rank(s) share {plan.target}; "
                  "move_pages may not report device-DAX pages (cudaHostRegister of such memory is unverified "
-                 "here, integration notes §6.5)")
+                 "here, docs/sources.md, SGLang §6.5)")
     return PoolResult(plan.rank, plan.target, buf.size_bytes, r.verified_fraction, r.pages_checked,
                       dict(r.node_pages), r.hugepage_bytes, line, address=buf.address,
                       offset_bytes=buf.offset_bytes, path=buf.path, budget_answer=_STATE.get("budget_answer"))

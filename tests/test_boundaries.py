@@ -202,3 +202,19 @@ def test_plugin_loads_only_profile_hisparse_memory_host(node0_profile_file):
     ours = [m for m in loaded if m.startswith("sactool.")]
     assert "sactool.memory.alloc" in ours and "sactool.hisparse.hostpool" in ours   # it did place the pool
     assert [m for m in ours if not _matches(m, allowed)] == []
+
+
+# ---- citations ----------------------------------------------------------------------------------
+
+_OUTSIDE = ("shared/reference", "shared/DESIGN", "sglang-integration.md", "paper-sac.md", "cxl-anchors.md",
+            "field-notes-2026-12.md", "numba-memory-kernels.md", "DESIGN.md", "STYLE.md")
+
+
+def test_comments_cite_the_repository_or_public_urls():
+    """Notes that are not in the repository are cited through docs/sources.md (public sources)."""
+    paths = [*PKG.rglob("*.py"), *(REPO / "scripts").iterdir(), *(PKG / "data").rglob("*.json"),
+             *(PKG / "data").rglob("*.yaml"), REPO / "README.md"]
+    bad = [f"{p.relative_to(REPO)}: {name}" for p in paths if p.is_file() and p.suffix not in (".c", ".tar", ".gz")
+           for name in _OUTSIDE if name in p.read_text(errors="replace")]
+    assert bad == []
+    assert (REPO / "docs" / "sources.md").is_file()

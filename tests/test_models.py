@@ -10,7 +10,7 @@ from sactool.errors import ExitCode, RecordError, UsageError
 from sactool.models import HF_FIELDS, ModelSpec, get_model, known_models
 
 
-# Figures from shared/DESIGN.md ("Facts the code must respect")
+# Figures from docs/sources.md, design facts ("Facts the code must respect")
 @pytest.mark.parametrize("name,layers,dense,heads,max_pos", [
     ("deepseek-v3.2", 61, 3, 64, 163840),
     ("glm-5", 78, 3, 32, 202752),
@@ -28,7 +28,7 @@ def test_record_bytes_from_dims():
     assert m.record_bytes("fp8_e4m3") == 656 == m.record_bytes("fp8")
     assert m.record_bytes("bfloat16") == 1152 == m.record_bytes("BF16")
     assert m.indexer_bytes == 132
-    # all 61 layers hold KV (dense ones included): sglang-integration.md §2.5 gives 40,016 B/token
+    # all 61 layers hold KV (dense ones included): docs/sources.md, SGLang §2.5 gives 40,016 B/token
     assert m.kv_bytes_per_token("fp8") == 40016
     assert m.kv_bytes_per_token("bf16") == 70272
     assert get_model("glm-5").kv_bytes_per_token("fp8") == 51168

@@ -19,9 +19,9 @@ DS = get_model("deepseek-v3.2")
 
 
 def test_fetch_bytes_and_time():
-    # DESIGN.md: one decode step of one layer reads 2048 records = 1.3 MB at 656 B
+    # docs/sources.md, design facts: one decode step of one layer reads 2048 records = 1.3 MB at 656 B
     assert cost.fetch_bytes_per_token(2048, 656, 1) == 1_343_488
-    # sglang-integration.md §2.5: ~82 MB per request per step on DeepSeek-V3.2 if nothing hits
+    # docs/sources.md, SGLang §2.5: ~82 MB per request per step on DeepSeek-V3.2 if nothing hits
     assert cost.fetch_bytes_per_token(2048, 656, 61) == 81_952_768
     # 8 requests x 100 misses x 656 B x 61 layers at 1 GB/s
     t = cost.fetch_time_per_token(100, 656, 61, Fig(656, 1e9), 8)
@@ -31,7 +31,7 @@ def test_fetch_bytes_and_time():
 
 
 def test_rdma_full_prefix_matches_design():
-    # DESIGN.md: at 128K a DeepSeek-V3.2 request holds 9.2 GB of BF16 KV
+    # docs/sources.md, design facts: at 128K a DeepSeek-V3.2 request holds 9.2 GB of BF16 KV
     b = cost.rdma_full_prefix_bytes(131072, DS.record_bytes("bf16"), DS.num_layers)
     assert b == 131072 * 1152 * 61 and round(b / 1e9, 1) == 9.2
 
@@ -41,7 +41,7 @@ def test_step_time_is_slowest_target():
 
 
 def test_rank_plan_hand_computed():
-    # sglang-integration.md §2.5: 61 x 656 = 40,016 B per logical token; 132 x 61 = 8,052 B of index keys
+    # docs/sources.md, SGLang §2.5: 61 x 656 = 40,016 B per logical token; 132 x 61 = 8,052 B of index keys
     p = capacity.rank_plan(2, 4096, 3, layers=61, record_bytes=656, indexer_bytes=132)
     assert p.device_slots == 2 * (4096 + 64)
     assert p.host_tokens == 3 * 8320

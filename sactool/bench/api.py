@@ -1,6 +1,6 @@
 """``run_bench()``: resolve nodes and CPUs, place and verify the buffer, measure, build the record.
 
-Validation happens before anything expensive (STYLE.md §10). Ctrl-C keeps every finished sample:
+Validation happens before anything expensive (docs/sources.md, style §10). Ctrl-C keeps every finished sample:
 the record comes back with ``complete: false`` and the caller exits 130 after writing it.
 """
 

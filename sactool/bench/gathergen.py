@@ -1,7 +1,7 @@
 """Top-k gather kernels, generated per (record size, prefetch distance).
 
 Record size and prefetch distance as compile-time constants let LLVM fully unroll the record copy
-and the prefetch loop (../shared/reference/numba-memory-kernels.md: 656 B gather 14.9 → 20.7 GB/s).
+and the prefetch loop (docs/sources.md, Numba kernels: 656 B gather 14.9 → 20.7 GB/s).
 numba cannot cache closures across processes, so each variant is written as a small module into a
 cache directory (``<cache>/kernels``, see :mod:`sactool.cachedir`) and imported from there;
 ``cache=True`` then applies as for any module. The generated text is deterministic.

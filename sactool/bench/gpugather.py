@@ -46,14 +46,14 @@ DEFAULT_BLOCKS = (1, 2, 4, 8, 16, 32, 64)
 
 DEFAULT_THREADS = (256, 512, 960, 1024)
 """Threads per block (``swap_in_block_size``): 960 the SGLang 0.5.23 default, 512 the HiSparse
-guide's, 1024 SAC's hard-coded width, 256 a narrower one (sglang-integration.md §2.2, §4;
-paper-sac.md §5) — the widths ``sactool tune`` chooses among."""
+guide's, 1024 SAC's hard-coded width, 256 a narrower one (docs/sources.md, SGLang §2.2, §4;
+docs/sources.md, SAC §5) — the widths ``sactool tune`` chooses among."""
 
 DEFAULT_RECORDS = (656, 1152)
-"""KV row bytes of DeepSeek-V3.2/GLM-5.x MLA: FP8 with scales (656) and BF16 (1152) (sglang-integration.md §1.3)."""
+"""KV row bytes of DeepSeek-V3.2/GLM-5.x MLA: FP8 with scales (656) and BF16 (1152) (docs/sources.md, SGLang §1.3)."""
 
 DEFAULT_TOPK = (2048,)
-"""``index_topk`` of DeepSeek-V3.2 and GLM-5.x (sglang-integration.md §1.6)."""
+"""``index_topk`` of DeepSeek-V3.2 and GLM-5.x (docs/sources.md, SGLang §1.6)."""
 
 DEFAULT_CONTEXT = 32768
 """Prefix length per request, tokens (records). A sweep parameter, not a fact about a model."""

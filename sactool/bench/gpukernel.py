@@ -1,6 +1,6 @@
 """The GPU swap-in kernel: a numba-cuda copy shaped like HiSparse's ``load_cache_to_device_buffer``.
 
-What SGLang 0.5.23 runs per layer (sglang-integration.md §2.3 step 5; ``hisparse.cuh``): one
+What SGLang 0.5.23 runs per layer (docs/sources.md, SGLang §2.3 step 5; ``hisparse.cuh``): one
 CTA per request; inside it each *warp* copies one missed record from pinned, device-mapped host
 memory straight into the request's device hot buffer, its 32 lanes each moving one 8-byte word
 per round (``ld.global.nc.b64`` from host, ``st.global.cg.b64`` into VRAM), ``for (j = lane;
@@ -91,12 +91,12 @@ def swap_in(src, idx, base, dst, step0, nsteps, words):
 
 
 def kernel_spec(record_bytes: int, threads_per_block: int) -> dict:
-    """What one launch does, for the bench record (STYLE.md §6)."""
+    """What one launch does, for the bench record (docs/sources.md, style §6)."""
     lb = load_bytes_for(record_bytes)
     words = record_bytes // lb
     return {
         "name": "gpu_swap_in", "shape": "HiSparse load_cache_to_device_buffer: one block per request, "
-        "one warp per record, lanes copy words j = lane, lane+32, … (sglang-integration.md §2.3)",
+        "one warp per record, lanes copy words j = lane, lane+32, … (docs/sources.md, SGLang §2.3)",
         "source_memory": "device-mapped host memory (cuMemHostRegister DEVICEMAP)", "destination": "device memory",
         "load_bytes": lb, "words_per_record": words, "rounds_per_record": -(-words // WARP),
         "threads_per_block": threads_per_block, "warps_per_block": threads_per_block // WARP,

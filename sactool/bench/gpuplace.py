@@ -12,7 +12,7 @@ and the link ceiling of the path between them.
 * **Registration.** The buffer is page-locked and mapped into the GPU's address space with
   ``cuMemHostRegister(…, CU_MEMHOSTREGISTER_DEVICEMAP)`` through numba's ``cuda.mapped`` (its
   ``mempin(…, mapped=True)``) — what SGLang's ``alloc_with_host_register`` does with
-  ``cudaHostRegister`` for the HiSparse host pool (sglang-integration.md §3.4).
+  ``cudaHostRegister`` for the HiSparse host pool (docs/sources.md, SGLang §3.4).
 * **Ceiling.** The GPU's PCIe link (``/sys/bus/pci/devices/<bdf>/current_link_*``) and, for a
   CXL node or device, the links of the memdevs behind it (what ``sactool probe`` reports), each
   a theoretical per-direction figure from :mod:`sactool.topology.link`; the path's ceiling is the

@@ -1,7 +1,7 @@
-"""numba kernels and the spec of what each one measures (STYLE.md §6).
+"""numba kernels and the spec of what each one measures (docs/sources.md, style §6).
 
 All index arithmetic is unsigned (``np.uint64``): signed indices make numba emit a negative-index
-fix-up on every access and block vectorisation (../shared/reference/numba-memory-kernels.md:
+fix-up on every access and block vectorisation (docs/sources.md, Numba kernels:
 656 B gather 1.9 → 8.0 GB/s). Kernels are ``nogil`` so pinned Python threads run them in
 parallel; ``cache=True`` so a warm process loads them instead of compiling. Gather kernels are
 generated per (record size, prefetch distance) — see :mod:`sactool.bench.gathergen`.

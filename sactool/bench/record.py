@@ -55,7 +55,7 @@ STAT_KEYS = ("median", "mean", "stdev", "min", "max", "p05", "p95", "n")
 
 
 UNIT_SUFFIXES = ("_ns", "_us", "_s", "_bytes", "_per_s", "_fraction")
-"""A derived figure whose key names a unit (STYLE.md §7) must be a finite number (or None)."""
+"""A derived figure whose key names a unit (docs/sources.md, style §7) must be a finite number (or None)."""
 
 
 def _number(v: Any) -> bool:

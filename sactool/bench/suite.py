@@ -33,7 +33,7 @@ DEFAULT_RECORDS = (64, 128, 256, 656, 1152, 4096)
 
 def default_prefetch(record_bytes: int) -> int:
     """Software-prefetch distance in records. Best distances measured on the development machine
-    (numba-memory-kernels.md): 8–16 records for >= 656 B, 32–64 for 64–128 B, i.e. about 8 KiB of
+    (docs/sources.md, Numba kernels): 8–16 records for >= 656 B, 32–64 for 64–128 B, i.e. about 8 KiB of
     records ahead: D = clamp(8192 / R, 4, 64) (656 B → 12, 1152 B → 7, 128 B → 64).
     scripts/compare-anchors searches D and reports the best one found next to this default."""
     return int(min(64, max(4, 8192 // max(1, record_bytes))))

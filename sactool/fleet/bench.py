@@ -326,7 +326,7 @@ def _kept(state: dict, write) -> str:
 def _sweep(fleet: Fleet, opts, loc: _Local, proto, state: dict, write, progress) -> None:
     """Calibrate every (active-rank count, configuration) unit, then run the rounds with the units
     interleaved in rotated order — 1, 2, 4 ranks × every configuration, then rotated by one — so
-    drift on the machine hits every step of the curve alike (STYLE.md §4). After every round rank 0
+    drift on the machine hits every step of the curve alike (docs/sources.md, style §4). After every round rank 0
     gathers the samples and rewrites the record."""
     order = activation_order([r["host"] for r in state["ranks"]])
     units = [(k, m) for k in sweep_sizes(fleet.size) for m in loc.measures]

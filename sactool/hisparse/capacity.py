@@ -1,6 +1,6 @@
 """Capacity: what fits in GPU memory and in the host (CXL) pool, per scheduler rank.
 
-Facts used (shared/reference/sglang-integration.md, SGLang 0.5.23):
+Facts used (docs/sources.md, SGLang, SGLang 0.5.23):
 
 * every GPU rank runs its own scheduler with a *private* host pool (§2.5);
 * MLA KV is replicated across the attention-TP ranks of one attention group: with plain TP every

@@ -2,13 +2,13 @@
 
 Per decode step and per layer, each running request asks for its top-k records; the ones not in
 its GPU hot buffer ("misses", from :mod:`sactool.hisparse.hotbuffer`) are copied from the host pool,
-one warp per record (shared/reference/sglang-integration.md §2.3 step 5). So per request and
+one warp per record (docs/sources.md, SGLang §2.3 step 5). So per request and
 generated token::
 
     fetch bytes = misses per step per layer × record bytes × layers           (issue 3, item 4)
 
 and the pool must deliver that for every request that shares it before the step can finish.
-The RDMA baseline of SAC instead moves a request's whole prefix once (paper-sac.md §1, §4.3)::
+The RDMA baseline of SAC instead moves a request's whole prefix once (docs/sources.md, SAC §1, §4.3)::
 
     RDMA full-prefix bytes = context tokens × record bytes × layers
 
@@ -50,7 +50,7 @@ def fetch_time_per_token(misses_per_step_per_layer: float, record_bytes: int, la
       for the GPU path: a few CPU threads and eight GPUs pulling over their own PCIe links are
       different machines, so the proxy may be far off in either direction;
     * no overlap of the fetch with compute: for models without IndexShare every layer's swap-in
-      runs synchronously before its attention (sglang-integration.md §2.3 step 6), so the stall
+      runs synchronously before its attention (docs/sources.md, SGLang §2.3 step 6), so the stall
       adds to the step time;
     * hits cost nothing here (they are GPU-local), and per-kernel fixed overheads are left out.
 

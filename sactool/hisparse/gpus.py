@@ -9,7 +9,7 @@ for *static* allocations, model weights plus the KV pool; what is left of it aft
 the KV pool (SGLang ``ModelRunner``; `docs/advanced_features/server_arguments`:
 "fraction of the memory used for static allocation (model weights and KV cache memory pool)").
 Under HiSparse that pool holds the hot buffers and the indexer keys of every logical token
-(shared/reference/sglang-integration.md §2.5).
+(docs/sources.md, SGLang §2.5).
 """
 
 from __future__ import annotations
@@ -31,12 +31,12 @@ class GpuSpec:
 
 GPUS: dict[str, GpuSpec] = {
     # NVIDIA H20: 96 GB HBM3, 4.0 TB/s (NVIDIA H20 product brief; the SAC testbed GPU,
-    # shared/reference/paper-sac.md §3 "8x NVIDIA H20, 96 GB HBM each")
-    "h20": GpuSpec("h20", 96 * 10**9, "NVIDIA H20 product brief: 96 GB HBM3; SAC testbed (paper-sac.md §3)"),
+    # docs/sources.md, SAC §3 "8x NVIDIA H20, 96 GB HBM each")
+    "h20": GpuSpec("h20", 96 * 10**9, "NVIDIA H20 product brief: 96 GB HBM3; SAC testbed (docs/sources.md, SAC §3)"),
     # NVIDIA H100 SXM5: 80 GB HBM3, 3.35 TB/s (NVIDIA H100 Tensor Core GPU datasheet)
     "h100": GpuSpec("h100", 80 * 10**9, "NVIDIA H100 Tensor Core GPU datasheet: 80 GB HBM3 (SXM5)"),
     # NVIDIA H200 SXM: 141 GB HBM3e, 4.8 TB/s (NVIDIA H200 Tensor Core GPU datasheet, SC23);
-    # the GPU of the SGLang HiSparse blog benchmark (8x H200, sglang-integration.md §7)
+    # the GPU of the SGLang HiSparse blog benchmark (8x H200, docs/sources.md, SGLang §7)
     "h200": GpuSpec("h200", 141 * 10**9, "NVIDIA H200 Tensor Core GPU datasheet: 141 GB HBM3e"),
 }
 
@@ -44,7 +44,7 @@ DEFAULT_GPU = "h200"
 """The HiSparse reference deployment (LMSYS HiSparse blog, 8x H200) — a default, recorded as such."""
 
 DEFAULT_MEM_FRACTION_STATIC = 0.85
-"""``--mem-fraction-static`` of the SAC runs (paper-sac.md §3/§5: "mem_fraction_static 0.85")."""
+"""``--mem-fraction-static`` of the SAC runs (docs/sources.md, SAC §3/§5: "mem_fraction_static 0.85")."""
 
 def get_gpu(name: str) -> GpuSpec:
     key = str(name).strip().lower()

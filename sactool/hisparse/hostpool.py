@@ -7,7 +7,7 @@ bytes come from :mod:`sactool.hisparse.layout`, the pool formula from
 :func:`sactool.hisparse.capacity.host_pool_bytes`, the rank rule from
 :func:`sactool.hisparse.placement.target_index`.
 
-Sources (shared/reference/sglang-integration.md, SGLang 0.5.23):
+Sources (docs/sources.md, SGLang, SGLang 0.5.23):
 * §2.5: host bytes per rank = (S·R + page) × L × row_bytes, S = device token slots,
   R = ``host_to_device_ratio``, L = layers; the pool is private to each scheduler rank.
 * §1.3: row bytes per token per layer (656 B FP8, 1152 B BF16): :mod:`sactool.hisparse.layout`.

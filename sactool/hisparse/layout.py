@@ -1,6 +1,6 @@
 """Bytes of one token's KV record and indexer key, the KV dtypes, and the config.json fields.
 
-KV bytes per token per layer (shared/reference/sglang-integration.md §1.3; SGLang 0.5.23
+KV bytes per token per layer (docs/sources.md, SGLang §1.3; SGLang 0.5.23
 ``calculate_mla_kv_cache_dim``, ``mem_cache/kv_cache_configurator.py:3412-3476``; FlashMLA README):
 
 * ``fp8_e4m3``: ``kv_lora_rank`` FP8 bytes + ``kv_lora_rank // 128`` fp32 scales
@@ -10,7 +10,7 @@ KV bytes per token per layer (shared/reference/sglang-integration.md §1.3; SGLa
   that breaks the assertion is refused here too.
 * ``bfloat16``: (``kv_lora_rank`` + ``qk_rope_head_dim``) × 2 = 576 × 2 = **1152 B**.
 * indexer key: ``index_head_dim`` FP8 bytes + one fp32 scale per 128 = 128 + 4 = **132 B**;
-  it stays on the GPU under HiSparse (sglang-integration.md §1.4; ``index_head_dim == 128`` is
+  it stays on the GPU under HiSparse (docs/sources.md, SGLang §1.4; ``index_head_dim == 128`` is
   asserted by SGLang, ``memory_pool.py:5346``).
 """
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from sactool.errors import RecordError, UsageError
 
-# FlashMLA / SGLang FP8 DSA layout: one fp32 scale per 128-element group (sglang-integration.md §1.3,
+# FlashMLA / SGLang FP8 DSA layout: one fp32 scale per 128-element group (docs/sources.md, SGLang §1.3,
 # ``DSATokenToKVPool.quant_block_size = 128``, §1.2)
 QUANT_BLOCK = 128
 FP32_BYTES = 4

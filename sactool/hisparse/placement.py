@@ -1,7 +1,7 @@
 """Rank → pool target placement (CXL NUMA node or DAX device).
 
 * ``round_robin``: rank ``r`` uses target ``r % n`` — what SAC does ("rank-based
-  ``tp_rank % num_devices``", shared/reference/paper-sac.md §5; 2 devices gave +9.2% over 1);
+  ``tp_rank % num_devices``", docs/sources.md, SAC §5; 2 devices gave +9.2% over 1);
 * ``packed``: consecutive ranks fill the first ``k ≤ n`` targets in blocks (rank ``r`` uses target
   ``r·k // ranks``), leaving the other targets free for other tenants. ``sactool tune`` writes the
   resolved ``pool.rank_targets``; a profile that says ``packed`` without them packs over every

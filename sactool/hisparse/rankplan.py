@@ -7,7 +7,7 @@ no syscalls; the facts about targets come in as :class:`Target` values.
 Rules (``pool.rank_assignment``):
 
 * ``round_robin`` — rank ``r`` uses target ``r % n``: the SAC fork's rule (device =
-  ``tp_rank % num_devices``, shared/reference/field-notes-2026-12.md §2).
+  ``tp_rank % num_devices``, docs/sources.md, field notes §2).
 * ``locality`` — rank ``r`` uses a target on its GPU's socket: the ``i``-th rank (in rank order)
   whose GPU sits on CPU node ``c`` takes the ``i % k``-th of the ``k`` targets whose CPU node is
   ``c`` ("each socket's GPUs use that socket's CXL adapter", issue 10). A rank whose socket has no

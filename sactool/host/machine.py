@@ -1,4 +1,4 @@
-"""The machine block every record carries (STYLE.md §3): enough to tell two hosts apart and to
+"""The machine block every record carries (docs/sources.md, style §3): enough to tell two hosts apart and to
 know whether a measurement was taken on the same memory layout.
 
 Read through :class:`SysfsReader`, so a recorded tree yields the recorded machine's block

@@ -13,7 +13,7 @@ layers use a dense MLP instead of MoE (SGLang 0.5.23 ``models/deepseek_v2.py:278
 ``_is_layer_sparse`` tests it for the *MLP*), while every layer has MLA attention with its own DSA
 indexer: ``configs/model_config.py:1581-1582`` sets ``num_attention_layers = num_hidden_layers``
 for these architectures, the KV pool gets one buffer per attention layer, and the HiSparse host
-pool is ``[layer_num][token][record]`` (sglang-integration.md §2.3, §2.5: 61 × 656 = 40,016 B per
+pool is ``[layer_num][token][record]`` (docs/sources.md, SGLang §2.3, §2.5: 61 × 656 = 40,016 B per
 token for DeepSeek-V3.2). So ``kv_bytes_per_token`` multiplies by ``num_layers``.
 """
 

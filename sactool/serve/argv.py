@@ -3,7 +3,7 @@ every flag and variable the profile field it came from.
 
 Flag spellings are SGLang 0.5.23's (``arg_groups/fields/*.py``; tests/test_sglang_compat.py checks
 every flag this module can emit against the released source). Design:
-shared/reference/sglang-integration.md §6.4. Pure: no subprocess, no file reads.
+docs/sources.md, SGLang §6.4. Pure: no subprocess, no file reads.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ SGLang (in the target Python), and the pool's nodes / DAX devices and their free
 
 Each failure is a one-line error with a hint and its own exit code (sactool/serve/errors.py).
 Conflicts follow SGLang 0.5.23's own validation (arg_groups/hisparse_hook.py,
-model_overrides/deepseek_v2.py; shared/reference/sglang-integration.md §2.2, §6.4).
+model_overrides/deepseek_v2.py; docs/sources.md, SGLang §2.2, §6.4).
 """
 
 from __future__ import annotations

@@ -4,10 +4,10 @@ What is simulated (each mechanism is a named input, none is fitted to a result):
 
 * **Ranks in lockstep.** ``attn_dp_size`` ranks each decode their own requests (SGLang
   DP-attention) but meet in the MoE collectives of every layer, so a global decode step lasts as
-  long as the slowest rank's step (paper-sac.md §2.6: ``--tp 8 --dp-size 8 --enable-dp-attention``).
+  long as the slowest rank's step (docs/sources.md, SAC §2.6: ``--tp 8 --dp-size 8 --enable-dp-attention``).
 * **A rank's step** = GPU compute (``ComputeModel``) + the HiSparse path's per-step overhead +
   per layer the swap-in of its requests' hot-buffer misses; swap-in and attention are serialized
-  (no prefetch, paper-sac.md §2.5), or overlapped layer-ahead with ``prefetch``.
+  (no prefetch, docs/sources.md, SAC §2.5), or overlapped layer-ahead with ``prefetch``.
 * **Swap-in of one layer** = ``fixed + max(largest request's misses × s_per_record,
   rank bytes / rank bandwidth)``: one CTA per request gathers at the measured single-request rate
   (``GatherCurve``), and all CTAs of a rank share the bottleneck bandwidth of its path:

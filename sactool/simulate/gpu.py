@@ -30,7 +30,7 @@ ROOFLINE: dict[str, tuple[float, float, str]] = {
 }
 
 # Activated parameters per token: DeepSeek-V3 technical report (arXiv 2412.19437), "37B activated";
-# V3.2 keeps the V3 architecture plus the indexer (shared/DESIGN.md). GLM-5: not known here.
+# V3.2 keeps the V3 architecture plus the indexer (docs/sources.md, design facts). GLM-5: not known here.
 ACTIVE_PARAMS: dict[str, float] = {"deepseek-v3.2": 37e9}
 
 

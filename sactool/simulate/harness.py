@@ -1,7 +1,7 @@
 """The authors' benchmark and server loop, step by step: what ``e2e_bench`` measures on SGLang.
 
 Where each mechanism comes from (github magicYang1573/sglang, branch
-``hisparse-cxl-prefix-cache-opt-rdma``; shared/reference/field-notes-2026-12.md §3):
+``hisparse-cxl-prefix-cache-opt-rdma``; docs/sources.md, field notes §3):
 
 * **Client** (``test/cxl_utils/e2e_bench.py`` ``run_round``, driven by ``e2e_bench_fast.py``):
   request rate 0 and a semaphore of ``concurrency``: the first ``concurrency`` POSTs leave in one

@@ -1,7 +1,7 @@
 """Hot-buffer misses per decode step, from the tune work's workload model and LRU simulation.
 
 Nothing here models top-k traces or the LRU itself: ``sactool.workload.generate_topk`` draws the
-per-layer top-k sequences (calibrated to the DeepSeek-V3.2 statistics in shared/DESIGN.md) and
+per-layer top-k sequences (calibrated to the DeepSeek-V3.2 statistics in docs/sources.md, design facts) and
 ``sactool.hisparse.hotbuffer.simulate`` replays HiSparse's per-request, per-layer LRU hot buffer over
 them. This module only condenses the result into what the serving model needs, per request:
 
@@ -51,7 +51,7 @@ def lru_profile(context_tokens: int, buffer_slots: int, top_k: int, layers: int,
     """Miss profile from ``generate_topk`` + ``hisparse.hotbuffer.simulate`` (cached).
 
     ``mode="pd"``: the buffer starts empty, as for a request whose KV is already in the pool (the
-    SAC fork's prefix-hit path initializes the buffer to -1, paper-sac.md §4; SGLang PD mode);
+    SAC fork's prefix-hit path initializes the buffer to -1, docs/sources.md, SAC §4; SGLang PD mode);
     ``"colocated"``: it starts with the prompt's first slots, as after a local prefill.
     """
     key = (context_tokens, buffer_slots, top_k, layers, steps, seed, mode, layer_targets)

@@ -49,7 +49,7 @@ def late_warnings(r: SysfsReader, topo: Topology, earlier: list[ProbeWarning] = 
 
 MEMINFO_SHORT_FRACTION = 0.9
 """Warn when the nodes' MemTotal adds up to less than this share of /proc/meminfo's MemTotal.
-Seen on the development VMs (shared/DESIGN.md): node0's meminfo showed ~6.7 GB of 23.5 GiB while
+Seen on the development VMs (docs/sources.md, design facts): node0's meminfo showed ~6.7 GB of 23.5 GiB while
 /proc/meminfo was right (lazy struct-page initialisation hands memory to the node late)."""
 
 

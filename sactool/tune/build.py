@@ -14,7 +14,7 @@ from sactool.hisparse.placement import pool_bytes_per_rank
 
 ENGINE_CONSTRAINTS = (
     {"setting": "sglang.page_size", "value": DSA_PAGE_SIZE_CUDA,
-     "why": "DSA forces a 64-token KV page on CUDA (SGLang 0.5.23 deepseek_v2.py:160-172, sglang-integration.md §1.5)"},
+     "why": "DSA forces a 64-token KV page on CUDA (SGLang 0.5.23 deepseek_v2.py:160-172, docs/sources.md, SGLang §1.5)"},
     {"setting": "host layout", "value": "layer_first",
      "why": "HiSparse builds its host pool layer-first [layer][token][record]; not configurable (§2.2)"},
     {"setting": "hisparse.top_k", "value": None,
@@ -89,7 +89,7 @@ def _provenance(d, c, req: int, gather) -> dict[str, Provenance]:
 
     prov = {
         "pool.placement": _p("default", "sactool_cxl plug-in: SGLang re-execs ranks under numactl, so only an "
-                             "in-process placement reaches the host pool (DESIGN.md)"),
+                             "in-process placement reaches the host pool (docs/sources.md, design facts)"),
         "pool.mode": _p("measured", f"probe: {pool.reason}"),
         "pool.nodes": _p("measured", f"probe verdict: {pool.reason}"),
         "pool.dax_devices": _p("measured", "probe: devdax devices" if pool.mode == "devdax" else "not devdax"),

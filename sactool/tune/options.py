@@ -11,9 +11,9 @@ from typing import Any, Callable
 Progress = Callable[[str, int, int], None]
 
 SAC_CONCURRENCY = 64
-"""Concurrency of SAC's main experiments (paper-sac.md §1, §3: "concurrency 64"); the default
+"""Concurrency of SAC's main experiments (docs/sources.md, SAC §1, §3: "concurrency 64"); the default
 design concurrency, lowered to what the pool holds when it holds less."""
-DEFAULT_CONTEXTS = (16384, 32768, 65536, 131072)   # the paper's 16K–128K sweep (paper-sac.md §3)
+DEFAULT_CONTEXTS = (16384, 32768, 65536, 131072)   # the paper's 16K–128K sweep (docs/sources.md, SAC §3)
 DEFAULT_STEPS = 128
 DEFAULT_REPLICATES = 3
 DEFAULT_GATHER_SECONDS = 0.6

@@ -20,14 +20,14 @@ from sactool.tune.options import SAC_CONCURRENCY, TuneResult
 
 OUTPUT_TOKENS = 1024
 """Output length the cold first step is amortised over: SAC's Round-2 output, fixed at 1024
-tokens (paper-sac.md §3 "Round-2 output fixed at 1024")."""
+tokens (docs/sources.md, SAC §3 "Round-2 output fixed at 1024")."""
 
 
 def misses_per_token(misses, output_tokens: int = OUTPUT_TOKENS) -> float:
     """Mean missed records per step per layer over a request's output.
 
     ``misses``: int [steps, layers] from the LRU simulation; step 0 fills the hot buffer from its
-    initial contents (sglang-integration.md §2.3 step 3). The first step is paid once per request,
+    initial contents (docs/sources.md, SGLang §2.3 step 3). The first step is paid once per request,
     the steady state (mean of the later steps) on every other generated token.
     """
     first = float(misses[0].mean())

@@ -36,7 +36,7 @@ from sactool.hisparse.placement import Placement, pool_bytes_per_rank
 
 SWAP_IN_BLOCK_SIZES = (256, 512, 960, 1024)
 """CTA widths tried: 960 SGLang 0.5.23 default (factory.py), 512 the HiSparse guide's value,
-1024 SAC's hard-coded width, 256 a narrower one (sglang-integration.md §2.2, paper-sac.md §5)."""
+1024 SAC's hard-coded width, 256 a narrower one (docs/sources.md, SGLang §2.2, docs/sources.md, SAC §5)."""
 DEFAULT_SWAP_IN_BLOCK = 960
 DEFAULT_PREFETCH = True
 

@@ -39,7 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 #: Real DeepSeek-V3.2 top-k locality, ~1000 decode steps, 16 requests per length
-#: (SAC authors' profiling, shared/DESIGN.md; shared/reference/paper-sac.md §2.1, branch
+#: (SAC authors' profiling, docs/sources.md, design facts; docs/sources.md, SAC §2.1, branch
 #: ``dsv32-profile-topk`` ``summary_by_length_layer.csv``). Fractions of the prompt.
 DSV32_LOCALITY = {
     # context tokens: (per-layer union, per-step touch, all-layers union)
@@ -48,7 +48,7 @@ DSV32_LOCALITY = {
     65536: (0.329, 0.0265, 0.952),
     131072: (0.217, 0.0132, 0.906),
 }
-#: Per-layer union spread at 128K in the same data: "from about 4% to 70%" (shared/DESIGN.md).
+#: Per-layer union spread at 128K in the same data: "from about 4% to 70%" (docs/sources.md, design facts).
 DSV32_LAYER_SPREAD_128K = (0.04, 0.70)
 #: Decode steps the statistics cover.
 DSV32_STEPS = 1000
