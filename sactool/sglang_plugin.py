@@ -417,7 +417,9 @@ def place_pool(profile: Any, rank: int | None, n_bytes: int, *, rank_source: str
     try:
         buf = _allocate(plan, n_bytes, reader)
     except (SactoolError, OSError, ValueError) as e:
-        fail(f"rank {rank}: placing {n_bytes} bytes on {plan.target} failed: {getattr(e, 'message', e)}")
+        from sactool.units import format_bytes
+
+        fail(f"rank {rank}: placing {format_bytes(n_bytes)} on {plan.target} failed: {getattr(e, 'message', e)}")
         return None
     res = describe(plan, buf, rank_source)
     logger.warning(res.line)      # WARNING so it shows at SGLang's default log level

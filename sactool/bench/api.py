@@ -15,6 +15,7 @@ from sactool.bench import record as R
 from sactool.bench.protocol import PRESETS, Protocol
 from sactool.errors import TopologyError, UsageError
 from sactool.host.sysfs import SysfsReader
+from sactool.units import format_bytes
 
 TESTS = ("latency", "mlp", "loaded", "gather", "bandwidth", "convert")
 """All tests, in the order ``all`` runs them (write/copy bandwidth and the RDMA layout conversion
@@ -109,7 +110,7 @@ def _validate(opts: BenchOptions, size: int, llc: int) -> None:
         if r <= 0:
             raise UsageError(f"record size {r} must be positive", "e.g. --record-bytes 656")
         if r > size:
-            raise UsageError(f"record size {r} is larger than the buffer ({size} bytes)", "use a larger --size")
+            raise UsageError(f"record size {r} B is larger than the buffer ({format_bytes(size)})", "use a larger --size")
         if opts.topk > size // r:
             raise UsageError(f"top-k {opts.topk} is larger than the {size // r} records of {r} B in the buffer",
                              "use a smaller --topk or a larger --size")
@@ -186,7 +187,7 @@ def run_bench(opts: BenchOptions, *, reader: SysfsReader | None = None, progress
                               "other work shares these CPUs: expect noise; rerun when the machine is idle"))
     gather_idx = _prepare_gather(opts, size, llc) if "gather" in opts.tests else []
     if progress:
-        progress(f"placing {size} bytes on node{mem}", 0, 1)
+        progress(f"placing {format_bytes(size)} on node{mem}", 0, 1)
     results: list[dict] = []
     bdesc: dict = {}
     buf = None

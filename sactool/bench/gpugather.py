@@ -40,6 +40,7 @@ from sactool.bench import record as R
 from sactool.bench.protocol import PRESETS, Config, Protocol, run_protocol
 from sactool.errors import SactoolError, TopologyError, UsageError
 from sactool.host.sysfs import SysfsReader
+from sactool.units import format_bytes
 
 DEFAULT_BLOCKS = (1, 2, 4, 8, 16, 32, 64)
 """Requests in flight (one CTA each) swept by default: 1 … 64 (issue 14)."""
@@ -440,7 +441,7 @@ def run_gpu_gather(o: GpuGatherOptions, *, reader: SysfsReader | None = None, pr
     plan = _plan(o, gpu, sim, topo, mem, reader, warnings, progress)
     proto = o.protocol or PRESETS[o.preset]
     if progress:
-        progress(f"placing {plan.size} bytes on " + (o.dax or (f"node{mem}" if mem is not None else "host memory")), 0, 1)
+        progress(f"placing {format_bytes(plan.size)} on " + (o.dax or (f"node{mem}" if mem is not None else "host memory")), 0, 1)
     buf, placement = gpuplace.place(plan.size, node=mem, dax=o.dax, cpus=cpus, topo=topo, reader=reader,
                                     placement=o.placement, hugepages=o.hugepages)
     results: list[dict] = []

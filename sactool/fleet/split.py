@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from sactool.errors import RecordError
+from sactool.units import format_bytes
 
 SHARE_RULE = "equal split: the smallest free capacity a sharing host saw, divided by the number of hosts sharing it"
 
@@ -167,7 +168,7 @@ def tune_inputs(share: HostShare):
               + (f", shared with {', '.join(others)}" if others else ", shared with no other host")
               + (" (a DRAM node standing in for CXL)" if share.stand_in else ""))
     target = PoolTarget(name, share.memory_node, share.share_bytes,
-                        f"fleet share: 1/{len(share.hosts_sharing)} of {share.device_capacity_bytes} bytes "
+                        f"fleet share: 1/{len(share.hosts_sharing)} of {format_bytes(share.device_capacity_bytes)} "
                         f"({SHARE_RULE})", share.cpu_node)
     pool = PoolInfo("numa", (target,), share.stand_in, reason, share.cpu_node, share.cpus)
     info = {"source": "fleet", "path": share.record_path, "digest": share.record_digest, "memory_node": name,

@@ -18,6 +18,7 @@ from sactool.host.sysfs import SysfsReader
 from sactool.topology.link import read_link
 from sactool.topology.model import CxlDecoder, CxlMemdev, CxlPort, CxlRegion, ProbeWarning
 from sactool.topology.pci import HOST_BRIDGE_RE, host_bridge, narrowest, node_or_none, path_links
+from sactool.units import format_bytes
 
 CXL_DEVICES = "sys/bus/cxl/devices"
 ALL_ONES = (1 << 64) - 1  # resource_size_t -1: "not allocated" (region/resource, decoder/start)
@@ -191,5 +192,5 @@ def _unmapped_capacity(memdevs: list[CxlMemdev], decoders: list[CxlDecoder],
                     if no_ram_regions else
                     f"create one: cxl create-region -t ram -m {m.name} (then it appears as a NUMA node)")
             out.append(ProbeWarning("memdev-unmapped",
-                                    f"{m.name} has {m.ram_size_bytes} bytes of volatile capacity in no region", hint))
+                                    f"{m.name} has {format_bytes(m.ram_size_bytes)} of volatile capacity in no region", hint))
     return out
