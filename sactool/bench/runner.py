@@ -82,7 +82,9 @@ def measure_all(buf, opts, proto: Protocol, cpus, threads, llc: int, gather_idx,
         # every walker of the random chain gets its own start slot (latency, each MLP chain, each
         # loaded-latency chaser), so no walker re-reads lines another one just brought into the LLC
         slots, mlp_first, loaded_first = walker_slots()
-        for test in [t for t in ("latency", "mlp", "loaded", "gather", "bandwidth", "convert") if t in opts.tests]:
+        from sactool.bench.api import TESTS
+
+        for test in [t for t in TESTS if t in opts.tests]:
             if test == "latency":
                 ms = [suite.latency(words, chains["page_local"], cpu, "page_local"),
                       suite.latency(words, chains["random"], cpu, "random", slot=0, slots=slots)]

@@ -11,9 +11,9 @@ import typer
 from sactool.cli.common import FormatOpt, check_format
 from sactool.errors import Interrupted, UsageError
 
-TEST_SETS = {"latency": ("latency",), "bandwidth": ("bandwidth",), "mlp": ("mlp",), "gather": ("gather",),
-             "loaded": ("loaded",), "convert": ("convert",),
-             "all": ("latency", "mlp", "loaded", "gather", "bandwidth", "convert")}
+from sactool.bench.api import TESTS  # light: no numpy/numba until something is measured
+
+TEST_SETS = {**{t: (t,) for t in TESTS}, "all": TESTS}
 
 
 def _ints(text: str | None, what: str) -> tuple[int, ...] | None:

@@ -15,14 +15,12 @@ from typing import Optional
 def run_probe(fmt: str = "table", sysfs_root: Optional[Path] = None, snapshot: Optional[Path] = None,
               force: bool = False) -> None:
     """``sactool probe``: probe, optionally snapshot, render (table) or emit data (json/yaml)."""
-    from sactool.errors import UsageError
     from sactool.host.sysfs import SysfsReader
     from sactool.records import refuse_existing
-    from sactool.render import FORMATS
+    from sactool.render import check_format
     from sactool.topology import probe
 
-    if fmt not in FORMATS:
-        raise UsageError(f"unknown format {fmt!r}", f"use one of: {', '.join(FORMATS)}")
+    check_format(fmt)
     from sactool.fleet.mpi import detect
 
     fleet = detect()  # under mpirun: every rank probes, rank 0 writes the fleet record

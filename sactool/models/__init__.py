@@ -66,10 +66,6 @@ class ModelSpec:
         """KV record bytes of one token over all layers (the host pool's bytes per token)."""
         return self.record_bytes(kv_dtype) * self.num_layers
 
-    def indexer_bytes_per_token(self) -> int:
-        """Indexer key bytes of one token over all layers (GPU-resident under HiSparse)."""
-        return self.indexer_bytes * self.num_layers
-
     def to_model_ref(self):
         """The profile's :class:`sactool.profile.ModelRef` for this model."""
         from sactool.profile import ModelRef

@@ -8,6 +8,15 @@ from typing import Any
 FORMATS = ("table", "json", "yaml")
 
 
+def check_format(fmt: str) -> str:
+    """``--format`` must be one of :data:`FORMATS` (UsageError otherwise); checked before any work."""
+    if fmt not in FORMATS:
+        from sactool.errors import UsageError
+
+        raise UsageError(f"unknown format {fmt!r}", f"use one of: {', '.join(FORMATS)}")
+    return fmt
+
+
 def _console_class():
     from rich.console import Console
 

@@ -16,9 +16,6 @@ from typing import Mapping, Sequence
 from sactool.profile import Profile
 
 PLUGIN_NAME = "sactool_cxl"            # entry point name in group sglang.srt.plugins (pyproject.toml)
-PLUGIN_GROUP = "sglang.srt.plugins"
-
-
 @dataclass(frozen=True)
 class Flag:
     """One flag (with its values) of the SGLang command and where it came from."""
@@ -142,10 +139,6 @@ def numactl_prefix(profile: Profile) -> list[Flag]:
     return [Flag(tuple(args), src, why + "; coarse baseline: heap, staging and page cache move too")]
 
 
-def _has(extra: Sequence[str], *names: str) -> bool:
-    return any(a in names or any(a.startswith(n + "=") for n in names) for a in extra)
-
-
 def build_command(profile: Profile, *, profile_path: str, extra_args: Sequence[str] = (), python: str,
                   entrypoint: str | None = None, environ: Mapping[str, str] | None = None,
                   sglang_script: str | None = None) -> Command:
@@ -216,8 +209,3 @@ def _targets(profile: Profile) -> str:
         return "; ".join(f"{t} <- ranks {','.join(map(str, rs))}" for t, rs in ranks_by_target(profile).items())
     except SactoolError as e:  # a bad rank table is reported by the checks, not here
         return e.message
-
-
-def emitted_flag_names(cmd: Command) -> list[str]:
-    """The ``--flags`` sactool itself put after the program (not the user's, not numactl's)."""
-    return [a for f in cmd.flags if f.source != "user (after --)" for a in f.args if a.startswith("--")]

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 from sactool.errors import CapacityError
 from sactool.host.sysfs import SysfsReader
-from sactool.memory import nodes as memnodes
 from sactool.profile import Profile
 from sactool.hisparse.hostpool import HostSizing, host_sizing, rank_plan
 from sactool.hisparse.hostpool import pool_targets as names_of
