@@ -141,6 +141,18 @@ def test_ranks_disagreeing_are_refused_before_measuring(tmp_path):
     assert not out.exists()
 
 
+def test_one_rank_failing_stops_the_others_with_its_error(tmp_path, machine):
+    """Rank 1 alone reads a recorded tree (SACTOOL_SYSFS_ROOT): only it fails, all stop, rank 0 says why."""
+    out = tmp_path / "f.json"
+    app = ["bench", "gather", "--preset", "fast", "-r", "656", *SMALL, "--out", str(out)]
+    cmd = _launcher() + ["-n", "1", SACTOOL, *app, ":", "-n", "1", "env",
+                         f"SACTOOL_SYSFS_ROOT={machine('ram__10-region')}", SACTOOL, *app]
+    p = _run(cmd, tmp_path)
+    assert p.returncode == 3, p.stderr
+    assert p.stderr.count("error: rank 1: the topology comes from a recording") == 1
+    assert not out.exists()
+
+
 def test_world_of_one_is_plain_sactool(tmp_path):
     p = _run(_launcher() + ["-n", "1", SACTOOL, "bench", "gather", "--preset", "fast", "-r", "656", *SMALL,
                             "--format", "json"], tmp_path)

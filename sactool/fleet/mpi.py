@@ -188,7 +188,10 @@ class Fleet:
         for r, p in errors:  # the same error with other figures (each rank read its own free memory) once
             m = str(p.get("message"))
             by_msg.setdefault(re.sub(r"\d+(\.\d+)?", "#", m), (m, []))[1].append(r)
-        parts = [f"rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))}: {m}" for m, rs in by_msg.values()]
+        if len(by_msg) == 1 and len(errors) == self.size:  # every rank, one error: say it once, plainly
+            parts = [m for m, _ in by_msg.values()]
+        else:
+            parts = [f"rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))}: {m}" for m, rs in by_msg.values()]
         first = errors[0][1]
         return FleetError("; ".join(parts), first.get("hint"), exit_code=int(first.get("exit_code", 1)),
                           quiet=not self.is_root)
