@@ -94,7 +94,12 @@ def run_guarded(fn, *, debug: bool = False) -> int:
     from sactool.streams import guarded_streams
 
     with guarded_streams():
-        return _run(fn, debug)
+        code = _run(fn, debug)
+    if code:  # under mpirun, a rank failing before it joined its fleet must not leave the others waiting
+        from sactool.fleet.mpi import abort_if_alone
+
+        abort_if_alone(code)
+    return code
 
 
 def _run(fn, debug: bool) -> int:

@@ -164,6 +164,12 @@ def test_no_launcher_or_one_rank_is_plain():
     assert mpi.launched_size({"PMI_SIZE": "8"}) == 8 and mpi.launched_size({"PMIX_RANK": "0"}) == 0
 
 
+def test_abort_if_alone_is_a_no_op_without_a_launcher_or_on_success():
+    mpi.abort_if_alone(2, {})                                # no launcher: plain exit code
+    mpi.abort_if_alone(0, {"OMPI_COMM_WORLD_SIZE": "4"})     # success: nothing to end
+    mpi.abort_if_alone(2, {"OMPI_COMM_WORLD_SIZE": "1"})     # a world of one
+
+
 def test_launcher_without_mpi4py_says_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "mpi4py", None)  # what an environment without the package gives
     with pytest.raises(TopologyError, match="mpi4py is not importable") as e:

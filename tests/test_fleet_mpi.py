@@ -153,6 +153,16 @@ def test_one_rank_failing_stops_the_others_with_its_error(tmp_path, machine):
     assert not out.exists()
 
 
+def test_a_rank_with_a_malformed_option_ends_the_job(tmp_path):
+    """That rank exits before MPI starts; the others would wait in MPI_Init for it (Open MPI's
+    launcher hung there for minutes): it aborts the job instead."""
+    app = ["bench", "gather", "--preset", "fast", "-r", "656", *SMALL]
+    t0 = time.monotonic()
+    p = _run(_mpmd(app, app + ["--bogus"]), tmp_path, timeout=60)
+    assert p.returncode != 0 and time.monotonic() - t0 < 30
+    assert "--bogus" in p.stderr
+
+
 def test_world_of_one_is_plain_sactool(tmp_path):
     p = _run(_launcher() + ["-n", "1", SACTOOL, "bench", "gather", "--preset", "fast", "-r", "656", *SMALL,
                             "--format", "json"], tmp_path)

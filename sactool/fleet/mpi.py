@@ -95,6 +95,27 @@ def detect(env: Mapping[str, str] | None = None) -> "Fleet | None":
     return Fleet(comm)
 
 
+_JOINED = False
+"""True once this process made its :class:`Fleet` (after that, errors are agreed between ranks)."""
+
+
+def abort_if_alone(code: int, env: Mapping[str, str] | None = None) -> None:
+    """End the whole MPI job when this rank fails before joining its fleet (a malformed option on
+    one rank of an MPMD line, say): the other ranks would wait in ``MPI_Init`` for it, and Open
+    MPI's launcher was seen to hang then instead of ending the job."""
+    n = launched_size(env)
+    if _JOINED or not code or n is None or n <= 1:
+        return
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        return
+    import sys
+
+    sys.stderr.flush()
+    MPI.COMM_WORLD.Abort(int(code))  # pragma: no cover - ends every rank's process
+
+
 @dataclass(frozen=True)
 class RankInfo:
     rank: int
@@ -110,6 +131,8 @@ class Fleet:
     def __init__(self, comm, *, timeout_s: float | None = None):
         from mpi4py import MPI
 
+        global _JOINED
+        _JOINED = True
         self.comm = comm
         self.MPI = MPI
         self.rank = comm.Get_rank()
