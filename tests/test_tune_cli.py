@@ -176,3 +176,25 @@ def test_recorded_cxl_machine(tmp_path, bench_file, capsys, machine):
     row = p.predictions["per_context"][0]
     # 256 MiB hold one 4K request (4160 tokens x 40,016 B = 166 MB), not two
     assert row["max_concurrency"] == 1 and row["fits"]
+
+
+def test_pool_page_size_is_chosen_by_measurement(tmp_path, capsys):
+    """Without --bench tune measures the gather on each page kind node 0 can give (4 KiB, THP;
+    hugetlb where reserved), rounds interleaved, and records the pick with its figures. The pool's
+    capacity is pinned (--pool-bytes), so the plan does not follow this host's momentary free memory."""
+    from sactool.tune.pagesize import choose
+
+    out = tmp_path / "p.yaml"
+    rc = main(["tune", *FAST_ARGS, "--pool-bytes", "2GiB", "--gpu-kv-budget", "10GiB", "--out", str(out)])
+    assert rc == 0, capsys.readouterr().err
+    p = load_profile(out)
+    page = p.predictions["pool_page_size"]
+    samples = page["samples_bytes_per_s"]
+    assert {"none", "thp"} <= set(samples) and all(len(v) == 2 and min(v) > 0 for v in samples.values())
+    assert p.pool.hugepages == page["chosen"] and p.pool.hugepages in samples
+    assert p.provenance["pool.hugepages"].source == "measured" and "GB/s" in p.provenance["pool.hugepages"].detail
+    assert p.pool.capacity_bytes == 2 << 30
+    # the rule itself: a kind other than THP wins only when it is faster in every paired round
+    assert choose({"none": [3.0, 1.0], "thp": [2.0, 2.0]}, {}).kind == "thp"
+    assert choose({"none": [3.0, 3.0], "thp": [2.0, 2.0]}, {}).kind == "none"
+    assert choose({"none": [1.0, 1.0], "thp": [2.0, 2.1]}, {}).kind == "thp"

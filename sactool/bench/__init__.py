@@ -29,13 +29,15 @@ def __getattr__(name):
 
 
 def run_quick_gather(node: int | None, record_bytes: int, topk: int, threads: int | None = None, *,
-                     size_bytes: int | None = None, seconds: float = 2.0, reader=None) -> BenchRecord:
+                     size_bytes: int | None = None, seconds: float = 2.0, reader=None,
+                     hugepages: str = "thp") -> BenchRecord:
     """A short real gather measurement on memory ``node`` (None: the pool node).
 
     One configuration: ``record_bytes`` records, ``topk`` uniform indices per step, ``threads``
     threads (None: all CPUs of the nearest CPU node), the default prefetch distance; buffer
     ``size_bytes`` (default 256 MiB, ≥ 8× a 32 MiB L3). ``seconds`` bounds the measuring time
-    (imports, placement and kernel load come on top: ~2–3 s here). Returns a full bench record.
+    (imports, placement and kernel load come on top: ~2–3 s here). ``hugepages``: the buffer's
+    page kind (thp, none = 4 KiB, 2MB/1GB hugetlb). Returns a full bench record.
     """
     from sactool.bench.api import BenchOptions, run_bench as _run
     from sactool.bench.protocol import Protocol
@@ -49,7 +51,7 @@ def run_quick_gather(node: int | None, record_bytes: int, topk: int, threads: in
     proto = Protocol("quick", max(0.005, seconds / (rounds + 4)), rounds, warmup=1)
     opts = BenchOptions(tests=("gather",), node=node, size_bytes=size_bytes or (256 << 20),
                         threads=(threads,) if threads else None, record_bytes=(record_bytes,), topk=topk,
-                        preset="fast", command="quick-gather", protocol=proto)
+                        preset="fast", command="quick-gather", protocol=proto, hugepages=hugepages)
     if threads is None:
         from dataclasses import replace
 

@@ -55,6 +55,12 @@ def _gpu_nodes(d) -> tuple[int, ...]:
     return nodes if len(nodes) == d.o.tp and all(n is not None for n in nodes) else ()  # type: ignore[return-value]
 
 
+def _hugepages(d) -> str:
+    """The measured page kind (tune.pagesize) when it is one the plug-in can allocate, else THP."""
+    kind = getattr(getattr(d, "page", None), "kind", "thp")
+    return kind if kind in ("none", "thp", "2MB", "1GB") else "thp"
+
+
 def _settings(d, c, plan):
     """The profile's pool, hisparse and sglang blocks for candidate ``c``."""
     pool, o = d.pool, d.o
@@ -63,7 +69,7 @@ def _settings(d, c, plan):
         nodes=tuple(t.node for t in pool.targets) if pool.mode == "numa" else (),
         dax_devices=tuple(t.name for t in pool.targets) if pool.mode == "devdax" else (),
         rank_assignment=c.placement.strategy, rank_targets=c.placement.rank_targets,
-        hugepages="thp", prefault_threads=max(1, pool.cpus_near), stand_in=pool.stand_in,
+        hugepages=_hugepages(d), prefault_threads=max(1, pool.cpus_near), stand_in=pool.stand_in,
         capacity_bytes=o.pool_bytes, gpu_local_nodes=_gpu_nodes(d))
     hs = HiSparseSettings(top_k=d.spec.index_topk, device_buffer_size=c.device_buffer_size,
                           host_to_device_ratio=c.host_to_device_ratio, swap_in_block_size=c.swap_in_block_size,
@@ -72,6 +78,16 @@ def _settings(d, c, plan):
                         mem_fraction_static=d.budget.mem_fraction_static, max_running_requests=d.concurrency,
                         context_length=max(d.design), max_total_tokens=plan.device_slots)
     return pool_s, hs, sg
+
+
+def _page_provenance(d) -> Provenance:
+    page = getattr(d, "page", None)
+    if page is None or not page.figures:
+        return _p("default", "MADV_HUGEPAGE (THP)" + (f": {page.why}" if page is not None else ""))
+    med = page.to_data()["median_bandwidth_bytes_per_s"]
+    figs = ", ".join(f"{k} {v / 1e9:.2f} GB/s" for k, v in med.items())
+    return _p("measured", f"{page.kind}: {page.why}; median gather bandwidth per page kind on "
+                          f"node{d.pool.targets[0].node}: {figs}")
 
 
 def _provenance(d, c, req: int, gather) -> dict[str, Provenance]:
@@ -99,7 +115,7 @@ def _provenance(d, c, req: int, gather) -> dict[str, Provenance]:
         "pool.rank_targets": _p("derived", f"{c.placement.strategy} over {', '.join(t.name for t in pool.targets)}"),
         "pool.policy": _p("default", "MPOL_BIND: the pool stays on its target (SAC maps it fully)"),
         "pool.interleave_weights": _p("default", "empty: policy is bind"),
-        "pool.hugepages": _p("default", "MADV_HUGEPAGE (THP): no hugetlbfs pool is reserved by default"),
+        "pool.hugepages": _page_provenance(d),
         "pool.prefault_threads": _p("derived", "CPUs of each target's own CPU node (the fewest of "
                                     + ", ".join(f"{t.name} → node{t.cpu_node}" for t in pool.targets) + ")"),
         "pool.prefault_cpus": _p("default", "auto: the CPUs of each target's own CPU node (its socket)"),
@@ -194,6 +210,8 @@ def _predictions(d, chosen, ranked, plan, req: int) -> dict[str, Any]:
         "replicates": d.replicates,
         "warnings": list(d.warnings),
     }
+    if getattr(d, "page", None) is not None:
+        predictions["pool_page_size"] = d.page.to_data()
     return predictions
 
 

@@ -75,6 +75,7 @@ class DesignPoint:
     cap_kw: dict
     replicates: int
     warnings: list
+    page: Any = None                # tune.pagesize.PageChoice: the pool's page kind and its figures
 
 
 def execute(job: Job) -> TuneResult:
@@ -93,9 +94,11 @@ def execute(job: Job) -> TuneResult:
     points = _Points(job, [t.name for t in pool.targets])
     gather = _gather(job, pool, machine, replicates, points, blocks=fit.dep.requests_per_rank(concurrency))
     warnings += list(gather.warnings)
+    page = _page_size(job, pool, replicates, points)
     d = DesignPoint(o=job.o, spec=job.spec, kv=job.kv, attn_dp=job.attn_dp, rec_bytes=job.rec_bytes, budget=budget,
                     pool=pool, machine=machine, dep=fit.dep, contexts=contexts, design=design,
-                    concurrency=concurrency, cap_kw=fit.cap_kw, replicates=replicates, warnings=warnings)
+                    concurrency=concurrency, cap_kw=fit.cap_kw, replicates=replicates, warnings=warnings,
+                    page=page)
     sims = _HotBuffer(job, design, replicates, trace, points)
     chosen, ranked, evals, space = _search(d, fit.placements, gather, sims)
     profile, summary, alternatives = build_profile(d, chosen=chosen, ranked=ranked, evals=evals, gather=gather)
@@ -284,6 +287,32 @@ def _gather(job: Job, pool, machine, replicates: int, points: _Points, *, blocks
                           swap_in_block=search.DEFAULT_SWAP_IN_BLOCK, top_k=job.spec.index_topk)
     return measure_rounds(pool, job.rec_bytes, job.spec.index_topk, replicates, seconds=o.gather_seconds,
                           done=points.of_kind("gather"), on_point=points.add, progress=job.progress)
+
+
+def _page_size(job: Job, pool, replicates: int, points: "_Points"):
+    """The pool's page kind: measured on the pool node (each kind available there, rounds
+    interleaved) when tune measures the pool itself; a devdax device's align fixes it; a --bench
+    record measured one kind only, so the engine default stays and says so."""
+    from sactool.tune.pagesize import DEFAULT_KIND, PageChoice, available, choose, measure
+
+    o = job.o
+    if pool.mode == "devdax":
+        aligns = sorted({t.align_bytes for t in pool.targets if t.align_bytes})
+        return PageChoice(f"devdax align {', '.join(map(str, aligns)) or 'unknown'}", {},
+                          "the device's align fixes a devdax mapping's page size (daxctl reconfigure-device --align)",
+                          {})
+    if o.bench is not None or o.fleet_share is not None:
+        return PageChoice(DEFAULT_KIND, {}, "not measured: the --bench record measured one page kind; the engine "
+                          "default (THP) is kept", {})
+    from sactool.host.sysfs import SysfsReader
+    from sactool.memory.nodes import topology
+
+    reader = SysfsReader(o.sysfs_root)
+    node = pool.targets[0].node
+    kinds, skipped = available(topology(reader), reader, node)
+    figures = measure(node, kinds, job.rec_bytes, job.spec.index_topk, replicates, seconds=o.gather_seconds,
+                      done=points.of_kind("pagesize"), on_point=points.add, progress=job.progress)
+    return choose(figures, skipped)
 
 
 class _HotBuffer:
