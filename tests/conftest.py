@@ -78,6 +78,18 @@ def node0_profile_file(tmp_path):
     return write
 
 
+@pytest.fixture
+def node0_pinned(node0_profile_file):
+    """``node0_pinned(name="p.yaml")``: the node-0 profile with ``pool.capacity_bytes`` pinned to the
+    bytes one rank needs (:func:`sactool.hisparse.hostpool.host_sizing`), so a check of that pool
+    does not follow node 0's momentary free memory. For tests whose subject is not the free-memory
+    rule (that rule is tested on recorded trees)."""
+    from sactool.hisparse.hostpool import host_sizing
+
+    need = host_sizing(node0_profile()).bytes_per_rank
+    return lambda name="p.yaml": node0_profile_file(name, capacity_bytes=need)
+
+
 def _load_sglang_wheel():
     spec = importlib.util.spec_from_file_location("sglang_wheel", HERE / "standins" / "sglang_wheel.py")
     mod = importlib.util.module_from_spec(spec)

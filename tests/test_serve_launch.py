@@ -1,7 +1,13 @@
 """``sactool serve`` end to end with a stand-in SGLang (tests/standins/site: a distribution named
 sglang 0.5.23 whose ``sglang.launch_server`` records its argv/env and waits for a signal):
 exec (same pid), signal delivery, exit-code propagation, dry-run output, and one exit code per
-kind of bad input with nothing launched."""
+kind of bad input with nothing launched.
+
+The pool these tests launch with is pinned (``pool.capacity_bytes``) to exactly the bytes one rank
+needs, computed from the profile: the stand-in allocates nothing, and the launch must not hinge on
+node 0's momentary free memory (the live free-memory rule is tested on recorded trees in
+test_serve_capacity; the ``huge`` case below still meets it on this machine, with a pool larger than
+any node holds)."""
 
 from __future__ import annotations
 
@@ -53,8 +59,8 @@ def _wait_for(path: Path, proc, timeout=60.0):
 
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 17)])
-def test_exec_signal_and_exit_code(node0_profile_file, tmp_path, standin_env, sig, code):
-    prof = node0_profile_file()
+def test_exec_signal_and_exit_code(node0_pinned, tmp_path, standin_env, sig, code):
+    prof = node0_pinned()
     proc = _serve(["--profile", str(prof), "--python", sys.executable, "--",
                    "--model-path", "deepseek-ai/DeepSeek-V3.2", "--port", "30123"],
                   {"STANDIN_SIGNAL_EXIT": str(code)})
@@ -70,14 +76,14 @@ def test_exec_signal_and_exit_code(node0_profile_file, tmp_path, standin_env, si
     assert "sactool serve: exec" in err and out == ""
 
 
-def test_immediate_exit_code_propagates(node0_profile_file, tmp_path, standin_env):
-    proc = _serve(["--profile", str(node0_profile_file()), "--python", sys.executable], {"STANDIN_EXIT": "3"})
+def test_immediate_exit_code_propagates(node0_pinned, tmp_path, standin_env):
+    proc = _serve(["--profile", str(node0_pinned()), "--python", sys.executable], {"STANDIN_EXIT": "3"})
     proc.communicate(timeout=60)
     assert proc.returncode == 3 and standin_env.exists()
 
 
-def test_dry_run_json(node0_profile_file, tmp_path, standin_env, capsys):
-    prof = node0_profile_file()
+def test_dry_run_json(node0_pinned, tmp_path, standin_env, capsys):
+    prof = node0_pinned()
     rc = main(["serve", "--profile", str(prof), "--dry-run", "--python", sys.executable, "--format", "json",
                "--", "--model-path", "deepseek-ai/DeepSeek-V3.2"])
     out = json.loads(capsys.readouterr().out)
@@ -87,7 +93,9 @@ def test_dry_run_json(node0_profile_file, tmp_path, standin_env, capsys):
     assert {f["source"] for f in out["flags"]} >= {"sglang.tp_size", "hisparse.top_k, hisparse.device_buffer_size, "
                                                    "hisparse.host_to_device_ratio, hisparse.swap_in_block_size"}
     assert out["pool"]["bytes_per_rank"] == (2048 + 64) * 61 * 656
-    assert out["pool"]["targets"][0]["target"] == "node0" and out["pool"]["targets"][0]["ok"]
+    t = out["pool"]["targets"][0]
+    assert t["target"] == "node0" and t["ok"] and t["need_bytes"] == out["pool"]["bytes_per_rank"]
+    assert (t["available_bytes"], t["available_source"]) == (t["need_bytes"], "pool.capacity_bytes")
     assert any("SGLang 0.5.23" in c for c in out["checks"])
 
 
@@ -109,17 +117,17 @@ def _site_with_version(tmp_path, version):
     return site
 
 
-def test_bad_inputs_have_distinct_exit_codes_and_launch_nothing(node0_profile_file, tmp_path, standin_env, monkeypatch,
+def test_bad_inputs_have_distinct_exit_codes_and_launch_nothing(node0_pinned, node0_profile_file, tmp_path, standin_env, monkeypatch,
                                                                capsys):
-    good = node0_profile_file()
+    good = node0_pinned()
     corrupt = tmp_path / "corrupt.yaml"
     corrupt.write_text("kind: profile\nschema_version: [\n")
     newer = tmp_path / "newer.yaml"
     newer.write_text(good.read_text().replace("schema_version: 1", "schema_version: 99"))
-    absent = node0_profile_file("absent.yaml")
+    absent = node0_pinned("absent.yaml")
     absent.write_text(absent.read_text().replace("nodes:\n  - 0", "nodes:\n  - 7"))
-    huge = tmp_path / "huge.yaml"
-    huge.write_text(good.read_text().replace("host_to_device_ratio: 1", "host_to_device_ratio: 100000"))
+    huge = node0_profile_file("huge.yaml")                # unpinned: this machine's free-memory rule
+    huge.write_text(huge.read_text().replace("host_to_device_ratio: 1", "host_to_device_ratio: 100000"))
     cases = [
         ([f"--profile={tmp_path / 'missing.yaml'}"], ExitCode.RECORD, "does not exist"),
         ([f"--profile={corrupt}"], ExitCode.RECORD, "corrupt"),
@@ -147,8 +155,8 @@ def test_bad_inputs_have_distinct_exit_codes_and_launch_nothing(node0_profile_fi
     assert not standin_env.exists()                       # nothing was launched
 
 
-def test_placement_override_for_ab_runs(node0_profile_file, tmp_path, standin_env, capsys):
-    prof = node0_profile_file()
+def test_placement_override_for_ab_runs(node0_pinned, tmp_path, standin_env, capsys):
+    prof = node0_pinned()
     runs = {}
     for placement in ("plugin", "none"):
         rc = main(["serve", "--profile", str(prof), "--dry-run", "--python", sys.executable, "-f", "json",
@@ -161,7 +169,7 @@ def test_placement_override_for_ab_runs(node0_profile_file, tmp_path, standin_en
     assert b["placement"] == "none" and any("--placement none" in c for c in b["checks"])
 
 
-def test_serve_entrypoint_needs_the_console_script(node0_profile_file, tmp_path, standin_env, capsys):
-    rc = main(["serve", "--profile", str(node0_profile_file()), "--python", sys.executable, "--entrypoint", "serve"])
+def test_serve_entrypoint_needs_the_console_script(node0_pinned, tmp_path, standin_env, capsys):
+    rc = main(["serve", "--profile", str(node0_pinned()), "--python", sys.executable, "--entrypoint", "serve"])
     err = capsys.readouterr().err
     assert rc == ExitCode.ENGINE_MISSING and "console script" in err and not standin_env.exists()
