@@ -83,8 +83,12 @@ def test_bad_arguments():
 def test_too_large_refused_but_node_meminfo_undercount_is_not():
     topo = topology()
     est = free_estimate(topo, SysfsReader(), 0)
+    # more than the machine holds at all (a computed bound: MemFree + clean page cache ≤ MemTotal), so
+    # the refusal cannot hinge on how much happens to be free between the estimate and the call
+    total = SysfsReader().kv("proc/meminfo")["MemTotal"]
+    assert est.bytes <= total
     with pytest.raises(CapacityError) as e:
-        allocate(est.bytes + 1024 * MiB, node=0)
+        allocate(total + 1024 * MiB, node=0)
     assert e.value.exit_code == ExitCode.CAPACITY and "--size" in e.value.hint
     # what /proc/meminfo counts free is usable even when node0/meminfo shows less
     proc_free = SysfsReader().kv("proc/meminfo")["MemFree"]
