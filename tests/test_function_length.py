@@ -23,7 +23,6 @@ STILL_LONG = {
     "bench/api.py:run_bench": (97, "bench"),
     "render/probe.py:render_probe": (104, "probe rendering (issue 10)"),
     "render/bench.py:render_bench": (88, "bench rendering"),
-    "topology/classify.py:classify": (129, "probe (issue 10)"),
 }
 
 
