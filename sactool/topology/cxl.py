@@ -40,17 +40,31 @@ def read_cxl(r: SysfsReader) -> tuple[list[CxlMemdev], list[CxlDecoder], list[Cx
     warnings: list[ProbeWarning] = []
     if not r.is_dir(CXL_DEVICES):
         return [], [], [], warnings, False, []
-    entries = r.listdir(CXL_DEVICES)
+    canon = _canonical(r, warnings)
+    endpoint_mem = _endpoint_memdevs(r, canon)
+    ports = _ports(r, canon)
+    memdevs = _memdevs(r, canon, {m: e for e, m in endpoint_mem.items()})
+    decoders = _decoders(r, canon, endpoint_mem)
+    regions = _regions(r, canon, {d.name: d for d in decoders}, warnings)
+    warnings.extend(_unmapped_capacity(memdevs, decoders, regions))
+    return memdevs, decoders, regions, warnings, True, ports
+
+
+def _canonical(r: SysfsReader, warnings: list[ProbeWarning]) -> dict[str, str]:
+    """Device name -> its resolved path under ``/sys/devices``; a link that leads nowhere is a warning."""
     canon: dict[str, str] = {}
-    for name in entries:
+    for name in r.listdir(CXL_DEVICES):
         path = r.resolve(f"{CXL_DEVICES}/{name}")
         if path is None:
             warnings.append(ProbeWarning("dangling-device", f"cxl device {name}: {r.why(f'{CXL_DEVICES}/{name}')}",
                                          "the device disappeared while probing, or the recording lacks it"))
             continue
         canon[name] = path
+    return canon
 
-    # endpoints → memdev (endpointP/uport → …/memN)
+
+def _endpoint_memdevs(r: SysfsReader, canon: dict[str, str]) -> dict[str, str]:
+    """endpointP -> memN, through the endpoint port's ``uport`` link."""
     mem_by_path = {p: n for n, p in canon.items() if _MEM_RE.match(n)}
     endpoint_mem: dict[str, str] = {}
     for name, path in canon.items():
@@ -58,9 +72,11 @@ def read_cxl(r: SysfsReader) -> tuple[list[CxlMemdev], list[CxlDecoder], list[Cx
             up = r.resolve(f"{path}/uport")
             if up in mem_by_path:
                 endpoint_mem[name] = mem_by_path[up]
-    mem_endpoint = {m: e for e, m in endpoint_mem.items()}
+    return endpoint_mem
 
-    ports = _ports(r, canon)
+
+def _memdevs(r: SysfsReader, canon: dict[str, str], mem_endpoint: dict[str, str]) -> list[CxlMemdev]:
+    """Every ``memN``: capacities, CPU affinity, its endpoint and ports, host bridge and PCIe links."""
     memdevs = []
     for name in sorted((n for n in canon if _MEM_RE.match(n)), key=_key):
         path = canon[name]
@@ -83,7 +99,11 @@ def read_cxl(r: SysfsReader) -> tuple[list[CxlMemdev], list[CxlDecoder], list[Cx
             path_links=links,
             narrowest_link=narrowest(links),
         ))
+    return memdevs
 
+
+def _decoders(r: SysfsReader, canon: dict[str, str], endpoint_mem: dict[str, str]) -> list[CxlDecoder]:
+    """Every ``decoderP.I``, by the level of the port it sits under (root, switch, endpoint)."""
     decoders = []
     for name in sorted((n for n in canon if _DEC_RE.match(n)), key=_key):
         path = canon[name]
@@ -107,29 +127,21 @@ def read_cxl(r: SysfsReader) -> tuple[list[CxlMemdev], list[CxlDecoder], list[Cx
                                        target_list=r.str(f"{path}/target_list")))
         else:
             decoders.append(CxlDecoder(**common, target_list=r.str(f"{path}/target_list")))
-    dec_by_name = {d.name: d for d in decoders}
+    return decoders
 
+
+def _regions(r: SysfsReader, canon: dict[str, str], dec_by_name: dict[str, CxlDecoder],
+             warnings: list[ProbeWarning]) -> list[CxlRegion]:
+    """Every ``regionN``: its targets in interleave order, the memdevs behind them, and warnings for
+    targets that lead nowhere, regions still being assembled and uncommitted regions."""
     regions = []
     for name in sorted((n for n in canon if _REGION_RE.match(n)), key=_key):
         path = canon[name]
         parent = posixpath.basename(posixpath.dirname(path))
         ways = r.int(f"{path}/interleave_ways")
         res = r.hex(f"{path}/resource")
-        targets: list[str] = []
-        for i in range(ways or 0):
-            t = r.str(f"{path}/target{i}")
-            if t:
-                targets.append(t)
-        mems: list[str | None] = []
-        for t in targets:
-            d = dec_by_name.get(t)
-            mem = d.memdev if d else None
-            if mem is None:
-                warnings.append(ProbeWarning(
-                    "region-target-missing",
-                    f"{name} target {t} leads to no memdev ({'decoder not found' if d is None else 'endpoint has no memdev'})",
-                    "the device was removed or the recording is incomplete; the region's devices are partly unknown"))
-            mems.append(mem)
+        targets = [t for t in (r.str(f"{path}/target{i}") for i in range(ways or 0)) if t]
+        mems = _region_memdevs(name, targets, dec_by_name, warnings)
         if ways and len(targets) < ways:
             warnings.append(ProbeWarning("region-incomplete", f"{name} is {ways}-way but has {len(targets)} target(s) set",
                                          "the region is still being assembled (cxl create-region did not finish)"))
@@ -150,8 +162,23 @@ def read_cxl(r: SysfsReader) -> tuple[list[CxlMemdev], list[CxlDecoder], list[Cx
             memdevs=tuple(mems),
             committed=committed,
         ))
-    warnings.extend(_unmapped_capacity(memdevs, decoders, regions))
-    return memdevs, decoders, regions, warnings, True, ports
+    return regions
+
+
+def _region_memdevs(name: str, targets: list[str], dec_by_name: dict[str, CxlDecoder],
+                    warnings: list[ProbeWarning]) -> list[str | None]:
+    """The memdev behind each target decoder of region ``name`` (None, with a warning, where none)."""
+    mems: list[str | None] = []
+    for t in targets:
+        d = dec_by_name.get(t)
+        mem = d.memdev if d else None
+        if mem is None:
+            warnings.append(ProbeWarning(
+                "region-target-missing",
+                f"{name} target {t} leads to no memdev ({'decoder not found' if d is None else 'endpoint has no memdev'})",
+                "the device was removed or the recording is incomplete; the region's devices are partly unknown"))
+        mems.append(mem)
+    return mems
 
 
 _node_or_none = node_or_none
