@@ -141,28 +141,20 @@ def _thread_sweep(opts: BenchOptions, ncpu: int) -> list[int]:
 
 def run_bench(opts: BenchOptions, *, reader: SysfsReader | None = None, progress: Progress | None = None,
               clock=None) -> R.BenchRecord:
-    """Measure on one (memory node, CPU set) pair and return the record (see :mod:`.record`)."""
+    """Measure on one (memory node, CPU set) pair and return the record (see :mod:`.record`).
+
+    Stages: the memory node and CPUs; checks of the input and of the buffer's fit (before anything
+    expensive); warnings about the memory and CPUs; gather indices; place, verify and measure;
+    per-result warnings; the record."""
     from sactool.bench import env
-    from sactool.host.machine import machine_block
-    from sactool.memory import allocate
-    from sactool.memory.nodes import check_memory_node, topology
+    from sactool.memory.nodes import topology
 
     reader = reader or SysfsReader()
     topo = topology(reader)
     if not topo.live:
         raise TopologyError(f"the topology comes from a recording ({topo.sysfs_root}), not this system",
                             "sactool bench measures the running machine: drop --sysfs-root")
-    if opts.dax:
-        dev = next((d for d in topo.dax_devices if d.name == opts.dax.rsplit("/", 1)[-1]), None)
-        if dev is None or dev.mode != "devdax" or dev.target_node is None:
-            from sactool.memory import map_devdax
-
-            map_devdax(opts.dax, reader=reader)  # raises the precise error (missing, system-ram, …)
-            raise TopologyError(f"{opts.dax} has no target node", "see 'sactool probe'")
-        mem = dev.target_node
-    else:
-        mem = opts.node if opts.node is not None else topo.verdict.pool_nodes[0]
-        check_memory_node(topo, mem)
+    mem = _memory_node(opts, topo, reader)
     cpu_node, cpus = resolve_cpus(topo, mem, opts.cpus)
     llc = env.llc_bytes(reader, cpus[0]) or (32 << 20)
     size = opts.size_bytes or PRESET_SIZES.get(opts.preset, 1 << 30)
@@ -174,13 +166,7 @@ def run_bench(opts: BenchOptions, *, reader: SysfsReader | None = None, progress
 
         check_fits(free_estimate(topo, reader, mem), size)
     warnings: list[dict] = []
-    stand_in = None
-    kind = topo.node(mem).kind if mem in topo.node_ids else "devdax"
-    if not opts.dax and (topo.verdict.stand_in or kind != "cxl"):
-        stand_in = {"node": f"node{mem}", "kind": kind, "stands_in_for": "cxl",
-                    "reason": topo.verdict.reason if topo.verdict.stand_in else f"node{mem} is {kind}, not CXL memory"}
-        warnings.append(records.warning("stand_in", f"node{mem} is {kind} memory standing in for CXL",
-                              "figures describe this memory, not a CXL device"))
+    stand_in = _stand_in(opts, topo, mem, warnings)
     busy = env.busy_fraction(reader, cpus)
     if busy is not None and busy > 0.25:
         warnings.append(records.warning("cpus_busy", f"CPUs {list(cpus)} were {busy:.0%} busy before measuring",
@@ -189,6 +175,56 @@ def run_bench(opts: BenchOptions, *, reader: SysfsReader | None = None, progress
     if progress:
         progress(f"placing {format_bytes(size)} on node{mem}", 0, 1)
     results: list[dict] = []
+    bdesc, complete = _place_and_measure(opts, topo, reader, mem, size, llc, proto, cpus, threads, gather_idx,
+                                         results, warnings, progress, clock)
+    _result_warnings(results, mem, cpu_node, warnings)
+    if not complete:
+        warnings.append(records.warning("interrupted", "interrupted: finished samples are kept", "rerun to complete"))
+    from sactool.host.machine import machine_block
+
+    data = records.header(R.KIND, R.SCHEMA_VERSION)
+    data.update({
+        "machine": machine_block(reader), "command": opts.command, "tests": list(opts.tests),
+        "protocol": proto.to_data(), "memory_node": f"node{mem}",
+        "cpu_node": f"node{cpu_node}" if cpu_node >= 0 else None, "cpus": list(cpus), "stand_in": stand_in,
+        "llc_bytes": llc, "buffer": bdesc, "results": results, "warnings": warnings, "complete": complete,
+    })
+    return R.from_data(data)
+
+
+def _memory_node(opts: BenchOptions, topo, reader: SysfsReader) -> int:
+    """The node measured: the devdax device's target node, ``--node``, or probe's pool node."""
+    from sactool.memory.nodes import check_memory_node
+
+    if opts.dax:
+        dev = next((d for d in topo.dax_devices if d.name == opts.dax.rsplit("/", 1)[-1]), None)
+        if dev is None or dev.mode != "devdax" or dev.target_node is None:
+            from sactool.memory import map_devdax
+
+            map_devdax(opts.dax, reader=reader)  # raises the precise error (missing, system-ram, …)
+            raise TopologyError(f"{opts.dax} has no target node", "see 'sactool probe'")
+        return dev.target_node
+    mem = opts.node if opts.node is not None else topo.verdict.pool_nodes[0]
+    check_memory_node(topo, mem)
+    return mem
+
+
+def _stand_in(opts: BenchOptions, topo, mem: int, warnings: list[dict]) -> dict | None:
+    """The record's ``stand_in`` block (and its warning) when node ``mem`` is not CXL memory."""
+    kind = topo.node(mem).kind if mem in topo.node_ids else "devdax"
+    if opts.dax or not (topo.verdict.stand_in or kind != "cxl"):
+        return None
+    warnings.append(records.warning("stand_in", f"node{mem} is {kind} memory standing in for CXL",
+                                    "figures describe this memory, not a CXL device"))
+    return {"node": f"node{mem}", "kind": kind, "stands_in_for": "cxl",
+            "reason": topo.verdict.reason if topo.verdict.stand_in else f"node{mem} is {kind}, not CXL memory"}
+
+
+def _place_and_measure(opts: BenchOptions, topo, reader: SysfsReader, mem: int, size: int, llc: int, proto,
+                       cpus: tuple[int, ...], threads: list[int], gather_idx: list, results: list[dict],
+                       warnings: list[dict], progress, clock) -> tuple[dict, bool]:
+    """Place the buffer (devdax mapping or node allocation), verify it, run the tests into
+    ``results``; (buffer description, complete). Ctrl-C while placing or measuring keeps what finished."""
     bdesc: dict = {}
     buf = None
     complete = True
@@ -201,6 +237,8 @@ def run_bench(opts: BenchOptions, *, reader: SysfsReader | None = None, progress
             prefault(buf.mmap, buf.size_bytes, PAGE_SIZE, len(cpus), cpus)
             buf.verify(4096)
         else:
+            from sactool.memory import allocate
+
             buf = allocate(size, node=mem, hugepages=opts.hugepages, prefault_threads=len(cpus),
                            prefault_cpus=cpus, topo=topo, reader=reader)
     except KeyboardInterrupt:
@@ -215,6 +253,11 @@ def run_bench(opts: BenchOptions, *, reader: SysfsReader | None = None, progress
                                           progress=progress, clock=clock)
         finally:
             buf.close()
+    return bdesc, complete
+
+
+def _result_warnings(results: list[dict], mem: int, cpu_node: int, warnings: list[dict]) -> None:
+    """Name each result's nodes; flag results whose threads were descheduled or whose spread is high."""
     for r in results:
         r["memory_node"], r["cpu_node"] = f"node{mem}", (f"node{cpu_node}" if cpu_node >= 0 else None)
         oc = r.get("on_cpu_fraction")
@@ -226,16 +269,6 @@ def run_bench(opts: BenchOptions, *, reader: SysfsReader | None = None, progress
         if s and s["n"] >= 3 and s["mean"] and s["stdev"] / s["mean"] > HIGH_RSD:
             warnings.append(records.warning("high_variance", f"{r['key']}: relative stdev {s['stdev'] / s['mean']:.0%}",
                                   "the host is noisy: use --preset rigorous or rerun when idle"))
-    if not complete:
-        warnings.append(records.warning("interrupted", "interrupted: finished samples are kept", "rerun to complete"))
-    data = records.header(R.KIND, R.SCHEMA_VERSION)
-    data.update({
-        "machine": machine_block(reader), "command": opts.command, "tests": list(opts.tests),
-        "protocol": proto.to_data(), "memory_node": f"node{mem}",
-        "cpu_node": f"node{cpu_node}" if cpu_node >= 0 else None, "cpus": list(cpus), "stand_in": stand_in,
-        "llc_bytes": llc, "buffer": bdesc, "results": results, "warnings": warnings, "complete": complete,
-    })
-    return R.from_data(data)
 
 
 def _buffer_warnings(bdesc: dict, opts: BenchOptions, mem: int, size: int, llc: int) -> list[dict]:
