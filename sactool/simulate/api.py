@@ -172,6 +172,9 @@ def _check(opts: SimulationOptions, spec, contexts, concs, out: int, case: str, 
 
 
 def simulate(opts: SimulationOptions) -> SimulationResult:
+    """Stages: resolve the run's settings from the platform and the options (and check them);
+    the compute model; every (context, concurrency, placement) point; ratios; notes; the inputs
+    the result reports."""
     from sactool.models import get_model
 
     p = opts.platform
@@ -191,38 +194,40 @@ def simulate(opts: SimulationOptions) -> SimulationResult:
     else:
         compute = roofline_model(p.gpu.name, model_name=spec.name, tp=p.gpus, layers=L, top_k=p.top_k,
                                  record_bytes=R, index_key_bytes=spec.indexer_bytes)
-    targets = _layer_targets(p)
     miss_fn = opts.miss_fn or _default_miss_fn(opts)
     harness = p.harness == "e2e_bench" and case == "cache_hit" and rate is None
     if p.harness == "e2e_bench" and not harness:
         notes.append("the benchmark harness models the cache-hit round in a closed loop: "
                      f"{'cache_populate' if case != 'cache_hit' else 'Poisson arrivals'} use the steady model")
+    setup = _Setup(p, opts, L, R, out, case, rate, prefetch, compute, miss_fn, harness)
+    points, miss_used, overheads = _sweep(setup, spec.indexer_bytes, contexts, concs)
+    ratios = _ratios(points, contexts, concs)
+    if opts.progress:
+        total_points = len(contexts) * len(concs) * len(opts.placements)
+        opts.progress("done", total_points, total_points)
+    notes += _run_notes(p, opts, concs, harness)
+    inputs = _inputs(setup, contexts, overheads, miss_used)
+    return SimulationResult(p.name, p.origin, spec.name, p.kv_dtype, R, case, out, opts.hotbuffer_steps, inputs,
+                            tuple(points), tuple(ratios), dict(p.validation), tuple(notes))
+
+
+def _sweep(st: "_Setup", indexer_bytes: int, contexts, concs):
+    """Every (context, concurrency, placement) point in that order: (points, the miss profiles used,
+    the HiSparse overheads by context). A (context, concurrency) that fits no placement is refused."""
+    p, opts, L, R = st.p, st.opts, st.layers, st.record_bytes
     total_points = len(contexts) * len(concs) * len(opts.placements)
     done_points = 0
     overheads: dict[int, dict[int, float]] = {}
-
-    setup = _Setup(p, opts, L, R, out, case, rate, prefetch, compute, miss_fn, harness)
-
-    ranks = p.attn_dp_size
     points: list[PlacementPoint] = []
     miss_used: dict[str, dict[str, float]] = {}
     for ctx in contexts:
         kv = rdma_full_prefix_bytes(ctx, R, L)     # one request's full KV (all layers)
-        idx_bytes = ctx * L * spec.indexer_bytes
+        idx_bytes = ctx * L * indexer_bytes
         for conc in concs:
             fits_any = False
             for pl in opts.placements:
-                buf = p.rdma_device_buffer_size if (pl == "rdma" and p.rdma_device_buffer_size) else p.device_buffer_size
-                hot = buf * L * R
-                # capacity: the memory that must hold every resident request's full KV
-                cap_mem = p.cxl_capacity_bytes if pl == "sac" else p.dram_capacity_bytes
-                cap = int(cap_mem // kv)
-                if p.gpu.kv_budget_bytes:
-                    cap = min(cap, int(p.gpu.kv_budget_bytes // (hot + idx_bytes)) * ranks)
+                buf, cap, local, per_gpu_hot = _capacity(p, pl, conc, kv, idx_bytes, L, R)
                 limit = min(conc, cap)
-                # what the requested concurrency needs (max_concurrency says how much of it fits)
-                local = 0.0 if pl == "sac" else float(conc * kv)
-                per_gpu_hot = -(-conc // ranks) * (hot + idx_bytes)
                 if limit < 1:
                     points.append(PlacementPoint(pl, ctx, conc, False, True, cap, local, per_gpu_hot))
                     done_points += 1
@@ -230,10 +235,10 @@ def simulate(opts: SimulationOptions) -> SimulationResult:
                 fits_any = True
                 if opts.progress:
                     opts.progress(f"{format_tokens(ctx)} c={conc} {pl}", done_points, total_points)
-                prof = miss_fn(ctx, buf)
+                prof = st.miss_fn(ctx, buf)
                 miss_used[f"{ctx}/{buf}"] = {"cold_misses_per_layer": prof.at(0), "steady_misses_per_layer": prof.steady,
                                              "hit_rate": prof.hit_rate}
-                res = _run_point(setup, pl, ctx, conc, limit, prof, overheads)
+                res = _run_point(st, pl, ctx, conc, limit, prof, overheads)
                 done_points += 1
                 points.append(PlacementPoint(
                     pl, ctx, conc, True, limit < conc, cap, local, per_gpu_hot,
@@ -246,28 +251,47 @@ def simulate(opts: SimulationOptions) -> SimulationResult:
                     f"concurrency {conc} at {ctx} tokens fits in no placement: {format_bytes(need)} of KV "
                     f"(CXL pool {format_bytes(p.cxl_capacity_bytes)}, host DRAM {format_bytes(p.dram_capacity_bytes)})",
                     "lower --concurrency or --context, or add pool capacity")
-    ratios = _ratios(points, contexts, concs)
-    if opts.progress:
-        opts.progress("done", total_points, total_points)
-    notes += _run_notes(p, opts, concs, harness)
-    inputs = {
-        "compute": compute.detail,
+    return points, miss_used, overheads
+
+
+def _capacity(p: Platform, pl: str, conc: int, kv: int, idx_bytes: int, L: int, R: int):
+    """One placement at one (context, concurrency): (device hot-buffer tokens, the largest
+    concurrency that fits, the local memory the requested concurrency needs, hot buffers + index
+    keys per GPU)."""
+    ranks = p.attn_dp_size
+    buf = p.rdma_device_buffer_size if (pl == "rdma" and p.rdma_device_buffer_size) else p.device_buffer_size
+    hot = buf * L * R
+    # capacity: the memory that must hold every resident request's full KV
+    cap_mem = p.cxl_capacity_bytes if pl == "sac" else p.dram_capacity_bytes
+    cap = int(cap_mem // kv)
+    if p.gpu.kv_budget_bytes:
+        cap = min(cap, int(p.gpu.kv_budget_bytes // (hot + idx_bytes)) * ranks)
+    # what the requested concurrency needs (max_concurrency says how much of it fits)
+    local = 0.0 if pl == "sac" else float(conc * kv)
+    per_gpu_hot = -(-conc // ranks) * (hot + idx_bytes)
+    return buf, cap, local, per_gpu_hot
+
+
+def _inputs(st: "_Setup", contexts, overheads: dict[int, dict[int, float]],
+            miss_used: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """The figures the run used, as the result reports them (``inputs``)."""
+    p = st.p
+    return {
+        "compute": st.compute.detail,
         "hisparse_overhead_s": p.gpu.hisparse_overhead_s,
         "hisparse_overhead_by_requests_per_rank_s": {str(k): v for k, v in overheads.items()},
-        "harness": p.harness if harness else "steady",
+        "harness": p.harness if st.harness else "steady",
         "frontend_s_per_prompt_token": p.frontend_s_per_prompt_token,
         "extend_s": {str(c): prefill_s(p.extend_points, c) for c in contexts} if p.extend_points else {},
         "rdma_conversion_bytes_per_s": p.rdma_conversion_bytes_per_s,
-        "layer_targets": targets,
-        "prefetch": prefetch,
-        "arrival": f"poisson {rate}/s" if rate else "closed loop",
-        "paths": {pl: dataclasses.asdict(_path(p, pl, R)) for pl in ("sac", "dram")},
+        "layer_targets": _layer_targets(p),
+        "prefetch": st.prefetch,
+        "arrival": f"poisson {st.rate}/s" if st.rate else "closed loop",
+        "paths": {pl: dataclasses.asdict(_path(p, pl, st.record_bytes)) for pl in ("sac", "dram")},
         "nic": {"count": p.nics, "bandwidth_bytes_per_s": p.nic_bytes_per_s,
                 "fetch_blocks_decode": p.rdma_fetch_blocks_decode},
         "misses": miss_used,
     }
-    return SimulationResult(p.name, p.origin, spec.name, p.kv_dtype, R, case, out, opts.hotbuffer_steps, inputs,
-                            tuple(points), tuple(ratios), dict(p.validation), tuple(notes))
 
 
 def _layer_targets(p: Platform) -> str | None:
