@@ -263,6 +263,20 @@ def test_gpu_tree_snapshot_replays(tmp_path):
     assert first["gpus"] and first == second
 
 
+def test_snapshot_refuses_an_existing_file_without_force(tmp_path):
+    from sactool.errors import ExistsError
+    from sactool.topology.snapshot import write_snapshot
+
+    reader = SysfsReader(_gpu_tree(tmp_path))
+    probe(reader)
+    out = tmp_path / "snap.tar.gz"
+    out.write_bytes(b"kept")
+    with pytest.raises(ExistsError, match="already exists") as e:
+        write_snapshot(reader, out)
+    assert "--force" in e.value.hint and out.read_bytes() == b"kept"
+    assert write_snapshot(reader, out, force=True) == out and out.read_bytes() != b"kept"
+
+
 def test_no_pci_bus_in_recording(tmp_path):
     t = probe(SysfsReader(unpack("sac2s__30-system-ram", tmp_path / "r")))
     assert t.gpus == () and t.gpu_scan == "sys/bus/pci/devices is not in the recording: GPUs unknown"

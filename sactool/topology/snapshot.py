@@ -18,7 +18,7 @@ import tarfile
 import time
 from pathlib import Path
 
-from sactool.errors import ExistsError, SactoolError
+from sactool.errors import SactoolError
 from sactool.host.files import MAX_READ_BYTES, NotRead, read_regular
 from sactool.host.sysfs import SysfsReader
 
@@ -154,11 +154,10 @@ def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes, mtime: int) -> None
 
 def write_snapshot(reader: SysfsReader, path: str | os.PathLike[str], *, force: bool = False) -> Path:
     """Write the archive atomically; refuses to overwrite without ``force`` (ExistsError)."""
-    from sactool.records import atomic_write
+    from sactool.records import atomic_write, refuse_existing
 
     p = Path(path)
-    if p.exists() and not force:
-        raise ExistsError(f"{p} exists", "pass --force to overwrite it, or choose another name")
+    refuse_existing(p, force, "pass --force to overwrite it, or choose another name")
     if not reader.touched:
         raise SactoolError("nothing was read, so there is nothing to snapshot", "run the probe first")
     return atomic_write(p, build_archive(reader), force=force)
