@@ -208,8 +208,11 @@ def around_budget(original: Callable, *args: Any, **kwargs: Any) -> Any:
     try:
         if rank is not None:
             answer, source = pool_budget(plans_for(rank))
-    except Exception as e:  # the allocation hook reports (and in strict mode stops) on the same failure
-        logger.warning("sactool_cxl: rank %s: no pool budget (%s); SGLang's host-memory budget applies", rank, e)
+    except Exception as e:
+        msg = f"rank {rank}: {getattr(e, 'message', e)}"
+        if _STATE["strict"]:      # SGLang's own check would refuse (or accept) for the wrong memory
+            _stop(msg)
+        logger.warning("sactool_cxl: %s; no pool budget, SGLang's host-memory budget applies", msg)
     if answer is None:
         return original(*args, **kwargs)
     _STATE["budget_answer"] = answer

@@ -328,3 +328,21 @@ def test_torch_view_matches_sglang_return_type():
     t = sp.view(buf, (4, 100, 1, 656), torch.uint8)
     assert isinstance(t, torch.Tensor) and t.shape == (4, 100, 1, 656) and t.data_ptr() == buf.address
     assert sp.element_size(torch.bfloat16) == 2
+
+
+def test_strict_stops_at_the_budget_check_when_the_pool_cannot_be_planned(monkeypatch, tmp_path, sglang, caplog):
+    """A strict profile naming an absent node: the rank stops at SGLang's host-memory check (the
+    first hook that needs the plan), not with SGLang's "Not enough host memory" about DRAM."""
+    from sglang.srt.mem_cache.pool_host import base
+
+    monkeypatch.setattr(base, "BUDGET", [1 << 20])
+    monkeypatch.setenv("SACTOOL_RANK", "0")
+    monkeypatch.setenv("SACTOOL_PROFILE", str(_write(tmp_path, node0_profile(nodes=(7,), strict=True))))
+    assert sp.register() is True
+    sglang.HookRegistry.apply_hooks()
+    with pytest.raises(sp.PlacementStop, match="pool target node7"):
+        _coordinator()
+    sp._STATE["strict"] = False                 # fallback: SGLang's own budget applies, and refuses
+    with pytest.raises(ValueError, match="Not enough host memory"):
+        _coordinator()
+    assert "no pool budget, SGLang's host-memory budget applies" in caplog.text
