@@ -60,11 +60,23 @@ def _degrade_encoding(stream) -> None:
             pass
 
 
-class _Out:
-    """stdout as sactool writes it: write failures other than a closed pipe become OutputError."""
+class _Wrapped:
+    """A standard stream that may be closed (``None``); other attributes pass through."""
 
     def __init__(self, inner):
         self._inner = inner
+
+    def isatty(self) -> bool:
+        return bool(self._inner is not None and self._inner.isatty())
+
+    def __getattr__(self, name):
+        if self._inner is None:
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+
+class _Out(_Wrapped):
+    """stdout as sactool writes it: write failures other than a closed pipe become OutputError."""
 
     def _fail(self, e: OSError | None):
         from sactool.errors import OutputError
@@ -94,20 +106,9 @@ class _Out:
         except OSError as e:
             self._fail(e)
 
-    def isatty(self) -> bool:
-        return bool(self._inner is not None and self._inner.isatty())
 
-    def __getattr__(self, name):
-        if self._inner is None:
-            raise AttributeError(name)
-        return getattr(self._inner, name)
-
-
-class _Err:
+class _Err(_Wrapped):
     """stderr that may be closed: messages are dropped rather than turning an exit code into 1."""
-
-    def __init__(self, inner):
-        self._inner = inner
 
     def write(self, s: str) -> int:
         if self._inner is not None:
@@ -123,14 +124,6 @@ class _Err:
                 self._inner.flush()
             except (OSError, ValueError):
                 self._inner = None
-
-    def isatty(self) -> bool:
-        return bool(self._inner is not None and self._inner.isatty())
-
-    def __getattr__(self, name):
-        if self._inner is None:
-            raise AttributeError(name)
-        return getattr(self._inner, name)
 
 
 def _silence(fd: int) -> None:

@@ -172,36 +172,45 @@ class PlacedBuffer:
         }
 
 
-def prefault(buf_mm: mmap.mmap, size: int, page: int, threads: int, cpus) -> None:
-    """Write one byte in every page, split over ``threads`` threads pinned to ``cpus``."""
-    import numpy as np
-
-    view = np.frombuffer(buf_mm, dtype=np.uint8, count=size)
+def _over_threads(size: int, unit: int, threads: int, cpus, fill) -> None:
+    """Run ``fill(lo, hi)`` over ``[0, size)`` cut into ``threads`` chunks of whole ``unit``s, each in a
+    thread pinned to one of ``cpus`` (round robin); the first error of any thread is raised."""
     cpus = list(cpus or [])
-    threads = max(1, min(threads, max(1, size // page)))
-    chunk = math.ceil(size / page / threads) * page
+    threads = max(1, min(threads, max(1, size // unit)))
+    chunk = math.ceil(size / unit / threads) * unit
+    if threads == 1 and not cpus:
+        fill(0, size)
+        return
     errors: list[BaseException] = []
 
     def work(i: int) -> None:
         try:
             if cpus:
                 os.sched_setaffinity(0, {cpus[i % len(cpus)]})  # pid 0 = this thread
-            lo, hi = i * chunk, min(size, (i + 1) * chunk)
-            view[lo:hi:PAGE_SIZE] = 1
+            fill(i * chunk, min(size, (i + 1) * chunk))
         except BaseException as e:  # pragma: no cover - surfaced below
             errors.append(e)
 
-    if threads == 1 and not cpus:
-        view[::PAGE_SIZE] = 1
-    else:
-        ts = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(threads)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
-    del view
+    ts = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
     if errors:
         raise errors[0]
+
+
+def prefault(buf_mm: mmap.mmap, size: int, page: int, threads: int, cpus) -> None:
+    """Write one byte in every page, split over ``threads`` threads pinned to ``cpus``."""
+    import numpy as np
+
+    view = np.frombuffer(buf_mm, dtype=np.uint8, count=size)
+    try:
+        def touch(lo: int, hi: int) -> None:
+            view[lo:hi:PAGE_SIZE] = 1
+        _over_threads(size, page, threads, cpus, touch)
+    finally:
+        del view
 
 
 def zero_fill(buf_mm: mmap.mmap, size: int, threads: int, cpus) -> float:
@@ -213,28 +222,13 @@ def zero_fill(buf_mm: mmap.mmap, size: int, threads: int, cpus) -> float:
     import numpy as np
 
     view = np.frombuffer(buf_mm, dtype=np.uint8, count=size)
-    cpus = list(cpus or [])
-    threads = max(1, min(threads, max(1, size // HUGE_2M)))
-    chunk = math.ceil(size / HUGE_2M / threads) * HUGE_2M
-    errors: list[BaseException] = []
-
-    def work(i: int) -> None:
-        try:
-            if cpus:
-                os.sched_setaffinity(0, {cpus[i % len(cpus)]})
-            view[i * chunk:min(size, (i + 1) * chunk)] = 0
-        except BaseException as e:  # pragma: no cover - surfaced below
-            errors.append(e)
-
     t0 = time.perf_counter()
-    ts = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(threads)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    del view
-    if errors:
-        raise errors[0]
+    try:
+        def zero(lo: int, hi: int) -> None:
+            view[lo:hi] = 0
+        _over_threads(size, HUGE_2M, threads, cpus, zero)
+    finally:
+        del view
     return time.perf_counter() - t0
 
 
