@@ -4,7 +4,7 @@
 every non-flag option it parses: measured here with ``python -X importtime`` and ``/usr/bin/time``,
 ``import typer`` + ``typer._adapters`` cost ≈ 0.25 s of CPU before any work. So the plain forms
 
-    sactool [--debug] probe [--format|-f F] [--sysfs-root D] [--snapshot F] [--force]
+    sactool [--debug] probe [--format|-f F] [--sysfs-root D] [--snapshot F] [--force] [--quiet|-q]
 
 are parsed here without typer and run :func:`sactool.cli.probe.run_probe`, the same function the
 typer command calls. Anything else — ``--help``, other commands, unknown or malformed options —
@@ -37,6 +37,8 @@ def parse_fast_probe(args: List[str]) -> Optional[dict]:
         name, eq, val = a.partition("=")
         if a == "--force" and "force" not in kw:
             kw["force"] = True
+        elif a in ("--quiet", "-q") and "quiet" not in kw:
+            kw["quiet"] = True
         elif a == "--debug" and not debug:
             kw["debug"] = debug = True
         elif name in _VALUE_OPTS:
@@ -54,6 +56,8 @@ def parse_fast_probe(args: List[str]) -> Optional[dict]:
         else:
             return None  # help, unknown or repeated option: let typer explain
         i += 1
+    if kw.get("fmt", "table") not in ("table", "json", "yaml"):   # = sactool.render.FORMATS
+        return None  # a bad choice: typer's message, as for every other command
     for k in ("sysfs_root", "snapshot"):
         if k in kw:
             kw[k] = Path(kw[k])
@@ -71,6 +75,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     from sactool.errors import run_guarded
 
     debug = kw.pop("debug")
+    from sactool.render import set_quiet
+
+    set_quiet(kw.pop("quiet", False))
     code = run_guarded(lambda: run_probe(**kw), debug=debug)
     if argv is None:
         sys.exit(int(code))

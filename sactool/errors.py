@@ -24,6 +24,7 @@ class ExitCode(enum.IntEnum):
     ENGINE_VERSION = 9   # serve: installed SGLang outside the profile's tested range
     CONFLICT = 10        # serve: an extra SGLang flag contradicts the profile
     INTERRUPTED = 130    # Ctrl-C (128 + SIGINT)
+    TERMINATED = 143     # SIGTERM (128 + SIGTERM), handled like Ctrl-C: finished work is kept
 
 
 class SactoolError(Exception):
@@ -82,13 +83,40 @@ class OutputError(SactoolError):
     exit_code = ExitCode.ERROR
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the signal arrives so every path that keeps finished work on Ctrl-C
+    (``except KeyboardInterrupt``) keeps it on SIGTERM too; the exit code is then 143."""
+
+
+_SIGNALLED: dict[str, int | None] = {"signal": None}
+
+
+def handle_sigterm() -> None:
+    """Turn the first SIGTERM into :class:`Terminated` (a second one ends the process at once)."""
+    import signal
+
+    def handler(signum, frame):
+        _SIGNALLED["signal"] = signum
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        raise Terminated
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def _interrupt_code() -> int:
+    import signal
+
+    return int(ExitCode.TERMINATED if _SIGNALLED["signal"] == signal.SIGTERM else ExitCode.INTERRUPTED)
+
+
 def run_guarded(fn, *, debug: bool = False) -> int:
     """Run ``fn()`` the way every sactool entry point does and return the exit code.
 
     SactoolError → ``error: …``/``hint: …`` on stderr and its code (traceback only with ``debug``);
-    Ctrl-C → ``interrupted``, 130; a closed stdout pipe (``| head``) → quiet, 0; stdout that cannot
-    be written (``> /dev/full``, closed) → one line, 1; a closed stderr keeps the exit code; an
-    output encoding without ``—`` gets ASCII (:mod:`sactool.streams`). ``fn`` may return an int
+    Ctrl-C → ``interrupted``, 130 (SIGTERM after :func:`handle_sigterm`: ``terminated``, 143); a
+    closed stdout pipe (``| head``) → quiet, 0; stdout that cannot be written (``> /dev/full``,
+    closed) → one line, 1; a closed stderr keeps the exit code; an output encoding without ``—``
+    gets ASCII (:mod:`sactool.streams`). ``fn`` may return an int
     exit code. Used by :func:`sactool.cli.app.main` and the fast probe path in :mod:`sactool.entry`.
     """
     from sactool.streams import guarded_streams
@@ -118,12 +146,14 @@ def _run(fn, debug: bool) -> int:
             import traceback
 
             traceback.print_exc()
-        sys.stderr.write(f"error: {e.message}\n" + (f"hint: {e.hint}\n" if e.hint else ""))
+        code = _interrupt_code() if e.exit_code == ExitCode.INTERRUPTED else int(e.exit_code)
+        by = " (SIGTERM)" if code == ExitCode.TERMINATED else ""
+        sys.stderr.write(f"error: {e.message}{by}\n" + (f"hint: {e.hint}\n" if e.hint else ""))
         sys.stderr.flush()
-        return int(e.exit_code)
+        return code
     except KeyboardInterrupt:
-        sys.stderr.write("interrupted\n")
-        return int(ExitCode.INTERRUPTED)
+        sys.stderr.write("terminated (SIGTERM)\n" if _interrupt_code() == ExitCode.TERMINATED else "interrupted\n")
+        return _interrupt_code()
     except BrokenPipeError:
         # stdout closed early: be quiet, and keep Python from complaining at exit
         quiet_closed_pipe()

@@ -226,6 +226,26 @@ def _bool(v: Any, name: str) -> bool:
 
 
 _TARGET_RE = re.compile(r"^(node\d+|dax\d+\.\d+)$")
+_VERSION_CLAUSE_RE = re.compile(r"^(>=|<=|==|!=|>|<)\s*(v?\d+(?:\.\d+)*)\S*$")
+
+
+def version_spec(spec: str, name: str = "sglang.tested") -> list[tuple[str, tuple[int, ...]]]:
+    """``'>=0.5.23,<0.6'`` → ``[('>=', (0, 5, 23)), ('<', (0, 6))]``: the comma-separated >=, >, <=,
+    <, ==, != clauses ``serve`` compares the installed SGLang with (release numbers only, trailing
+    zeros dropped). Anything else is a RecordError naming the field, so ``profile validate`` and
+    ``serve`` refuse the same profiles."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise _err(name, f"must be a version range like '>=0.5.23,<0.6', got {spec!r}")
+    out = []
+    for clause in filter(None, (c.strip() for c in spec.split(","))):
+        m = _VERSION_CLAUSE_RE.match(clause)
+        if not m:
+            raise _err(name, f"cannot read {clause!r} as a version clause", "use e.g. '>=0.5.23,<0.6'")
+        parts = [int(x) for x in m.group(2).lstrip("v").split(".")]
+        while len(parts) > 1 and parts[-1] == 0:
+            parts.pop()
+        out.append((m.group(1), tuple(parts)))
+    return out
 
 
 def validate(p: Profile) -> Profile:
@@ -261,7 +281,7 @@ def _validate_hisparse(h: HiSparseSettings, m: ModelRef) -> None:
 
 
 def _validate_sglang(s: SglangSettings, h: HiSparseSettings, m: ModelRef) -> None:
-    _str(s.tested, "sglang.tested")
+    version_spec(s.tested)
     _choice(s.entrypoint, "sglang.entrypoint", ENTRYPOINTS)
     _choice(s.role, "sglang.role", ROLES)
     _int(s.tp_size, "sglang.tp_size", 1)
@@ -381,6 +401,10 @@ _UPGRADES: dict[int, Any] = {}  # schema n -> n+1 steps land here when the schem
 def from_data(data: dict[str, Any], *, source: str = "profile") -> Profile:
     """Build and validate a Profile from loaded YAML/JSON data."""
     data = upgrade(data, kind=KIND, current=SCHEMA_VERSION, steps=_UPGRADES, source=source)
+    known = {f.name for f in dataclasses.fields(Profile)}
+    unknown = sorted(str(k) for k in set(data) - known)
+    if unknown:   # the same rule as inside a section (_build): a typo must not pass silently
+        raise _err(unknown[0], "is not a known field", "remove it, or upgrade sactool if a newer one wrote it")
     for sect in ("model", "pool", "hisparse", "sglang"):
         if sect not in data:
             raise _err(sect, "is missing")

@@ -89,7 +89,7 @@ def upgrade(record: dict[str, Any], *, kind: str, current: int,
     if v > current:
         raise RecordError(
             f"{source} has schema_version {v}, newer than this sactool understands ({current})",
-            "upgrade sactool (pip install -U sactool) to read it",
+            "upgrade sactool (pip install -U from a newer checkout of its repository) to read it",
         )
     steps = steps or {}
     while v < current:
@@ -144,6 +144,37 @@ def refuse_existing(path: str | os.PathLike[str] | None, force: bool,
     before any work, so a refused run costs nothing; :func:`atomic_write` checks again."""
     if path is not None and Path(path).exists() and not force:
         raise ExistsError(f"{path} already exists", hint)
+
+
+MIN_FREE_BYTES = 1 << 20
+"""Free space an output's file system must have before sactool starts work that ends in a write
+(records and profiles are kilobytes to a few hundred KiB; a plot well under 1 MiB)."""
+
+
+def check_writable(path: str | os.PathLike[str]) -> None:
+    """Raise SactoolError now, before any work, when ``path`` could not be written later: its
+    nearest existing ancestor is not a directory, a file cannot be created there (permissions,
+    read-only file system), or its file system has less than :data:`MIN_FREE_BYTES` free."""
+    p = Path(path)
+    d = p.parent
+    while not d.exists() and d != d.parent:
+        d = d.parent
+    if not d.is_dir():
+        raise SactoolError(f"cannot write {p}: {d} is not a directory", "choose another output path")
+    try:
+        fd, probe = _create_temp(d, p.name)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise SactoolError(f"cannot write {p}: {d}: {e.strerror or e}", "choose a writable output path") from None
+    try:
+        st = os.statvfs(d)
+    except OSError:
+        return
+    free = st.f_bavail * st.f_frsize
+    if free < MIN_FREE_BYTES:
+        raise SactoolError(f"cannot write {p}: only {free} bytes free on the file system of {d}",
+                           "free some space or choose another output path")
 
 
 def atomic_write(path: str | os.PathLike[str], data: str | bytes, *, force: bool = False) -> Path:

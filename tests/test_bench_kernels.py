@@ -129,8 +129,8 @@ def test_trace_files(tmp_path):
     n = tmp_path / "t.npy"
     np.save(n, np.array([[0, 9], [3, 4]]))
     assert indices.load_trace(n, 10).tolist() == [0, 9, 3, 4]
-    with pytest.raises(UsageError):
-        indices.load_trace(n, 5)  # index beyond the buffer
+    with pytest.raises(RecordError):
+        indices.load_trace(n, 5)  # index beyond the buffer: the trace does not match it (exit 4, README)
     with pytest.raises(RecordError):
         indices.load_trace(tmp_path / "missing.npy", 10)
     bad = tmp_path / "bad.txt"

@@ -99,12 +99,14 @@ def test_dry_run_json(node0_pinned, tmp_path, standin_env, capsys):
     assert any("SGLang 0.5.23" in c for c in out["checks"])
 
 
-def test_dry_run_reports_host_problems_without_failing(tmp_path, monkeypatch, capsys):
+def test_dry_run_reports_host_problems_with_the_launch_exit_code(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("PYTHONPATH", raising=False)       # no SGLang in this Python
     rc = main(["serve", "--profile", str(REPO / "profiles/examples/cxl-one-node.yaml"), "--dry-run",
                "--python", sys.executable, "-f", "json"])
     out = json.loads(capsys.readouterr().out)
-    assert rc == 0 and ExitCode.ENGINE_MISSING in [p["exit_code"] for p in out["problems"]]
+    # every problem is reported, and the exit code is the one the real launch would give
+    assert ExitCode.ENGINE_MISSING in [p["exit_code"] for p in out["problems"]]
+    assert rc == out["problems"][0]["exit_code"]
 
 
 def _site_with_version(tmp_path, version):

@@ -94,7 +94,7 @@ def test_plot_refuses_overwrite_and_missing_matplotlib(tmp_path, capsys, monkeyp
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     assert main(["simulate", "--platform", PLATFORM, *QUICK, "--plot", str(png), "--force"]) == 2
     out, err = capsys.readouterr()
-    assert out == "" and "matplotlib" in err and "sactool[plot]" in err and png.read_bytes() == b"old"
+    assert out == "" and "matplotlib" in err and "'plot' extra" in err and png.read_bytes() == b"old"
 
 
 def test_profile_form(tmp_path, capsys):

@@ -37,7 +37,8 @@ def run_quick_gather(node: int | None, record_bytes: int, topk: int, threads: in
     threads (None: all CPUs of the nearest CPU node), the default prefetch distance; buffer
     ``size_bytes`` (default 256 MiB, ≥ 8× a 32 MiB L3). ``seconds`` bounds the measuring time
     (imports, placement and kernel load come on top: ~2–3 s here). ``hugepages``: the buffer's
-    page kind (thp, none = 4 KiB, 2MB/1GB hugetlb). Returns a full bench record.
+    page kind (thp, none = 4 KiB, 2MB/1GB hugetlb). Returns a full bench record; Ctrl-C raises
+    KeyboardInterrupt (a partial measurement is not a figure).
     """
     from sactool.bench.api import BenchOptions, run_bench as _run
     from sactool.bench.protocol import Protocol
@@ -62,7 +63,12 @@ def run_quick_gather(node: int | None, record_bytes: int, topk: int, threads: in
         mem = node if node is not None else topo.verdict.pool_nodes[0]
         _, cpus = resolve_cpus(topo, mem, None)
         opts = replace(opts, threads=(len(cpus),))
-    return _run(opts, reader=reader)
+    rec = _run(opts, reader=reader)
+    if not rec.complete:
+        # run_bench keeps a partial record for 'sactool bench' to write; a quick figure built
+        # from it ("median of 1 samples") would be silently wrong, so the interrupt goes on
+        raise KeyboardInterrupt
+    return rec
 
 
 __all__ = ["BenchRecord", "GatherFigure", "gather_figure", "lines_touched", "load_bench", "run_bench",

@@ -72,8 +72,8 @@ def load_trace(path: str | Path, records: int, topk: int | None = None) -> np.nd
         raise RecordError(f"trace {p} holds no integer indices", "write record indices as integers")
     arr = arr.reshape(-1)
     if arr.min() < 0 or arr.max() >= records:
-        raise UsageError(f"trace {p} has index {int(arr.max()) if arr.max() >= records else int(arr.min())} "
-                         f"outside the buffer's {records} records", "use a larger --size or a matching trace")
+        raise RecordError(f"trace {p} has index {int(arr.max()) if arr.max() >= records else int(arr.min())} "
+                          f"outside the buffer's {records} records", "use a larger --size or a matching trace")
     return arr.astype(np.uint64)
 
 

@@ -15,17 +15,42 @@ from typing import List, Optional
 import typer
 
 from sactool.cli import bench, gpugather, profile, serve, simulate, tune
+from sactool.cli.common import RAW_ARGS, QuietOpt, example, flag
 from sactool.cli.probe import register as register_probe
 from sactool.errors import ExitCode, run_guarded
 
+def _flags_take_no_value() -> None:
+    """typer 0.29's rich help prints a type for every option, ``--force <bool>`` included, though a
+    flag takes no value; show flags without one (older typer never printed it: nothing to do)."""
+    from typer.core import TyperOption
+
+    orig = getattr(TyperOption, "display_type_rich", None)
+    if orig is None or getattr(orig, "_sactool_flags", False):
+        return
+
+    def display_type_rich(self, ctx):
+        if getattr(self, "is_flag", False) and not getattr(self, "count", False):
+            return None
+        return orig(self, ctx)
+
+    display_type_rich._sactool_flags = True  # type: ignore[attr-defined]
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+_flags_take_no_value()
+
 app = typer.Typer(
-    add_completion=False,
+    add_completion=True,
     no_args_is_help=True,
     help="Probe, benchmark, tune and serve sparse-attention KV caches from CXL memory.",
     context_settings={"help_option_names": ["-h", "--help"]},
+    epilog=example("sactool probe", "sactool bench --preset fast",
+                   "sactool tune --model deepseek-v3.2 --out myhost.yaml",
+                   "sactool serve --profile myhost.yaml --dry-run -- --model-path deepseek-ai/DeepSeek-V3.2"),
 )
 
 _STATE = {"debug": False}
+
 
 def _version_cb(value: bool) -> None:
     if value:
@@ -37,9 +62,9 @@ def _version_cb(value: bool) -> None:
 
 @app.callback()
 def _root(
-    debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
-    version: bool = typer.Option(False, "--version", help="Print the version and exit.", is_eager=True,
-                                 callback=_version_cb),
+    debug: bool = flag("--debug", help="Show tracebacks for errors."),
+    version: bool = flag("--version", "-V", help="Print the version and exit.", is_eager=True, callback=_version_cb),
+    quiet: bool = QuietOpt,
 ) -> None:
     _STATE["debug"] = debug
 
@@ -47,10 +72,20 @@ def _root(
 register_probe(app)
 gpugather.register(bench.bench_app)
 app.add_typer(bench.bench_app, name="bench")
-app.command()(tune.tune)
+app.command(epilog=tune.EXAMPLE)(tune.tune)
 app.add_typer(profile.profile_app, name="profile")
-app.command(context_settings=serve.SERVE_SETTINGS)(serve.serve)
-app.command()(simulate.simulate)
+app.command(context_settings=serve.SERVE_SETTINGS, epilog=serve.EXAMPLE)(serve.serve)
+app.command(epilog=simulate.EXAMPLE)(simulate.simulate)
+
+
+def _usage_error(e) -> int:
+    """A click usage error (unknown option, bad choice, missing value) in sactool's own form."""
+    ctx = getattr(e, "ctx", None)
+    where = ctx.command_path if ctx is not None else "sactool"
+    msg = e.format_message() if hasattr(e, "format_message") else str(e)
+    msg = msg.replace("Value error, ", "")   # typer 0.29 validates choices through pydantic
+    sys.stderr.write(f"error: {msg}\nhint: see '{where} --help'\n")
+    return int(ExitCode.USAGE)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -64,18 +99,35 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     args = list(sys.argv[1:] if argv is None else argv)
     _STATE["debug"] = "--debug" in args
+    RAW_ARGS["args"] = args
+    from sactool.render import set_quiet
+
+    set_quiet(False)   # --quiet callbacks turn it on for this invocation only
+    if argv is None:   # the process is sactool: SIGTERM keeps finished work as Ctrl-C does
+        from sactool.errors import handle_sigterm
+
+        handle_sigterm()
 
     def run() -> int:
         try:
             rv = app(args=args, prog_name="sactool", standalone_mode=False)
+            if rv == ExitCode.INTERRUPTED:
+                # typer >= 0.2x turns a KeyboardInterrupt (Ctrl-C, or SIGTERM's Terminated) that leaves
+                # a command into a silent 130; sactool's commands never return 130 themselves
+                raise KeyboardInterrupt
             return rv if isinstance(rv, int) else ExitCode.OK
         except _Exit as e:
             return e.exit_code
         except _Abort:
             raise KeyboardInterrupt from None
+        except _ClickUsage as e:
+            if type(e).__name__ == "NoArgsIsHelpError":   # bare 'sactool': the help, as before
+                e.show()
+                return ExitCode.USAGE
+            return _usage_error(e)
         except _ClickException as e:
             e.show()
-            return ExitCode.USAGE if isinstance(e, _ClickUsage) else ExitCode.ERROR
+            return ExitCode.ERROR
 
     code = run_guarded(run, debug=_STATE["debug"])
     if argv is None:

@@ -8,12 +8,24 @@ from typing import Optional
 
 import typer
 
-from sactool.cli.common import FormatOpt, check_format
+from sactool.bench.protocol import PRESETS
+from sactool.cli.common import (FormatOpt, QuietOpt, check_format, check_output, choices, example, flag, value,
+                                write_result)
 from sactool.errors import Interrupted, UsageError
+from sactool.memory.placed import HUGEPAGE_CHOICES
 
 from sactool.bench.api import TESTS  # light: no numpy/numba until something is measured
 
 TEST_SETS = {**{t: (t,) for t in TESTS}, "all": TESTS}
+
+PATTERNS = ("uniform", "clustered", "trace")
+"""= :data:`sactool.bench.indices.PATTERNS` (that module imports numpy; a test keeps them equal)."""
+PLOTTED = ("loaded", "gather")
+"""The tests ``--plot`` draws (:func:`sactool.render.bench.bench_figure`)."""
+
+Preset = choices("Preset", tuple(PRESETS))
+Pattern = choices("Pattern", PATTERNS)
+Hugepages = choices("Hugepages", HUGEPAGE_CHOICES)
 
 
 def _ints(text: str | None, what: str) -> tuple[int, ...] | None:
@@ -64,15 +76,18 @@ def run_command(test: str, *, node, cpus, size, threads, record_bytes, topk, pre
     from sactool.memory.nodes import topology
     from sactool.units import parse_size
 
-    from sactool.records import refuse_existing
-
-    refuse_existing(out, force)
-    refuse_existing(plot, force, "pass --force to overwrite it")
+    # outputs first: nothing is measured for a result that could not be written
+    check_output(out, force)
     if plot is not None:
+        if not any(t in PLOTTED for t in TEST_SETS[test]):
+            raise UsageError(f"--plot draws loaded latency and gathers; 'bench {test}' measures neither",
+                             "use --plot with bench loaded, gather or all")
+        check_output(plot, force, "--plot")
         try:
             import matplotlib  # noqa: F401
         except ImportError:
-            raise UsageError("--plot needs matplotlib", "pip install 'sactool[plot]'") from None
+            raise UsageError("--plot needs matplotlib",
+                             "pip install matplotlib (the 'plot' extra: pip install -e '.[plot]' in sactool's checkout)") from None
     if trace is not None and pattern == "uniform":
         pattern = "trace"
     nd = parse_node(node)
@@ -99,20 +114,33 @@ def run_command(test: str, *, node, cpus, size, threads, record_bytes, topk, pre
     finally:
         close()
     from sactool import records
+    from sactool.render import emit_data, note
 
-    if out is not None:
-        records.atomic_write(out, records.dumps(rec.data, "yaml" if out.suffix in (".yaml", ".yml") else "json"),
-                             force=True)
-    if plot is not None:
-        records.atomic_write(plot, plot_bench(rec), force=True)
+    # show the result first: whatever happens to the files, what was measured is on the screen
     if fmt == "table":
         render_bench(rec)
     else:
-        from sactool.render import emit_data
         from sactool.render.bench import render_warnings
 
         render_warnings(rec)
         emit_data(rec.data, fmt)
+    failed = None
+    if out is not None:
+        kind = "yaml" if out.suffix in (".yaml", ".yml") else "json"
+        try:
+            write_result(out, records.dumps(rec.data, kind), force=force, kind="bench", suffix=f".{kind}",
+                         fallback_stdout=None if fmt != "table" else (lambda: emit_data(rec.data, "json")),
+                         on_stdout=fmt != "table")
+        except Exception as e:  # noqa: BLE001 - SactoolError; re-raised below, after the plot
+            failed = e
+    if plot is not None:
+        try:
+            write_result(plot, plot_bench(rec), force=force, kind="bench-plot", suffix=".png")
+            note(f"plot: {plot}")
+        except Exception as e:  # noqa: BLE001
+            failed = failed or e
+    if failed is not None:
+        raise failed
     if not rec.complete:
         kept = len(rec.results)
         raise Interrupted(f"interrupted: {kept} finished result{'s' if kept != 1 else ''} kept"
@@ -122,63 +150,111 @@ def run_command(test: str, *, node, cpus, size, threads, record_bytes, topk, pre
 
 bench_app = typer.Typer(
     help="Measure memory on a NUMA node: idle/loaded latency, MLP, bandwidth, KV top-k gathers. "
-         "Without a subcommand: all tests on the pool node.",
+         "Without a subcommand: all tests on the pool node. Options go before or after the subcommand.",
     invoke_without_command=True,
+    epilog=example("sactool bench --preset fast", "sactool bench gather --node 2 -r 656,1152 --out bench.json"),
 )
 
 _B_NODE = typer.Option(None, "--node", "-n", help="Memory node (2 or node2), a devdax device (dax0.0), or 'all' for "
                                                   "CPU-node × memory-node matrices. Default: the pool node.")
 _B_CPUS = typer.Option(None, "--cpus", help="CPUs to run on: a list (0-3,8) or a node (node0). "
                                             "Default: the CPU node nearest the memory node.")
-_B_SIZE = typer.Option(None, "--size", help="Buffer size (default by preset: 512MiB / 1GiB / 4GiB).")
+_B_SIZE = typer.Option(None, "--size", help="Buffer size with its unit, e.g. 512MiB (default by preset: "
+                                            "512MiB / 1GiB / 4GiB).")
 _B_THREADS = typer.Option(None, "--threads", "-t", help="Thread counts for bandwidth and gathers (e.g. 1,2).")
 _B_RECORD = typer.Option(None, "--record-bytes", "-r", help="Gather record sizes in bytes (default 64,128,256,656,1152,4096).")
 _B_TOPK = typer.Option(2048, "--topk", "-k", help="Records gathered per decode step.")
 _B_PREFETCH = typer.Option(None, "--prefetch", help="Software-prefetch distances in records (default: per size).")
-_B_PATTERN = typer.Option("uniform", "--pattern", help="Gather indices: uniform, clustered or trace.")
+_B_PATTERN = typer.Option(Pattern("uniform"), "--pattern", case_sensitive=False, help="Gather indices.")
 _B_TRACE = typer.Option(None, "--trace", help="Index trace (.npy, or text: one step per line).")
-_B_HUGE = typer.Option("thp", "--hugepages", help="thp (MADV_HUGEPAGE), none, 2MB or 1GB (hugetlb pool).")
-_B_PRESET = typer.Option("default", "--preset", help="Protocol: fast, default or rigorous.")
+_B_HUGE = typer.Option(Hugepages("thp"), "--hugepages",
+                       help="thp (MADV_HUGEPAGE), none, or a hugetlb pool (2MB, 1GB).")
+_B_PRESET = typer.Option(Preset("default"), "--preset", case_sensitive=False,
+                         help="Protocol: sample time and rounds (fast 20 ms × 3, default 50 ms × 5, rigorous 200 ms × 15).")
 _B_SEED = typer.Option(1, "--seed", help="Seed for chains and indices.")
 _B_OUT = typer.Option(None, "--out", "-o", help="Write the bench record here (JSON, or YAML by suffix).")
-_B_FORCE = typer.Option(False, "--force", help="Overwrite --out / --plot.")
-_B_PLOT = typer.Option(None, "--plot", help="Draw loaded-latency and gather curves to this PNG (needs matplotlib).")
+_B_FORCE = flag("--force", help="Overwrite --out / --plot.")
+_B_PLOT = typer.Option(None, "--plot", help="Draw the loaded-latency and gather curves to this PNG (needs matplotlib).")
 
 
-def _bench(test: str, **kw) -> None:
-    check_format(kw["fmt"])
+def _given(ctx: typer.Context, kw: dict) -> dict:
+    """The options of ``kw`` the user set on this command line (not defaults)."""
+    out = {}
+    for k, v in kw.items():
+        src = ctx.get_parameter_source(k)
+        if src is not None and getattr(src, "name", "") not in ("DEFAULT", "DEFAULT_MAP"):
+            out[k] = v
+    return out
+
+
+def _merge(ctx: typer.Context, test: str, kw: dict) -> dict:
+    """``sactool bench --node 2 latency`` = ``sactool bench latency --node 2``: options given
+    before the subcommand apply to it; the same option given on both sides with different values
+    is refused."""
+    kw = {k: value(v) for k, v in kw.items()}
+    mine = _given(ctx, kw)
+    group = (ctx.obj or {}).get("bench_options", {})
+    for k, v in group.items():
+        if k in mine and mine[k] != v:
+            opt = "--format" if k == "fmt" else "--" + k.replace("_", "-")
+            raise UsageError(f"{opt} given twice: {v} before 'bench {test}' and {mine[k]} after it",
+                             f"give {opt} once")
+        if k not in mine:
+            kw[k] = v
+    return kw
+
+
+def _bench(test: str, kw: dict) -> None:
+    kw["fmt"] = check_format(kw["fmt"])
     run_command(test, **kw)
 
 
-def _bench_cmd(test: str, doc: str):
-    def cmd(node: Optional[str] = _B_NODE, cpus: Optional[str] = _B_CPUS, size: Optional[str] = _B_SIZE,
-            threads: Optional[str] = _B_THREADS, record_bytes: Optional[str] = _B_RECORD, topk: int = _B_TOPK,
-            prefetch: Optional[str] = _B_PREFETCH, pattern: str = _B_PATTERN, trace: Optional[Path] = _B_TRACE,
-            hugepages: str = _B_HUGE, preset: str = _B_PRESET, seed: int = _B_SEED, out: Optional[Path] = _B_OUT,
-            force: bool = _B_FORCE, fmt: str = FormatOpt, plot: Optional[Path] = _B_PLOT) -> None:
-        _bench(test, node=node, cpus=cpus, size=size, threads=threads, record_bytes=record_bytes, topk=topk,
-               prefetch=prefetch, pattern=pattern, trace=trace, hugepages=hugepages, preset=preset, seed=seed,
-               out=out, force=force, fmt=fmt, plot=plot)
+def _bench_cmd(test: str, doc: str, ex: str):
+    def cmd(ctx: typer.Context, node: Optional[str] = _B_NODE, cpus: Optional[str] = _B_CPUS,
+            size: Optional[str] = _B_SIZE, threads: Optional[str] = _B_THREADS,
+            record_bytes: Optional[str] = _B_RECORD, topk: int = _B_TOPK, prefetch: Optional[str] = _B_PREFETCH,
+            pattern: Pattern = _B_PATTERN, trace: Optional[Path] = _B_TRACE, hugepages: Hugepages = _B_HUGE,
+            preset: Preset = _B_PRESET, seed: int = _B_SEED, out: Optional[Path] = _B_OUT, force: bool = _B_FORCE,
+            fmt=FormatOpt, plot: Optional[Path] = _B_PLOT, quiet: bool = QuietOpt) -> None:
+        kw = dict(node=node, cpus=cpus, size=size, threads=threads, record_bytes=record_bytes, topk=topk,
+                  prefetch=prefetch, pattern=pattern, trace=trace, hugepages=hugepages, preset=preset, seed=seed,
+                  out=out, force=force, fmt=fmt, plot=plot)
+        _bench(test, _merge(ctx, test, kw))
 
     cmd.__doc__ = doc
-    bench_app.command(name=test)(cmd)
+    bench_app.command(name=test, epilog=example(ex))(cmd)
 
 
-for _t, _doc in (("latency", "Idle latency: pointer chase over page-local and fully random chains."),
-                 ("bandwidth", "Sequential read/write/copy bandwidth, 1 … all CPUs of the CPU node."),
-                 ("mlp", "Memory-level parallelism: 1 … 32 independent chases (latency and bandwidth)."),
-                 ("gather", "KV top-k gather of R-byte records at uniform/clustered/trace indices."),
-                 ("loaded", "Loaded latency: one chaser while throttled readers sweep from full load to idle."),
-                 ("convert", "The RDMA baseline's CPU work per fetched prefix: gather, page-first -> layer-first "
-                             "transpose, scatter (DeepSeek-V3.2 shape, 61 layers; --record-bytes 1152 BF16)."),
-                 ("all", "Every test above, in one record.")):
-    _bench_cmd(_t, _doc)
+for _t, _doc, _ex in (
+        ("latency", "Idle latency: pointer chase over page-local and fully random chains.",
+         "sactool bench latency --node 2 --preset rigorous"),
+        ("bandwidth", "Sequential read/write/copy bandwidth, 1 … all CPUs of the CPU node.",
+         "sactool bench bandwidth --node 2 --threads 1,8,16"),
+        ("mlp", "Memory-level parallelism: 1 … 32 independent chases (latency and bandwidth).",
+         "sactool bench mlp --node 2"),
+        ("gather", "KV top-k gather of R-byte records at uniform/clustered/trace indices.",
+         "sactool bench gather --node 2 -r 656,1152 -k 2048 --threads 1,8 --out bench.json"),
+        ("loaded", "Loaded latency: one chaser while throttled readers sweep from full load to idle.",
+         "sactool bench loaded --node 2 --plot loaded.png"),
+        ("convert", "The RDMA baseline's CPU work per fetched prefix: gather, page-first -> layer-first "
+                    "transpose, scatter (DeepSeek-V3.2 shape, 61 layers; --record-bytes 1152 BF16).",
+         "sactool bench convert --node 0 --record-bytes 1152 --out convert.json"),
+        ("all", "Every test above, in one record.", "sactool bench all --node 2 --out bench.json")):
+    _bench_cmd(_t, _doc, _ex)
 
 
 @bench_app.callback()
-def _bench_default(ctx: typer.Context, node: Optional[str] = _B_NODE, preset: str = _B_PRESET,
-                   out: Optional[Path] = _B_OUT, force: bool = _B_FORCE, fmt: str = FormatOpt) -> None:
+def _bench_default(ctx: typer.Context, node: Optional[str] = _B_NODE, cpus: Optional[str] = _B_CPUS,
+                   size: Optional[str] = _B_SIZE, threads: Optional[str] = _B_THREADS,
+                   record_bytes: Optional[str] = _B_RECORD, topk: int = _B_TOPK, prefetch: Optional[str] = _B_PREFETCH,
+                   pattern: Pattern = _B_PATTERN, trace: Optional[Path] = _B_TRACE, hugepages: Hugepages = _B_HUGE,
+                   preset: Preset = _B_PRESET, seed: int = _B_SEED, out: Optional[Path] = _B_OUT,
+                   force: bool = _B_FORCE, fmt=FormatOpt, plot: Optional[Path] = _B_PLOT,
+                   quiet: bool = QuietOpt) -> None:
+    kw = dict(node=node, cpus=cpus, size=size, threads=threads, record_bytes=record_bytes, topk=topk,
+              prefetch=prefetch, pattern=pattern, trace=trace, hugepages=hugepages, preset=preset, seed=seed,
+              out=out, force=force, fmt=fmt, plot=plot)
     if ctx.invoked_subcommand is None:
-        _bench("all", node=node, cpus=None, size=None, threads=None, record_bytes=None, topk=2048, prefetch=None,
-               pattern="uniform", trace=None, hugepages="thp", preset=preset, seed=1, out=out, force=force,
-               fmt=fmt, plot=None)
+        _bench("all", {k: value(v) for k, v in kw.items()})
+        return
+    ctx.ensure_object(dict)["bench_options"] = {k: value(v) for k, v in _given(ctx, kw).items()}

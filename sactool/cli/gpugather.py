@@ -8,7 +8,8 @@ from typing import Optional
 
 import typer
 
-from sactool.cli.common import FormatOpt, check_format, refuse_existing
+from sactool.cli.bench import Hugepages, Preset
+from sactool.cli.common import FormatOpt, QuietOpt, check_format, check_output, example, flag, value, write_result
 from sactool.errors import Interrupted, UsageError
 
 
@@ -41,16 +42,18 @@ def gpu_gather(
                                      "request's whole prefix."),
     placement: str = typer.Option("strict", "--placement", help="strict (mbind + verified, as 'bench'), or "
                                   "best-effort (first-touch where the kernel lacks mbind/move_pages; the record says so)."),
-    hugepages: str = typer.Option("thp", "--hugepages", help="thp, none, 2MB or 1GB."),
-    preset: str = typer.Option("default", "--preset", help="Protocol: fast, default or rigorous."),
+    hugepages: Hugepages = typer.Option(Hugepages("thp"), "--hugepages", help="thp, none, or a hugetlb pool."),
+    preset: Preset = typer.Option(Preset("default"), "--preset", case_sensitive=False, help="Protocol."),
     seed: int = typer.Option(1, "--seed", help="Seed for the index streams."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the bench record here (JSON, or YAML by suffix)."),
-    force: bool = typer.Option(False, "--force", help="Overwrite --out."),
-    fmt: str = FormatOpt,
+    force: bool = flag("--force", help="Overwrite --out."),
+    fmt=FormatOpt,
+    quiet: bool = QuietOpt,
 ) -> None:
     """GPU top-k swap-in from pool memory (HiSparse's data path): µs per step, GB/s, vs the full-prefix copy."""
-    check_format(fmt)
-    refuse_existing(out, force)
+    fmt = check_format(fmt)
+    hugepages, preset = value(hugepages), value(preset)
+    check_output(out, force)
     from sactool.bench.gpugather import DEFAULT_BLOCKS, DEFAULT_RECORDS, DEFAULT_THREADS, DEFAULT_TOPK, PATTERNS
     from sactool.bench.gpugather import GpuGatherOptions, run_gpu_gather
     from sactool.cli.bench import parse_cpus, parse_node
@@ -91,24 +94,27 @@ def gpu_gather(
 def _emit(rec, out: Path | None, fmt: str) -> None:
     """Write the record, render it (table) or print it (json/yaml); an interrupted run exits 130."""
     from sactool import records
+    from sactool.render import emit_data
 
-    if out is not None:
-        records.atomic_write(out, records.dumps(rec.data, "yaml" if out.suffix in (".yaml", ".yml") else "json"),
-                             force=True)
-    if fmt == "table":
+    if fmt == "table":   # the result first, then the file (a failed write loses nothing)
         from sactool.render.gpugather import render_gpu_gather
 
         render_gpu_gather(rec)
     else:
-        from sactool.render import emit_data
         from sactool.render.bench import render_warnings
 
         render_warnings(rec)
         emit_data(rec.data, fmt)
+    if out is not None:
+        kind = "yaml" if out.suffix in (".yaml", ".yml") else "json"
+        write_result(out, records.dumps(rec.data, kind), force=force, kind="gpu-gather", suffix=f".{kind}",
+                     fallback_stdout=None if fmt != "table" else (lambda: emit_data(rec.data, "json")),
+                     on_stdout=fmt != "table")
     if not rec.complete:
         raise Interrupted(f"interrupted: {len(rec.results)} finished results kept" + (f" in {out}" if out else ""),
                           "rerun to complete the measurement")
 
 
 def register(bench_app) -> None:
-    bench_app.command(name="gpu-gather")(gpu_gather)
+    bench_app.command(name="gpu-gather", epilog=example(
+        "sactool bench gpu-gather --node 2 --gpu 0 -r 656 --blocks 1,8,64 --out gpu.json"))(gpu_gather)

@@ -7,7 +7,6 @@ Light on purpose: :func:`run_probe` is also the typer-free fast path of the cons
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Optional
 
@@ -35,8 +34,10 @@ def run_probe(fmt: str = "table", sysfs_root: Optional[Path] = None, snapshot: O
         from sactool.topology.snapshot import write_snapshot
 
         path = write_snapshot(reader, snapshot, force=force)
-        sys.stderr.write(f"snapshot: {path} ({len(reader.touched)} paths read); "
-                         f"to replay: mkdir DIR && tar xzf {path} -C DIR && sactool probe --sysfs-root DIR\n")
+        from sactool.render import note
+
+        note(f"snapshot: {path} ({len(reader.touched)} paths read); "
+             f"to replay: mkdir DIR && tar xzf {path} -C DIR && sactool probe --sysfs-root DIR")
     if fmt == "table":
         from sactool.render.probe import render_probe
 
@@ -51,15 +52,17 @@ def register(app) -> None:
     """Add ``probe`` to the typer ``app`` (options as the fast path parses them)."""
     import typer
 
-    from sactool.cli.common import FormatOpt, SysfsRootOpt
+    from sactool.cli.common import FormatOpt, QuietOpt, SysfsRootOpt, check_format, example, flag
 
-    @app.command()
+    @app.command(epilog=example("sactool probe", "sactool probe --format json",
+                                "sactool probe --snapshot mybox.tar.gz"))
     def probe(
-        fmt: str = FormatOpt,
+        fmt=FormatOpt,
         sysfs_root: Optional[Path] = SysfsRootOpt,
         snapshot: Optional[Path] = typer.Option(
             None, "--snapshot", help="Also write the files the prober read to this .tar.gz (for bug reports)."),
-        force: bool = typer.Option(False, "--force", help="Overwrite an existing --snapshot file."),
+        force: bool = flag("--force", help="Overwrite an existing --snapshot file."),
+        quiet: bool = QuietOpt,
     ) -> None:
         """What memory do I have: NUMA nodes, which is CXL and why, CXL devices, regions, DAX, HMAT, tiers."""
-        run_probe(fmt, sysfs_root, snapshot, force)
+        run_probe(check_format(fmt), sysfs_root, snapshot, force)

@@ -6,17 +6,19 @@ from pathlib import Path
 
 import typer
 
-from sactool.cli.common import FormatOpt, check_format
+from sactool.cli.common import FormatOpt, QuietOpt, check_format, example
 
-profile_app = typer.Typer(help="Show or validate a serving profile.", no_args_is_help=True)
+profile_app = typer.Typer(help="Show or validate a serving profile.", no_args_is_help=True,
+                          epilog=example("sactool profile show myhost.yaml", "sactool profile validate myhost.yaml"))
 
 
-@profile_app.command("show")
-def profile_show(file: Path = typer.Argument(..., help="Profile (YAML or JSON)."), fmt: str = FormatOpt) -> None:
+@profile_app.command("show", epilog=example("sactool profile show profiles/deepseek-v3.2/myhost.yaml --format yaml"))
+def profile_show(file: Path = typer.Argument(..., help="Profile (YAML or JSON)."), fmt=FormatOpt,
+                 quiet: bool = QuietOpt) -> None:
     """Print a profile: every setting with its provenance, and the predictions."""
     from sactool.profile import load_profile
 
-    check_format(fmt)
+    fmt = check_format(fmt)
     p = load_profile(file)
     if fmt == "table":
         from sactool.render.profile import render_profile
@@ -28,10 +30,12 @@ def profile_show(file: Path = typer.Argument(..., help="Profile (YAML or JSON)."
         emit_data(p, fmt)
 
 
-@profile_app.command("validate")
-def profile_validate(file: Path = typer.Argument(..., help="Profile (YAML or JSON).")) -> None:
-    """Check a profile (exit 0 valid; 4 corrupt, invalid field or newer schema)."""
+@profile_app.command("validate", epilog=example("sactool profile validate profiles/deepseek-v3.2/myhost.yaml"))
+def profile_validate(file: Path = typer.Argument(..., help="Profile (YAML or JSON)."), fmt=FormatOpt,
+                     quiet: bool = QuietOpt) -> None:
+    """Check a profile as serve will (exit 0 valid; 4 corrupt, invalid field or newer schema)."""
     from sactool.profile import load_profile
     from sactool.render.profile import render_valid
 
-    render_valid(load_profile(file), file)
+    fmt = check_format(fmt)
+    render_valid(load_profile(file), file, fmt)

@@ -7,9 +7,27 @@ from typing import List, Optional
 
 import typer
 
-from sactool.cli.common import FormatOpt, check_format, refuse_existing
+from sactool.cli.common import FormatOpt, QuietOpt, check_format, check_output, choices, example, flag
 from sactool.data import paper_platform
-from sactool.errors import UsageError
+from sactool.errors import CapacityError, UsageError
+from sactool.simulate.platform import CASES
+
+Case = choices("Case", CASES)
+
+EXAMPLE = example("sactool simulate --platform sactool/data/platforms/sac-paper.yaml --explain",
+                  "sactool simulate --profile myhost.yaml --context 32k,128k --concurrency 8,16,32,64 --plot sim.png")
+
+
+def _fits_nowhere(res) -> list[str]:
+    """'(context, concurrency)' points whose requested concurrency fits in no simulated placement
+    (each placement either does not fit or was capped below the request)."""
+    bad = []
+    for key in sorted({(p.context_tokens, p.concurrency) for p in res.points}):
+        pts = [p for p in res.points if (p.context_tokens, p.concurrency) == key]
+        if pts and all((not p.fits) or p.capped for p in pts):
+            most = max(p.max_concurrency for p in pts)
+            bad.append(f"{key[1]} requests at {key[0]} tokens (at most {most} fit)")
+    return bad
 
 
 def simulate(
@@ -23,7 +41,8 @@ def simulate(
     context: Optional[str] = typer.Option(None, "--context", help="Context lengths, e.g. 32k,128k."),
     concurrency: Optional[str] = typer.Option(None, "--concurrency", help="Concurrencies, e.g. 8,16,32,64,128."),
     output_tokens: Optional[int] = typer.Option(None, "--output-tokens", help="Output tokens per request."),
-    case: Optional[str] = typer.Option(None, "--case", help="cache_hit (KV in the pool) or cache_populate."),
+    case: Optional[Case] = typer.Option(None, "--case", case_sensitive=False,
+                                        help="cache_hit (KV already in the pool) or cache_populate."),
     arrival_rate: Optional[float] = typer.Option(
         None, "--arrival-rate", help="Poisson arrivals per second (default: closed loop at the concurrency)."),
     prefetch: Optional[bool] = typer.Option(
@@ -33,24 +52,26 @@ def simulate(
         128, "--hotbuffer-steps", help="Decode steps simulated for hot-buffer misses per context."),
     overrides: Optional[List[str]] = typer.Option(
         None, "--set", help="Override a platform field, e.g. --set nic.count=4 (repeatable)."),
-    explain: bool = typer.Option(False, "--explain", help="Attribute each ratio to its drivers, and rerun the "
-                                 "model with each input at ±50% to show the three each ratio is most sensitive to."),
+    explain: bool = flag("--explain", help="Attribute each ratio to its drivers, and rerun the model with each "
+                                           "input at ±50% to show the three each ratio is most sensitive to."),
     convert_bench: Optional[Path] = typer.Option(
         None, "--convert-bench", help="Bench record of 'sactool bench convert': the RDMA baseline's CPU-pass rate "
         "measured on this host instead of the platform's (read from the authors' logs)."),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="Write throughput and TTFT vs concurrency (PNG)."),
-    force: bool = typer.Option(False, "--force", help="Overwrite an existing --plot file."),
-    fmt: str = FormatOpt,
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Write throughput, TTFT and TBT vs concurrency (PNG)."),
+    force: bool = flag("--force", help="Overwrite an existing --plot file."),
+    fmt=FormatOpt,
+    quiet: bool = QuietOpt,
 ) -> None:
     """What SAC/CXL vs an RDMA pool vs local DRAM would give: TTFT, TBT, throughput, memory, ratios."""
     from sactool.simulate.api import SimulationOptions
     from sactool.units import parse_int_list, parse_list, parse_tokens
 
-    check_format(fmt)
+    fmt = check_format(fmt)
+    case = case.value if case is not None else None
     if platform is None and profile is None:
         raise UsageError("give --platform FILE or --profile P",
                          f"e.g. sactool simulate --platform {paper_platform()}")
-    refuse_existing(plot, force, "pass --force to overwrite it")
+    check_output(plot, force, "--plot")   # before the work: exists, unwritable directory, full disk
     if plot is not None:
         from sactool.render.simulate import require_matplotlib
 
@@ -114,23 +135,31 @@ def _run(sopts, *, explain: bool):
 
 
 def _emit(res, sens, *, fmt: str, explain: bool, plot: Optional[Path], force: bool) -> None:
-    if plot is not None:
-        from sactool.render.simulate import plot_simulation
-
-        plot_simulation(res, plot, force=force)
-        typer.echo(f"plot: {plot}", err=True)
+    """The result first (stdout), then the plot file, then exit 6 when the requested concurrency
+    fit nowhere (the table shows each placement's cap)."""
     if fmt == "table":
         from sactool.render.simulate import render_simulation
 
         render_simulation(res, explain=explain, sensitivity=sens)
-        return
-    from sactool.render import emit_data
+    else:
+        from sactool.render import emit_data
 
-    if sens is None:
-        emit_data(res, fmt)
-        return
-    from sactool.records import to_data
+        if sens is None:
+            emit_data(res, fmt)
+        else:
+            from sactool.records import to_data
 
-    data = res.to_data()
-    data["sensitivity"] = to_data(sens)
-    emit_data(data, fmt)
+            data = res.to_data()
+            data["sensitivity"] = to_data(sens)
+            emit_data(data, fmt)
+    if plot is not None:
+        from sactool.cli.common import write_result
+        from sactool.render import note
+        from sactool.render.simulate import plot_png
+
+        write_result(plot, plot_png(res), force=force, kind="simulate-plot", suffix=".png")
+        note(f"plot: {plot}")
+    nowhere = _fits_nowhere(res)
+    if nowhere:
+        raise CapacityError("the requested concurrency fits in no placement: " + "; ".join(nowhere),
+                            "lower --concurrency or --context, or add pool capacity (the table shows each cap)")

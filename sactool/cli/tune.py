@@ -7,8 +7,17 @@ from typing import List, Optional
 
 import typer
 
-from sactool.cli.common import FormatOpt, SysfsRootOpt, check_format
+from sactool.cli.common import FormatOpt, QuietOpt, SysfsRootOpt, check_format, choices, example, flag, value
 from sactool.errors import UsageError
+from sactool.hisparse.gpus import GPUS
+from sactool.hisparse.layout import _KV_DTYPE_ALIASES
+
+KvDtype = choices("KvDtype", ("fp8", "bf16") + tuple(k for k in _KV_DTYPE_ALIASES if k not in ("fp8", "bf16")))
+Gpu = choices("Gpu", tuple(GPUS))
+
+EXAMPLE = example("sactool tune --model deepseek-v3.2",
+                  "sactool tune --model glm-5.1 --gpu h20 --gpu-kv-budget 20GiB --context 32k,64k --concurrency 64",
+                  "sactool tune --model deepseek-v3.2 --bench bench.json --out myhost.yaml")
 
 
 def _given(ctx: typer.Context, names: dict) -> frozenset:
@@ -33,42 +42,42 @@ def tune(
                                     help="Concurrent requests in all (auto: SAC's 64, or what the pool holds)."),
     tp: int = typer.Option(8, "--tp", help="GPU ranks (tensor parallel size)."),
     attn_dp: Optional[int] = typer.Option(None, "--attn-dp", help="Attention-DP groups (default: = --tp)."),
-    gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU from the catalog: h20, h100, h200 (default h200)."),
+    gpu: Optional[Gpu] = typer.Option(None, "--gpu", case_sensitive=False, help="GPU from the catalog (default h200)."),
     gpu_kv_budget: Optional[str] = typer.Option(None, "--gpu-kv-budget",
-                                                help="GPU bytes per GPU for hot buffers + indexer keys (e.g. 30GiB)."),
-    weights_bytes: Optional[str] = typer.Option(None, "--weights-bytes", help="Checkpoint size (e.g. 642GiB)."),
-    kv_dtype: str = typer.Option("fp8", "--kv-dtype", help="KV cache dtype: fp8 (656 B) or bf16 (1152 B)."),
+                                                help="GPU memory per GPU for hot buffers + indexer keys, with its "
+                                                     "unit (e.g. 30GiB)."),
+    weights_bytes: Optional[str] = typer.Option(None, "--weights-bytes", help="Checkpoint size, with its unit "
+                                                "(e.g. 642GiB)."),
+    kv_dtype: KvDtype = typer.Option(KvDtype("fp8"), "--kv-dtype", case_sensitive=False,
+                                     help="KV cache dtype: fp8 (656 B records) or bf16 (1152 B)."),
     bench: Optional[List[Path]] = typer.Option(
         None, "--bench", help="Bench record from 'sactool bench gpu-gather --out' (GPU figures) or 'sactool bench "
         "--out' (CPU proxy); repeat it for one record per pool target."),
     trace: Optional[Path] = typer.Option(None, "--trace", help="Replay a real top-k trace (.npz)."),
-    strict: bool = typer.Option(False, "--strict", help="Refuse bench records from another machine or node."),
+    strict: bool = flag("--strict", help="Refuse bench records from another machine or node."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Profile path (default profiles/<model>/<host>.yaml)."),
-    force: bool = typer.Option(False, "--force", help="Overwrite an existing profile; restart unfinished points."),
-    resume: bool = typer.Option(False, "--resume", help="Continue an interrupted tune from its points file."),
+    force: bool = flag("--force", help="Overwrite an existing profile; restart unfinished points."),
+    resume: bool = flag("--resume", help="Continue an interrupted tune from its points file."),
     steps: int = typer.Option(128, "--steps", help="Decode steps simulated per context and seed."),
     replicates: int = typer.Option(3, "--replicates", help="Workload seeds = interleaved measurement rounds."),
-    seed: int = typer.Option(0, "--seed", help="First workload seed."),
+    seed: int = typer.Option(0, "--seed", min=0, help="First workload seed."),
     sysfs_root: Optional[Path] = SysfsRootOpt,
     fleet: Optional[Path] = typer.Option(
         None, "--fleet", help="Fleet bench record (mpirun … sactool bench gather --out): one profile per host, "
         "each for its share of the shared pool; --out is then a directory (default profiles/<model>/)."),
     pool_bytes: Optional[str] = typer.Option(None, "--pool-bytes", help=POOL_BYTES_HELP),
-    fmt: str = FormatOpt,
+    fmt=FormatOpt,
+    quiet: bool = QuietOpt,
 ) -> None:
     """Choose HiSparse and pool settings for a model from measurements; write a serving profile."""
-    from sactool.tune.api import TuneOptions, tune as do_tune
+    from sactool.tune.api import TuneOptions
     from sactool.units import parse_list, parse_size, parse_tokens
 
-    check_format(fmt)
-    conc = None
-    if concurrency.strip().lower() != "auto":
-        try:
-            conc = int(concurrency)
-        except ValueError:
-            raise UsageError(f"--concurrency {concurrency!r} is not a number", "give an integer or auto") from None
+    fmt = check_format(fmt)
+    gpu, kv_dtype = value(gpu), value(kv_dtype)
     opts = TuneOptions(
-        model=model, contexts=tuple(parse_list(context, parse_tokens, what="context")), concurrency=conc, tp=tp,
+        model=model, contexts=tuple(parse_list(context, parse_tokens, what="context")),
+        concurrency=_concurrency(concurrency), tp=tp,
         attn_dp=attn_dp, gpu=gpu,
         gpu_kv_budget_bytes=parse_size(gpu_kv_budget, what="--gpu-kv-budget") if gpu_kv_budget else None,
         weights_bytes=parse_size(weights_bytes, what="--weights-bytes") if weights_bytes else None,
@@ -90,7 +99,22 @@ def tune(
         return  # tune --fleet under mpirun: rank 0 writes every host's profile
     if fleet is not None:
         return _tune_fleet(opts, fleet, fmt)
+    _tune_one(opts, fmt)
+
+
+def _concurrency(text: str) -> int | None:
+    """``--concurrency``: an integer, or ``auto`` (None)."""
+    if text.strip().lower() == "auto":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise UsageError(f"--concurrency {text!r} is not a number", "give an integer or auto") from None
+
+
+def _tune_one(opts, fmt: str) -> None:
     from sactool.render.tune import progress_reporter, render_tune, render_warnings
+    from sactool.tune.api import tune as do_tune
 
     cb, close = progress_reporter()
     try:

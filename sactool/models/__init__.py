@@ -40,7 +40,7 @@ class ModelSpec:
     """One DSA model's attention geometry (all figures from its config.json)."""
 
     name: str                     # sactool's name, e.g. "deepseek-v3.2"
-    hf_id: str                    # Hugging Face id, or the config.json path it was read from
+    hf_id: str                    # Hugging Face id, or the absolute directory of a local checkout
     architecture: str             # config.json "architectures"[0]
     num_layers: int               # num_hidden_layers: layers holding MLA KV (all of them)
     first_dense_layers: int       # first_k_dense_replace: dense-MLP layers (they still hold KV)
@@ -146,8 +146,10 @@ def get_model(name_or_path: str | Path) -> ModelSpec:
 
         cfg = load_structured(p, what="model config")
         model_name = cfg.get("_name_or_path") or p.parent.name or p.stem
+        # the model SGLang loads is the checkout directory (weights, tokenizer and config.json):
+        # serve passes hf_id as --model-path, which must not be the config.json file itself
         return from_hf_config(cfg, name=str(model_name).rsplit("/", 1)[-1].lower(),
-                              hf_id=str(p), where=str(p))
+                              hf_id=str(p.parent.resolve()), where=str(p))
     if text.endswith(".json"):
         raise RecordError(f"model config {text} does not exist", "check the path to the config.json")
     raise UsageError(f"unknown model {text!r}; known models: {', '.join(known_models())}",

@@ -7,6 +7,51 @@ from typing import Any
 
 FORMATS = ("table", "json", "yaml")
 
+_QUIET = {"on": False}
+
+
+def set_quiet(on: bool = True) -> None:
+    """``--quiet``: no progress, notes or warnings on stderr (errors still print; data is unchanged)."""
+    _QUIET["on"] = bool(on)
+
+
+def quiet() -> bool:
+    return _QUIET["on"]
+
+
+def note(message: str) -> None:
+    """One plain line on stderr (a note, a path written), unless ``--quiet``."""
+    if not _QUIET["on"]:
+        sys.stderr.write(message + "\n")
+        sys.stderr.flush()
+
+
+COMPILING = "compiling kernels (first run, cached afterwards)"
+_COMPILE_SAID = {"done": False}
+
+
+def compile_notice(say=None):
+    """Say :data:`COMPILING` once per process, on stderr, when numba starts a real compile (a
+    kernel loaded from numba's cache raises no ``numba:compile`` event, so a warm run says nothing).
+    ``say``: how to print it (default :func:`note`). Returns a function that removes the listener."""
+    try:
+        from numba.core import event as ev
+    except ImportError:  # pragma: no cover - numba is a dependency
+        return lambda: None
+
+    class _First(ev.Listener):
+        def on_start(self, event):
+            if not _COMPILE_SAID["done"]:
+                _COMPILE_SAID["done"] = True
+                (say or note)(COMPILING)
+
+        def on_end(self, event):
+            pass
+
+    listener = _First()
+    ev.register("numba:compile", listener)
+    return lambda: ev.unregister("numba:compile", listener)
+
 
 def check_format(fmt: str) -> str:
     """``--format`` must be one of :data:`FORMATS` (UsageError otherwise); checked before any work."""
@@ -36,7 +81,7 @@ def stdout_console():
 
 def stderr_console():
     """A rich console on stderr for progress, logs, warnings."""
-    return _console_class()(stderr=True, highlight=False)
+    return _console_class()(stderr=True, highlight=False, quiet=_QUIET["on"])
 
 
 def emit_data(data: Any, fmt: str) -> None:

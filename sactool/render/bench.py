@@ -31,6 +31,30 @@ def _pair(r: dict) -> str:
     return f"{r.get('cpu_node') or '?'}→{r.get('memory_node') or '?'}"
 
 
+MARKS = {"descheduled": "*", "high_variance": "~"}
+"""Per-result warning kinds and the mark each puts beside the affected figure in the tables."""
+
+LEGEND = {"descheduled": "its threads were descheduled (on a CPU < 90% of the sample): wall-clock figure inflated",
+          "high_variance": "noisy: relative stdev of its samples > 10%"}
+
+
+def _result_key(message: str, keys) -> str | None:
+    """The result a per-result warning is about: messages start with ``<result key>: ``."""
+    head = message.split(": ", 1)[0]
+    return head if head in keys else None
+
+
+def affected(rec) -> dict[str, set[str]]:
+    """result key -> the per-result warning codes raised for it."""
+    keys = {r.get("key") for r in rec.results}
+    out: dict[str, set[str]] = {}
+    for w in rec.warnings:
+        k = _result_key(w.get("message") or "", keys)
+        if k is not None:
+            out.setdefault(k, set()).add(w["code"])
+    return out
+
+
 def render_bench(rec, console=None, err=None) -> None:
     from rich.table import Table
 
@@ -41,6 +65,11 @@ def render_bench(rec, console=None, err=None) -> None:
     d = rec.data
     b = rec.buffer
     multi = len({_pair(r) for r in rec.results}) > 1
+    hit = affected(rec)
+
+    def m(r: dict, text: str) -> str:
+        """The figure with the marks of the warnings raised for its result (legend below the tables)."""
+        return text + "".join(MARKS[k] for k in MARKS if k in hit.get(r.get("key"), ()))
     c.print(f"[bold]sactool bench {d.get('command')}[/] — memory {d.get('memory_node')}, CPUs "
             f"{','.join(map(str, rec.cpus))} ({d.get('cpu_node')}), preset {d['protocol'].get('preset')}"
             + ("" if rec.complete else " [bold red](interrupted: partial)[/]"))
@@ -58,7 +87,8 @@ def render_bench(rec, console=None, err=None) -> None:
         for col in (["cpu→mem"] if multi else []) + ["chain", "latency ns", "p05–p95"]:
             t.add_column(col, justify="right")
         for r in by["latency"]:
-            t.add_row(*([_pair(r)] if multi else []), r["params"]["variant"], _ns(r["derived"]["latency_ns"]), _spread(r))
+            t.add_row(*([_pair(r)] if multi else []), r["params"]["variant"], m(r, _ns(r["derived"]["latency_ns"])),
+                      _spread(r))
         c.print(t)
     if "mlp" in by:
         t = Table(title="Memory-level parallelism (N independent chases)", title_justify="left")
@@ -67,8 +97,9 @@ def render_bench(rec, console=None, err=None) -> None:
         top = max(r["derived"]["bandwidth_bytes_per_s"] for r in by["mlp"])
         for r in by["mlp"]:
             dv = r["derived"]
-            t.add_row(str(dv["outstanding_misses"]), _ns(dv["latency_ns"]), _ns(dv["latency_ns"] / dv["outstanding_misses"]),
-                      format_rate(dv["bandwidth_bytes_per_s"]), _bar(dv["bandwidth_bytes_per_s"], top))
+            t.add_row(str(dv["outstanding_misses"]), m(r, _ns(dv["latency_ns"])),
+                      _ns(dv["latency_ns"] / dv["outstanding_misses"]),
+                      m(r, format_rate(dv["bandwidth_bytes_per_s"])), _bar(dv["bandwidth_bytes_per_s"], top))
         c.print(t)
     if "loaded" in by:
         t = Table(title="Loaded latency (chaser + throttled readers; MLC-style sweep)", title_justify="left")
@@ -78,7 +109,7 @@ def render_bench(rec, console=None, err=None) -> None:
         for r in by["loaded"]:
             dl = r["params"]["inject_delay_iterations"]
             t.add_row("idle" if dl is None else str(dl), format_rate(r["derived"]["reader_bandwidth_bytes_per_s"]),
-                      _ns(r["derived"]["latency_ns"]), _bar(r["derived"]["latency_ns"], top))
+                      m(r, _ns(r["derived"]["latency_ns"])), _bar(r["derived"]["latency_ns"], top))
         c.print(t)
     if "gather" in by:
         t = Table(title="Top-k gather (pf: prefetch distance in records; step µs: one top-k step on one thread)",
@@ -89,7 +120,7 @@ def render_bench(rec, console=None, err=None) -> None:
         for r in by["gather"]:
             p, dv = r["params"], r["derived"]
             t.add_row(*([_pair(r)] if multi else []), str(p["record_bytes"]), str(p["threads"]),
-                      str(p["prefetch_distance"]), p["index_pattern"], format_rate(dv["bandwidth_bytes_per_s"]),
+                      str(p["prefetch_distance"]), p["index_pattern"], m(r, format_rate(dv["bandwidth_bytes_per_s"])),
                       _ns(dv["ns_per_record"]), f"{dv['topk_step_us']:.1f}")
         c.print(t)
     if "convert" in by:
@@ -115,55 +146,161 @@ def render_bench(rec, console=None, err=None) -> None:
         for r in seq:
             s = r["stats"]
             t.add_row(*([_pair(r)] if multi else []), r["test"], str(r["params"]["threads"]),
-                      format_rate(r["derived"]["bandwidth_bytes_per_s"]),
+                      m(r, format_rate(r["derived"]["bandwidth_bytes_per_s"])),
                       f"{s['p05'] / 1e9:.2f}–{s['p95'] / 1e9:.2f}", _bar(r["derived"]["bandwidth_bytes_per_s"], top))
         c.print(t)
+    used = [k for k in MARKS if any(k in v for v in hit.values())]
+    for k in used:
+        c.print(f"{MARKS[k]} {LEGEND[k]} (warning {k} below)", markup=False, highlight=False)
     render_warnings(rec, e)
 
 
-def plot_bench(rec) -> bytes:
-    """Loaded-latency curve and gather bandwidth vs record size, as PNG bytes."""
+def _gather_series(gathers: list[dict]) -> dict[tuple, list[dict]]:
+    """Gather results grouped into lines: by thread count, and by CPU→memory pair, index pattern or
+    prefetch distance where a record size was measured with more than one of them."""
+    def base(r):
+        p = r["params"]
+        return (r["params"]["record_bytes"], p["threads"], _pair(r), p["index_pattern"])
+
+    multi = {}
+    for name, f in (("pair", _pair), ("pattern", lambda r: r["params"]["index_pattern"]),
+                    ("prefetch", lambda r: r["params"]["prefetch_distance"])):
+        seen: dict = {}
+        for r in gathers:
+            seen.setdefault(base(r)[:2], set()).add(f(r))
+        multi[name] = any(len(v) > 1 for v in seen.values()) or (name != "prefetch" and len({f(r) for r in gathers}) > 1)
+    out: dict[tuple, list[dict]] = {}
+    for r in gathers:
+        p = r["params"]
+        key = (p["threads"], _pair(r) if multi["pair"] else None, p["index_pattern"] if multi["pattern"] else None,
+               p["prefetch_distance"] if multi["prefetch"] else None)
+        out.setdefault(key, []).append(r)
+    return out
+
+
+def _series_label(key: tuple) -> str:
+    th, pair, pattern, pf = key
+    parts = [f"{th} thread{'s' if th != 1 else ''}"]
+    parts += [x for x in (pair, pattern) if x is not None]
+    if pf is not None:
+        parts.append(f"prefetch {pf}")
+    return ", ".join(parts)
+
+
+def _yerr(rs: list[dict], scale: float):
+    """p05–p95 of each result's samples as asymmetric error bars (in the plotted unit)."""
+    lo = [max(0.0, (r["stats"]["median"] - r["stats"]["p05"]) * scale) for r in rs]
+    hi = [max(0.0, (r["stats"]["p95"] - r["stats"]["median"]) * scale) for r in rs]
+    return [lo, hi]
+
+
+def bench_figure(rec):
+    """The matplotlib Figure ``--plot`` writes: one panel per plotted test that has results —
+    loaded latency vs reader bandwidth (points joined in bandwidth order, each labelled with its
+    injected delay) and gather bandwidth vs record size (a labelled tick per measured size), both
+    with p05–p95 error bars from the record's samples. Raises UsageError when neither exists."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullLocator
 
     loaded = [r for r in rec.results if r["test"] == "loaded"]
     gathers = [r for r in rec.results if r["test"] == "gather"]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    ax = axes[0]
-    if loaded:
-        pts = sorted((r["derived"]["reader_bandwidth_bytes_per_s"] / 1e9, r["derived"]["latency_ns"]) for r in loaded)
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-")
-    ax.set_xlabel("reader bandwidth (GB/s)")
-    ax.set_ylabel("chase latency (ns)")
-    ax.set_title(f"Loaded latency, {rec.data.get('memory_node')}")
-    ax = axes[1]
-    for th in sorted({r["params"]["threads"] for r in gathers}):
-        pts = sorted((r["params"]["record_bytes"], r["derived"]["bandwidth_bytes_per_s"] / 1e9)
-                     for r in gathers if r["params"]["threads"] == th)
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=f"{th} threads")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("record bytes")
-    ax.set_ylabel("gather bandwidth (GB/s)")
-    ax.set_title("Top-k gather")
-    if gathers:
-        ax.legend()
+    panels = [k for k, rs in (("loaded", loaded), ("gather", gathers)) if rs]
+    if not panels:
+        from sactool.errors import UsageError
+
+        raise UsageError("the record has no loaded-latency or gather results to plot",
+                         "plot a record of bench loaded, gather or all")
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.8 * len(panels), 4.4), squeeze=False)
+    axes = list(axes[0])
+    mem = rec.data.get("memory_node")
+    stand = " (stand-in for CXL)" if rec.stand_in else ""
+    if "loaded" in panels:
+        ax = axes[panels.index("loaded")]
+        rs = sorted(loaded, key=lambda r: r["derived"]["reader_bandwidth_bytes_per_s"])
+        xs = [r["derived"]["reader_bandwidth_bytes_per_s"] / 1e9 for r in rs]
+        ys = [r["derived"]["latency_ns"] for r in rs]
+        ax.errorbar(xs, ys, yerr=_yerr(rs, 1.0), fmt="o-", capsize=3, label="median, p05–p95")
+        span, last = (max(xs) - min(xs)) or 1.0, None
+        for x, y, r in zip(xs, ys, rs):   # label the injected delay where labels do not pile up
+            d = r["params"].get("inject_delay_iterations")
+            if last is None or x - last > 0.04 * span or d is None:
+                ax.annotate("idle" if d is None else f"delay {d}", (x, y), textcoords="offset points",
+                            xytext=(4, 4), fontsize=7, color="0.35")
+                last = x
+        ax.set_xlabel("reader bandwidth (GB/s)")
+        ax.set_ylabel("chase latency (ns)")
+        ax.set_title(f"Loaded latency, {mem}{stand}")
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    if "gather" in panels:
+        ax = axes[panels.index("gather")]
+        sizes = sorted({r["params"]["record_bytes"] for r in gathers})
+        for key, rs in sorted(_gather_series(gathers).items(), key=lambda kv: tuple(str(x) for x in kv[0])):
+            rs = sorted(rs, key=lambda r: r["params"]["record_bytes"])
+            ax.errorbar([r["params"]["record_bytes"] for r in rs],
+                        [r["derived"]["bandwidth_bytes_per_s"] / 1e9 for r in rs], yerr=_yerr(rs, 1e-9),
+                        fmt="o-", capsize=3, label=_series_label(key))
+        if len(sizes) > 1 and sizes[-1] / sizes[0] >= 4:
+            ax.set_xscale("log", base=2)
+        ax.set_xticks(sizes)
+        ax.set_xticklabels([str(x) for x in sizes], rotation=45 if len(sizes) > 6 else 0)
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_xlabel("record bytes")
+        ax.set_ylabel("gather bandwidth (GB/s)")
+        ax.set_title(f"Top-k gather, {mem}{stand}")
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
     fig.tight_layout()
+    return fig
+
+
+def plot_bench(rec) -> bytes:
+    """:func:`bench_figure` as PNG bytes."""
     import io
 
+    import matplotlib.pyplot as plt
+
+    fig = bench_figure(rec)
     out = io.BytesIO()
     fig.savefig(out, format="png", dpi=110)
     plt.close(fig)
     return out.getvalue()
 
 
+def warning_lines(rec) -> list[tuple[str, str, str | None]]:
+    """(code, message, hint), one per warning kind: per-result warnings of one kind (descheduled,
+    high variance, …) become one line naming how many results and which; the record keeps each."""
+    import re
+
+    keys = {r.get("key") for r in rec.results}
+    groups: dict[str, list[dict]] = {}
+    for w in rec.warnings:
+        groups.setdefault(w["code"], []).append(w)
+    out = []
+    for code, ws in groups.items():
+        per = [(k, w) for w in ws if (k := _result_key(w.get("message") or "", keys)) is not None]
+        if len(per) < 2 or len(per) != len(ws):
+            out.extend((code, w["message"], w.get("hint")) for w in ws)
+            continue
+        rest = per[0][1]["message"].split(": ", 1)[1]
+        pct = sorted({int(x) for _, w in per for x in re.findall(r"(\d+)%", w["message"].split(": ", 1)[1])})
+        if len(pct) > 1:   # one sentence carrying the range of the figures the messages give
+            rest = re.sub(r"\d+%", f"{pct[0]}–{pct[-1]}%", rest, count=1)
+        names = [k for k, _ in per]
+        shown = ", ".join(names[:6]) + (f", … ({len(names) - 6} more)" if len(names) > 6 else "")
+        out.append((code, f"{len(names)} of {len(rec.results)} results ({shown}): {rest}", per[0][1].get("hint")))
+    return out
+
+
 def render_warnings(rec, err=None) -> None:
     from sactool.render import stderr_console
 
     e = err or stderr_console()
-    for w in rec.warnings:
-        e.print(f"[yellow]warning[/] {esc('[' + w['code'] + ']')} {esc(w['message'])}" + (f" — {esc(w['hint'])}" if w.get("hint") else ""))
+    for code, msg, hint in warning_lines(rec):
+        e.print(f"[yellow]warning[/] {esc('[' + code + ']')} {esc(msg)}" + (f" — {esc(hint)}" if hint else ""))
 
 
 def progress_reporter():
@@ -174,14 +311,27 @@ def progress_reporter():
 
     from sactool.render import stderr_console
 
-    if not sys.stderr.isatty():
-        return (lambda desc, done, total: None), (lambda: None)
+    from sactool.render import COMPILING, compile_notice, quiet
+
+    if not sys.stderr.isatty() or quiet():
+        unhook = compile_notice()
+        return (lambda desc, done, total: None), unhook
     prog = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                     console=stderr_console(), transient=True)
     prog.start()
     task = prog.add_task("starting", total=1)
 
+    def say(msg: str) -> None:   # a line above the bar, and the bar says it too while it compiles
+        prog.console.print(msg, markup=False, highlight=False)
+        prog.update(task, description=COMPILING[:60])
+
+    unhook = compile_notice(say)
+
     def cb(desc: str, done: int, total: int) -> None:
         prog.update(task, description=desc[:60], completed=done, total=max(total, 1))
 
-    return cb, prog.stop
+    def close() -> None:
+        unhook()
+        prog.stop()
+
+    return cb, close

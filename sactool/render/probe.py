@@ -24,11 +24,11 @@ def _hmat_cell(node) -> str:
     return f"{lat} / {bw} ({src})"
 
 
-def render_probe(topo: Topology, console=None) -> None:
+def render_probe(topo: Topology, console=None, err=None) -> None:
     from rich.table import Table
     from rich.tree import Tree
 
-    from sactool.render import stdout_console
+    from sactool.render import stderr_console, stdout_console
 
     c = console or stdout_console()
     m = topo.machine
@@ -113,8 +113,9 @@ def render_probe(topo: Topology, console=None) -> None:
                 + ", ".join(f"{a:#x}-{b:#x}" for a, b in io.soft_reserved))
     _gpus(topo, c)
 
+    e = err or stderr_console()   # warnings are not data: stderr, as for every command (README)
     for w in topo.warnings:
-        c.print(f"[yellow]warning[/] {esc('[' + w.code + ']')} {esc(w.message)}"
+        e.print(f"[yellow]warning[/] {esc('[' + w.code + ']')} {esc(w.message)}"
                 + (f"\n  hint: {esc(w.hint)}" if w.hint else ""))
     v = topo.verdict
     label = "KV pool (stand-in)" if v.stand_in else "KV pool"

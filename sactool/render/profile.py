@@ -48,8 +48,15 @@ def render_profile(p, path) -> None:
                   f"ranks fetching at once; from {f.get('record')} ({f.get('bandwidth_source')})", markup=False)
 
 
-def render_valid(p, path) -> None:
+def render_valid(p, path, fmt: str = "table") -> None:
+    """The verdict of ``profile validate`` (only valid profiles get here: invalid ones raise)."""
     import sys
 
+    if fmt != "table":
+        from sactool.render import emit_data
+
+        emit_data({"path": str(path), "valid": True, "kind": p.kind, "schema_version": p.schema_version,
+                   "model": p.model.name, "provenance_entries": len(p.provenance)}, fmt)
+        return
     sys.stdout.write(f"{path}: valid {p.kind} (schema {p.schema_version}), model {p.model.name}, "
                      f"{len(p.provenance)} provenance entries\n")

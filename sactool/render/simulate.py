@@ -242,42 +242,87 @@ def require_matplotlib():
     except ImportError:
         from sactool.errors import UsageError
 
-        raise UsageError("--plot needs matplotlib", "pip install 'sactool[plot]'") from None
+        raise UsageError("--plot needs matplotlib", "pip install matplotlib (the 'plot' extra: pip install -e '.[plot]' in sactool's checkout)") from None
     return matplotlib
 
 
-def plot_simulation(res, path, *, force: bool = False) -> None:
-    """Throughput and mean TTFT vs concurrency, one line per placement and context."""
+STYLE = {  # colour per placement; SAC and DRAM often overlap, so different markers, fills and dashes
+    "sac": {"color": "tab:blue", "marker": "o", "markerfacecolor": "tab:blue", "linestyle": "-", "zorder": 3},
+    "rdma": {"color": "tab:red", "marker": "s", "markerfacecolor": "tab:red", "linestyle": "--", "zorder": 2},
+    "dram": {"color": "tab:green", "marker": "D", "markerfacecolor": "white", "linestyle": ":", "zorder": 4,
+             "markersize": 7},
+}
+CONTEXT_DASHES = ["-", "--", "-.", ":"]
+
+
+def simulation_figure(res):
+    """Throughput, mean TTFT and mean TBT vs concurrency: one panel each, a colour and marker per
+    placement (hollow markers for local DRAM, drawn on top, so it stays visible where it coincides
+    with SAC), one line per placement and context. Returns the matplotlib Figure."""
     matplotlib = require_matplotlib()
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2))
-    styles = {"sac": "-o", "rdma": "--s", "dram": ":^"}
-    for pl in ("sac", "rdma", "dram"):
-        for ctx in sorted({p.context_tokens for p in res.points}):
-            pts = sorted((p for p in res.points if p.placement == pl and p.context_tokens == ctx and p.fits),
-                         key=lambda p: p.concurrency)
-            if not pts:
-                continue
-            xs = [p.concurrency for p in pts]
-            label = f"{NAMES[pl]} {format_tokens(ctx)}"
-            a1.plot(xs, [p.throughput_tokens_per_s for p in pts], styles[pl], label=label)
-            a2.plot(xs, [p.ttft_mean_s for p in pts], styles[pl], label=label)
-    a1.set_xlabel("concurrency")
-    a1.set_ylabel("output tokens/s")
-    a1.set_title("throughput")
-    a2.set_xlabel("concurrency")
-    a2.set_ylabel("mean TTFT (s)")
-    a2.set_yscale("log")
-    a2.set_title("TTFT")
-    a1.legend(fontsize=7)
-    fig.suptitle(f"sactool simulate: {res.platform} ({res.model}, {res.case})", fontsize=9)
+
+    ctxs = sorted({p.context_tokens for p in res.points})
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4.4))
+    panels = (("throughput", "output tokens/s", lambda p: p.throughput_tokens_per_s, False),
+              ("TTFT (mean)", "mean TTFT (s)", lambda p: p.ttft_mean_s, True),
+              ("TBT (mean)", "mean TBT (ms)", lambda p: p.tbt_mean_s * 1e3, False))
+    for ax, (title, ylabel, get, log) in zip(axes, panels):
+        for pl in ("sac", "rdma", "dram"):
+            for i, ctx in enumerate(ctxs):
+                pts = sorted((p for p in res.points if p.placement == pl and p.context_tokens == ctx and p.fits),
+                             key=lambda p: p.concurrency)
+                if not pts:
+                    continue
+                st = dict(STYLE[pl])
+                if len(ctxs) > 1:   # contexts apart by dash pattern, placements by colour and marker
+                    st["linestyle"] = CONTEXT_DASHES[i % len(CONTEXT_DASHES)]
+                label = f"{NAMES[pl]} {format_tokens(ctx)}" if len(ctxs) > 1 else NAMES[pl]
+                capped = [p for p in pts if p.capped]
+                ax.plot([p.concurrency for p in pts], [get(p) for p in pts], label=label, **st)
+                if capped:   # the excess waited: mark those points
+                    ax.plot([p.concurrency for p in capped], [get(p) for p in capped], linestyle="none",
+                            marker="x", color="black", zorder=5)
+        ax.set_xlabel("concurrency (requests)")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        concs = sorted({p.concurrency for p in res.points})
+        if len(concs) > 1 and concs[-1] / max(concs[0], 1) >= 8:
+            ax.set_xscale("log", base=2)
+        ax.set_xticks(concs)
+        ax.set_xticklabels([str(c) for c in concs])
+        ax.minorticks_off()
+        if log:
+            from matplotlib.ticker import FormatStrFormatter, NullFormatter
+
+            ax.set_yscale("log")
+            ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+            ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    capped = any(p.capped and p.fits for p in res.points)
+    fig.suptitle(f"sactool simulate: {res.platform} ({res.model}, {res.case.replace('_', ' ')})"
+                 + ("; x = above the placement's capacity, the excess waited" if capped else ""), fontsize=9)
     fig.tight_layout()
+    return fig
+
+
+def plot_png(res) -> bytes:
+    """:func:`simulation_figure` as PNG bytes."""
     import io
 
-    from sactool.records import atomic_write
+    import matplotlib.pyplot as plt
 
+    fig = simulation_figure(res)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
-    atomic_write(path, buf.getvalue(), force=force)
+    return buf.getvalue()
+
+
+def plot_simulation(res, path, *, force: bool = False) -> None:
+    """Write :func:`plot_png` to ``path`` atomically (``force`` to overwrite)."""
+    from sactool.records import atomic_write
+
+    atomic_write(path, plot_png(res), force=force)

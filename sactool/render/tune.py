@@ -18,10 +18,13 @@ def progress_reporter() -> tuple[Callable[[str, int, int], None], Callable[[], N
     """A rich progress display on stderr; returns (callback, close)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from sactool.render import compile_notice
+
     prog = Progress(TextColumn("{task.description:<10}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                     console=stderr_console(), transient=True)
     tasks: dict[str, Any] = {}
     names = {"gather": "measure", "simulate": "simulate", "refine": "refine"}
+    unhook = compile_notice(lambda msg: prog.console.print(msg, markup=False, highlight=False))
 
     def cb(label: str, done: int, total: int) -> None:
         if not tasks:
@@ -30,7 +33,11 @@ def progress_reporter() -> tuple[Callable[[str, int, int], None], Callable[[], N
             tasks[label] = prog.add_task(names.get(label, label), total=total)
         prog.update(tasks[label], completed=done, total=total)
 
-    return cb, prog.stop
+    def close() -> None:
+        unhook()
+        prog.stop()
+
+    return cb, close
 
 
 def render_warnings(warnings) -> None:
@@ -67,16 +74,23 @@ def render_tune(result) -> None:
     for col in ("context", "hit rate", "fetch/token", "fetch time/token", "max concurrency", "profile holds",
                 "RDMA prefix/request"):
         t.add_column(col, justify="right")
+    beyond = []
     for row in s["per_context"]:
-        if row.get("hit_rate") is None:
-            t.add_row(format_tokens(row["context_tokens"]), "does not fit", "-", "-", str(row["max_concurrency"]),
-                      str(row["profile_holds"]), format_bytes(row["rdma_full_prefix_bytes_per_request"]))
+        if row.get("hit_rate") is None:   # not in the profile: fewer than the design concurrency fit
+            t.add_row(format_tokens(row["context_tokens"]), "-", "-", "-", str(row["max_concurrency"]), "-",
+                      format_bytes(row["rdma_full_prefix_bytes_per_request"]))
+            beyond.append(row)
             continue
         t.add_row(format_tokens(row["context_tokens"]), format_percent(row["hit_rate"]),
                   format_bytes(row["fetch_bytes_per_token"]), _t(row["fetch_time_per_token_s"]),
                   str(row["max_concurrency"]), str(row["profile_holds"]),
                   format_bytes(row["rdma_full_prefix_bytes_per_request"]))
     con.print(t)
+    for row in beyond:
+        n, ctx = row["max_concurrency"], format_tokens(row["context_tokens"])
+        con.print(f"{ctx}: not in the profile (its context_length stops below): "
+                  + (f"at most {n} such requests fit, fewer than the design concurrency {s['design_concurrency']}"
+                     if n else "not one such request fits per rank (see the warning)"), markup=False)
     a = Table(title=None, show_edge=False)
     for col in ("alternative", "fetch time/token", "GPU/rank", "why it lost"):
         a.add_column(col)

@@ -51,8 +51,10 @@ def check_model(profile: Profile, extra: Sequence[str]) -> str:
             cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise ModelMismatchError(f"{path} has no config.json", "point --model-path at a Hugging Face model directory") from None
-        except (OSError, ValueError) as e:
-            raise ModelMismatchError(f"{cfg_path} cannot be read: {e}", "check the model directory") from None
+        except (OSError, ValueError) as e:   # unreadable or corrupt: a record problem (exit 4), not another model
+            raise RecordError(f"{cfg_path} cannot be read: {e}", "check the model directory") from None
+        if not isinstance(cfg, dict):
+            raise RecordError(f"{cfg_path} is not a JSON object", "check the model directory")
         text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
         arch = (cfg.get("architectures") or [None])[0]
         diffs = [f"architecture {arch} != {m.architecture}"] if arch != m.architecture else []
@@ -218,16 +220,12 @@ def _release(v: str) -> tuple[int, ...]:
 def version_in(version: str, spec: str) -> bool:
     """``version`` satisfies a comma-separated PEP 440-style range of >=, >, <=, <, ==, != clauses
     (release numbers only; a pre-release counts as its release)."""
+    from sactool.profile import version_spec   # one grammar for 'profile validate' and serve
+
     v = _release(version)
     ops = {">=": lambda a, b: a >= b, ">": lambda a, b: a > b, "<=": lambda a, b: a <= b,
            "<": lambda a, b: a < b, "==": lambda a, b: a == b, "!=": lambda a, b: a != b}
-    for clause in filter(None, (c.strip() for c in spec.split(","))):
-        m = re.match(r"^(>=|<=|==|!=|>|<)\s*(.+)$", clause)
-        if not m:
-            raise RecordError(f"profile field sglang.tested: cannot read {clause!r}", "use e.g. '>=0.5.23,<0.6'")
-        if not ops[m.group(1)](v, _release(m.group(2))):
-            return False
-    return True
+    return all(ops[op](v, release) for op, release in version_spec(spec))
 
 
 def check_engine(profile: Profile, info: EngineInfo, *, entrypoint: str, plugin: bool,
@@ -255,6 +253,6 @@ def check_engine(profile: Profile, info: EngineInfo, *, entrypoint: str, plugin:
         mine = [p for p in info.plugins if p.startswith("sactool_cxl=")]
         if not mine:
             raise EngineMissingError(f"the sactool_cxl plug-in is not installed in {info.python}",
-                                     "pip install sactool into SGLang's environment (the same interpreter)")
+                                     f"install sactool into SGLang's environment: {info.python} -m pip install <sactool checkout>")
         lines.append(f"plug-in {mine[0]}")
     return lines

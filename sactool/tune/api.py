@@ -9,12 +9,11 @@ file as they complete, so Ctrl-C loses nothing and ``--resume`` continues.
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
 from sactool.errors import CapacityError, ExistsError, Interrupted, SactoolError, UsageError
-from sactool.records import refuse_existing
+from sactool.records import check_writable, refuse_existing
 from sactool.tune.options import (DEFAULT_CONTEXTS, DEFAULT_GATHER_SECONDS, DEFAULT_REPLICATES, DEFAULT_STEPS,
                                   SAC_CONCURRENCY, Progress, TuneOptions, TuneResult)
 
@@ -40,20 +39,15 @@ def _check_options(o: TuneOptions, spec) -> tuple[str, int, int]:
                              f"use contexts of at least {spec.index_topk} tokens")
     if o.steps < 2 or o.replicates < 1:
         raise UsageError("--steps must be >= 2 and --replicates >= 1")
+    if o.seed < 0:   # numpy seeds are >= 0: refuse now, not after measuring
+        raise UsageError(f"--seed {o.seed} must be >= 0", "e.g. --seed 0")
     return kv, dp, spec.record_bytes(kv)
 
 
 def _check_output(path: Path, o: TuneOptions) -> Path:
     points = path.with_name(path.name + ".points.jsonl")
     refuse_existing(path, o.force)
-    parent = path.parent
-    probe_dir = parent
-    while not probe_dir.exists():
-        probe_dir = probe_dir.parent
-    if not probe_dir.is_dir():
-        raise SactoolError(f"cannot write {path}: {probe_dir} is not a directory", "choose a writable --out")
-    if not os.access(probe_dir, os.W_OK):
-        raise SactoolError(f"cannot write {path}: {probe_dir} is not writable", "choose a writable --out")
+    check_writable(path)   # a directory that takes no file, a read-only or full file system
     if points.exists() and not o.resume and not o.force:
         raise ExistsError(f"{points} holds points of an earlier, unfinished tune",
                           "pass --resume to continue it, or --force to start over")
@@ -73,9 +67,19 @@ def tune(options: TuneOptions, progress: Progress | None = None) -> TuneResult:
     points_path = _check_output(path, o) if o.write else None
     from sactool.tune import run  # heavy part (numpy, simulation) lives there
 
+    fresh = points_path is not None and not points_path.exists()
     try:
         return run.execute(run.Job(o=o, spec=spec, kv=kv, attn_dp=attn_dp, rec_bytes=rec_bytes, path=path,
                                    points_path=points_path, progress=progress, t0=t0))
+    except (SactoolError, OSError) as e:
+        # a failed run (not an interrupted one) leaves no points file behind that would make the
+        # next, corrected run stop with "unfinished tune" (exit 5); an earlier run's points stay
+        if fresh and points_path.exists():
+            points_path.unlink()
+        if isinstance(e, OSError):
+            raise SactoolError(f"cannot write {e.filename or points_path}: {e.strerror}",
+                               "free some space or choose a writable --out") from None
+        raise
     except KeyboardInterrupt:
         raise Interrupted("tune interrupted; finished evaluation points are kept"
                           + (f" in {points_path}" if points_path else ""),

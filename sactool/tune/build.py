@@ -171,8 +171,9 @@ def _per_context(d, chosen, plan) -> list[dict[str, Any]]:
                                * concurrency * dep.replication}
         kw = dict(d.cap_kw, pool_bytes_per_rank=part)
         row["max_concurrency"] = attn_dp * max_requests_per_rank(c.device_buffer_size, ctx, **kw)
+        # a context beyond the profile's context_length is refused by SGLang: the profile holds none
         row["profile_holds"] = attn_dp * min(plan.device_slots // (c.device_buffer_size + DSA_PAGE_SIZE_CUDA),
-                                             plan.host_tokens // pages(ctx))
+                                             plan.host_tokens // pages(ctx)) if ctx in design else 0
         if ctx in chosen.per_context:
             row.update({k: v for k, v in chosen.per_context[ctx].items()})
             row["fetch_bytes_per_step"] = row["fetch_bytes_per_token"] * concurrency * dep.replication

@@ -58,7 +58,7 @@ def pool_info(topo, reader=None, *, pool_bytes: int | None = None) -> PoolInfo:
                 raise TopologyError(f"{t.name} reports no free memory", "check 'sactool probe'")
             targets.append(PoolTarget(t.name, int(t.name[4:]), int(t.capacity_bytes), t.capacity_source,
                                       cpu_node=t.cpu_node))
-        return PoolInfo("numa", tuple(targets), bool(topo.verdict.stand_in), topo.verdict.reason,
+        return PoolInfo("numa", tuple(targets), bool(topo.verdict.stand_in), _one_free_figure(topo, targets),
                         targets[0].cpu_node, _cpus_near(topo, targets), gpu_nodes(topo))
     if dax:
         facts = pool_targets(topo, reader, [d.name for d in dax], **pin)
@@ -71,6 +71,18 @@ def pool_info(topo, reader=None, *, pool_bytes: int | None = None) -> PoolInfo:
                         gpu_nodes(topo))
     raise TopologyError("no pool memory found: no CXL node, no stand-in node, no devdax device",
                         "run 'sactool probe' to see why")
+
+
+def _one_free_figure(topo, targets) -> str:
+    """The verdict's reason with each node's free figure replaced by the capacity tune uses, so its
+    output does not name two free figures for one node (probe's MemFree, tune's estimate)."""
+    from sactool.units import format_bytes
+
+    reason = topo.verdict.reason
+    for t in targets:
+        n = topo.node(t.node)
+        reason = reason.replace(f"({format_bytes(n.mem_free_bytes or 0)} free)", f"({format_bytes(t.capacity_bytes)} free)")
+    return reason
 
 
 def _cpus_near(topo, targets) -> int:
