@@ -55,21 +55,9 @@ def affected(rec) -> dict[str, set[str]]:
     return out
 
 
-def render_bench(rec, console=None, err=None) -> None:
-    from rich.table import Table
-
-    from sactool.render import stderr_console, stdout_console
-
-    c = console or stdout_console()
-    e = err or stderr_console()
-    d = rec.data
-    b = rec.buffer
-    multi = len({_pair(r) for r in rec.results}) > 1
-    hit = affected(rec)
-
-    def m(r: dict, text: str) -> str:
-        """The figure with the marks of the warnings raised for its result (legend below the tables)."""
-        return text + "".join(MARKS[k] for k in MARKS if k in hit.get(r.get("key"), ()))
+def _header(c, rec) -> None:
+    """What was measured where: command, memory node, CPUs, preset, buffer and placement, stand-in."""
+    d, b = rec.data, rec.buffer
     c.print(f"[bold]sactool bench {d.get('command')}[/] — memory {d.get('memory_node')}, CPUs "
             f"{','.join(map(str, rec.cpus))} ({d.get('cpu_node')}), preset {d['protocol'].get('preset')}"
             + ("" if rec.complete else " [bold red](interrupted: partial)[/]"))
@@ -79,6 +67,22 @@ def render_bench(rec, console=None, err=None) -> None:
                 f"of {b.get('pages_checked')} pages")
     if rec.stand_in:
         c.print(f"[yellow]{esc(rec.stand_in['node'])} stands in for CXL[/]: {esc(rec.stand_in.get('reason') or '')}")
+
+
+def render_bench(rec, console=None, err=None) -> None:
+    from rich.table import Table
+
+    from sactool.render import stderr_console, stdout_console
+
+    c = console or stdout_console()
+    e = err or stderr_console()
+    multi = len({_pair(r) for r in rec.results}) > 1
+    hit = affected(rec)
+
+    def m(r: dict, text: str) -> str:
+        """The figure with the marks of the warnings raised for its result (legend below the tables)."""
+        return text + "".join(MARKS[k] for k in MARKS if k in hit.get(r.get("key"), ()))
+    _header(c, rec)
     by: dict[str, list[dict]] = {}
     for r in rec.results:
         by.setdefault(r["test"], []).append(r)
@@ -149,8 +153,7 @@ def render_bench(rec, console=None, err=None) -> None:
                       m(r, format_rate(r["derived"]["bandwidth_bytes_per_s"])),
                       f"{s['p05'] / 1e9:.2f}–{s['p95'] / 1e9:.2f}", _bar(r["derived"]["bandwidth_bytes_per_s"], top))
         c.print(t)
-    used = [k for k in MARKS if any(k in v for v in hit.values())]
-    for k in used:
+    for k in (k for k in MARKS if any(k in v for v in hit.values())):
         c.print(f"{MARKS[k]} {LEGEND[k]} (warning {k} below)", markup=False, highlight=False)
     render_warnings(rec, e)
 

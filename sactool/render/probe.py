@@ -24,6 +24,13 @@ def _hmat_cell(node) -> str:
     return f"{lat} / {bw} ({src})"
 
 
+def render_warnings(topo: Topology, err) -> None:
+    """The topology's warnings on ``err`` (stderr): not data, as for every command (README)."""
+    for w in topo.warnings:
+        err.print(f"[yellow]warning[/] {esc('[' + w.code + ']')} {esc(w.message)}"
+                  + (f"\n  hint: {esc(w.hint)}" if w.hint else ""))
+
+
 def render_probe(topo: Topology, console=None, err=None) -> None:
     from rich.table import Table
     from rich.tree import Tree
@@ -113,10 +120,7 @@ def render_probe(topo: Topology, console=None, err=None) -> None:
                 + ", ".join(f"{a:#x}-{b:#x}" for a, b in io.soft_reserved))
     _gpus(topo, c)
 
-    e = err or stderr_console()   # warnings are not data: stderr, as for every command (README)
-    for w in topo.warnings:
-        e.print(f"[yellow]warning[/] {esc('[' + w.code + ']')} {esc(w.message)}"
-                + (f"\n  hint: {esc(w.hint)}" if w.hint else ""))
+    render_warnings(topo, err or stderr_console())
     v = topo.verdict
     label = "KV pool (stand-in)" if v.stand_in else "KV pool"
     nodes = ", ".join(f"node{i}" for i in v.pool_nodes) or "none"
