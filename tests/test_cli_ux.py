@@ -269,3 +269,11 @@ def test_shell_completion_offers_format_choices():
     r = subprocess.run([sys.executable, "-c", "from sactool.entry import main; main()"], env=env,
                        capture_output=True, text=True, timeout=60)
     assert set(r.stdout.split()) >= {"table", "json", "yaml"}, r.stderr
+
+
+def test_cli_choice_lists_are_the_library_ones():
+    """The CLI lists index patterns without importing numpy; they must stay the library's."""
+    from sactool.bench.indices import PATTERNS
+    from sactool.cli.bench import Pattern
+
+    assert tuple(p.value for p in Pattern) == PATTERNS

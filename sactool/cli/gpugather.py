@@ -89,10 +89,12 @@ def gpu_gather(
         rec = run_gpu_gather(opts, progress=cb)
     finally:
         close()
-    _emit(rec, out, fmt)
+    _emit(rec, out, fmt, force)
 
-def _emit(rec, out: Path | None, fmt: str) -> None:
-    """Write the record, render it (table) or print it (json/yaml); an interrupted run exits 130."""
+
+def _emit(rec, out: Path | None, fmt: str, force: bool) -> None:
+    """Render it (table) or print it (json/yaml), then write the record (a failed write loses
+    nothing: it is saved elsewhere or on stdout); an interrupted run exits 130."""
     from sactool import records
     from sactool.render import emit_data
 
