@@ -87,10 +87,12 @@ def render_tune(result) -> None:
                   format_bytes(row["rdma_full_prefix_bytes_per_request"]))
     con.print(t)
     for row in beyond:
-        n, ctx = row["max_concurrency"], format_tokens(row["context_tokens"])
-        con.print(f"{ctx}: not in the profile (its context_length stops below): "
-                  + (f"at most {n} such requests fit, fewer than the design concurrency {s['design_concurrency']}"
-                     if n else "not one such request fits per rank (see the warning)"), markup=False)
+        n, ctx, c = row["max_concurrency"], format_tokens(row["context_tokens"]), s["design_concurrency"]
+        why = ("not one such request fits per rank (see the warning)" if not n else
+               f"at most {n} such requests fit, fewer than the design concurrency {c}" if n < c else
+               f"the design check (one request per rank with top_k-slot hot buffers) failed (see the warning), "
+               f"though the chosen device_buffer_size would hold {n}")
+        con.print(f"{ctx}: not in the profile (its context_length stops below): {why}", markup=False)
     a = Table(title=None, show_edge=False)
     for col in ("alternative", "fetch time/token", "GPU/rank", "why it lost"):
         a.add_column(col)

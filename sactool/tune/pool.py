@@ -81,7 +81,9 @@ def _one_free_figure(topo, targets) -> str:
     reason = topo.verdict.reason
     for t in targets:
         n = topo.node(t.node)
-        reason = reason.replace(f"({format_bytes(n.mem_free_bytes or 0)} free)", f"({format_bytes(t.capacity_bytes)} free)")
+        for lead in ("(", " "):   # "(DRAM, 19.5 GiB free)" and "256 MiB (250 MiB free)" (topology.classify)
+            reason = reason.replace(f"{lead}{format_bytes(n.mem_free_bytes or 0)} free)",
+                                    f"{lead}{format_bytes(t.capacity_bytes)} free)")
     return reason
 
 

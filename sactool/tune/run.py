@@ -200,16 +200,14 @@ class _Fit:
                              indexer_bytes=spec.indexer_bytes).gpu_bytes
         rep = f" x {dep.replication} TP copies" if dep.replication > 1 else ""
         total_cap = sum(t.capacity_bytes for t in self.pool.targets)
-        if self.requests(ctx) == 0:   # not "at most 0 such requests fit": say what one request needs
-            one_pool = pool_bytes_needed(job.attn_dp, ctx, dep, layers=layers, record_bytes=rec) / job.o.tp
-            one_gpu = rank_plan(1, top_k, min_ratio(1, top_k, ctx), layers=layers, record_bytes=rec,
-                                indexer_bytes=spec.indexer_bytes).gpu_bytes
-            short = [f"{_gib(one_pool)} of pool memory (a rank gets {_gib(self.part)} of {', '.join(self.names)})"
-                     if one_pool > self.part else "",
-                     f"{_gib(one_gpu)} of GPU memory (the budget is {_gib(self.budget.bytes_per_gpu)})"
-                     if one_gpu > self.budget.bytes_per_gpu else ""]
-            why = " and ".join(x for x in short if x) or f"{_gib(one_pool)} of pool and {_gib(one_gpu)} of GPU memory"
-            return CapacityError(f"not one request of {ctx} tokens fits per rank: it needs {why}",
+        if self.requests(ctx) == 0:   # not "at most 0 such requests fit": say what one request lacks
+            from sactool.hisparse.capacity import fits
+
+            one = rank_plan(1, top_k, min_ratio(1, top_k, ctx), layers=layers, record_bytes=rec,
+                            indexer_bytes=spec.indexer_bytes)
+            why = fits(one, gpu_budget_bytes=self.budget.bytes_per_gpu, pool_bytes_per_rank=self.part)
+            return CapacityError(f"not one request of {ctx} tokens fits per rank with top_k-slot hot buffers: "
+                                 + "; ".join(why) + f" ({', '.join(self.names)})",
                                  "lower --context, add pool memory, or raise the GPU budget")
         return CapacityError(
             f"{conc} requests of {ctx} tokens need {_gib(need)} of pool memory ({spec.kv_bytes_per_token(job.kv)} B "
