@@ -29,6 +29,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
+from sactool import records
 from sactool.errors import Interrupted, TopologyError, UsageError
 from sactool.fleet.mpi import Fleet, FleetError, FleetInterrupted, Terminated
 from sactool.fleet.record import activation_order, build_record, standard_result, sweep_steps
@@ -130,10 +131,10 @@ def _prepare(fleet: Fleet, opts, reader, res: dict, cpus: tuple[int, ...], share
     api._validate(opts, size, llc)
     _check_fits_all(free_estimate(topo, reader, mem), size, fleet.local_size)
     if shared:
-        loc.warnings.append({"code": "cpus_shared", "message": f"{fleet.local_size} ranks share the "
+        loc.warnings.append(records.warning("cpus_shared", f"{fleet.local_size} ranks share the "
                              f"{len(node_cpus)} CPUs of node{cpu_node} on {fleet.machine}",
-                             "hint": "figures with more active ranks than CPUs include CPU time-sharing "
-                                     "(see on_cpu_fraction); use one rank per CPU"})
+                             "figures with more active ranks than CPUs include CPU time-sharing "
+                                     "(see on_cpu_fraction); use one rank per CPU"))
     kind = topo.node(mem).kind
     stand_in = None
     if topo.verdict.stand_in or kind != "cxl":
@@ -217,9 +218,9 @@ def build_measures(buf, opts, cpus: list[int], threads, gather_idx, warnings: li
         return [suite.latency(words, pl, cpus[0], "page_local"), suite.latency(words, rnd, cpus[0], "random")]
     rnd = suite.build_chain(words, half, half, page_local=False, seed=opts.seed + 1)
     if len(cpus) < 2:
-        warnings.append({"code": "loaded_needs_cpus", "message": "loaded latency needs >= 2 CPUs per rank (one "
+        warnings.append(records.warning("loaded_needs_cpus", "loaded latency needs >= 2 CPUs per rank (one "
                          "chaser, the rest readers): this rank chases only; the load comes from the other ranks",
-                         "hint": "give each rank at least two CPUs (fewer ranks per machine, or --cpus)"})
+                         "give each rank at least two CPUs (fewer ranks per machine, or --cpus)"))
     return [suite.loaded(words, rnd, cpus, 0 if len(cpus) > 1 else None)]
 
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from sactool import records
+
 MATCH_RULE = ("memdevs matched by serial number (memX/serial); DAX devices by the serials of the memdevs "
               "behind their CXL region; a memdev without a usable serial (absent, unreadable or 0) is "
               "not matched")
@@ -64,10 +66,10 @@ def pool_map(hosts: Sequence[tuple[str, dict]]) -> dict[str, Any]:
                                   "reason": f"serial {m.get('serial')!r} identifies no device"})
                 continue
             if s in seen_here:
-                warnings.append({"code": "duplicate_serial",
-                                 "message": f"{host}: {seen_here[s]} and {m.get('name')} report the same serial {s}",
-                                 "hint": "emulated devices (QEMU sn=) or a firmware bug: matching by serial "
-                                         "cannot tell them apart"})
+                warnings.append(records.warning("duplicate_serial",
+                                                 f"{host}: {seen_here[s]} and {m.get('name')} report the same serial {s}",
+                                 "emulated devices (QEMU sn=) or a firmware bug: matching by serial "
+                                                 "cannot tell them apart"))
             seen_here[s] = m.get("name")
             regs = _regions_of(topo, m.get("name"))
             reg_names = [r.get("name") for r in regs]
@@ -96,10 +98,10 @@ def pool_map(hosts: Sequence[tuple[str, dict]]) -> dict[str, Any]:
         caps = sorted({h["capacity_bytes"] for h in dev["hosts"] if h["capacity_bytes"]})
         dev.update({"shared": len(names) > 1, "host_names": names})
         if len(caps) > 1:
-            warnings.append({"code": "capacity_differs",
-                             "message": f"device {s} shows different capacities on its hosts "
+            warnings.append(records.warning("capacity_differs",
+                                             f"device {s} shows different capacities on its hosts "
                                         f"({', '.join(str(c) for c in caps)} bytes)",
-                             "hint": "the hosts may see different partitions of it (check the switch's binding)"})
+                             "the hosts may see different partitions of it (check the switch's binding)"))
         out_devs.append(dev)
     out_dax = []
     for key in sorted(dax_groups):

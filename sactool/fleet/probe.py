@@ -50,10 +50,10 @@ def group_hosts(entries: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], li
     hosts = []
     for label, sources in by_label.items():
         if len(sources) > 1:
-            warnings.append({"code": "host_name_ambiguous",
-                             "message": f"{len(sources)} different topologies come from ranks called {label!r}; "
+            warnings.append(records.warning("host_name_ambiguous",
+                                             f"{len(sources)} different topologies come from ranks called {label!r}; "
                                         f"they are reported as {label}/rank<first rank>",
-                             "hint": f"set {HOST_ENV} per rank to name the hosts"})
+                             f"set {HOST_ENV} per rank to name the hosts"))
         for group in sources.values():
             name = label if len(sources) == 1 else f"{label}/rank{group[0]['rank']}"
             first = group[0]

@@ -83,8 +83,8 @@ def _warnings(state: dict) -> list[dict]:
     extra = []
     if any(r["stand_in"] for r in ranks):
         nodes = sorted({f"{r['host']}:{r['memory_node']}" for r in ranks if r["stand_in"]})
-        extra.append({"code": "stand_in", "message": f"{', '.join(nodes)}: not CXL memory, standing in for it",
-                      "hint": "figures describe this memory, not a CXL device"})
+        extra.append(records.warning("stand_in", f"{', '.join(nodes)}: not CXL memory, standing in for it",
+                                     "figures describe this memory, not a CXL device"))
     low: dict[int, list[tuple[int, float]]] = {}
     for st in state["steps"]:
         for pr in st["per_rank"]:
@@ -94,10 +94,10 @@ def _warnings(state: dict) -> list[dict]:
     for k, lows in low.items():
         rs = sorted({r for r, _ in lows})
         fr = [f for _, f in lows]
-        extra.append({"code": "descheduled", "message": f"at {k} active rank{'s' if k > 1 else ''}: the threads of "
+        extra.append(records.warning("descheduled", f"at {k} active rank{'s' if k > 1 else ''}: the threads of "
                       f"rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))} ran {min(fr):.0%}–{max(fr):.0%} "
-                      "of the sample time", "hint": "other processes (or ranks sharing CPUs) had the CPUs: those "
-                      "figures include waiting; per-rank on_cpu_fraction is in the record"})
+                      "of the sample time", "other processes (or ranks sharing CPUs) had the CPUs: those "
+                      "figures include waiting; per-rank on_cpu_fraction is in the record"))
     for w in [w for r in ranks for w in r.get("warnings", [])] + extra:
         k = (w["code"], w["message"].split(": rank ")[0] if w["code"] == "cpus_shared" else w["message"])
         if k not in seen:
@@ -114,8 +114,8 @@ def build_record(state: dict, opts, proto, complete: bool) -> dict:
     r0 = ranks[0]
     warnings = _warnings(state)
     if not complete:
-        warnings.append({"code": "interrupted", "message": "the sweep stopped early: finished steps are kept",
-                         "hint": "rerun to complete it"})
+        warnings.append(records.warning("interrupted", "the sweep stopped early: finished steps are kept",
+                                         "rerun to complete it"))
     data = records.header(R.KIND, R.SCHEMA_VERSION)
     data.update({
         "machine": machine_block(), "command": opts.command, "tests": list(opts.tests), "protocol": proto.to_data(),

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sactool import records
 from sactool.errors import RecordError
 from sactool.units import format_bytes
 
@@ -104,9 +105,9 @@ def plan(data: dict[str, Any], record_bytes: int, *, path: str | None = None,
     top = max(s["active_ranks"] for s in gathers)
     world = int(fl.get("world_size") or top)
     if top < world:
-        warnings.append({"code": "fleet_partial", "message": f"{src}: the sweep stopped at {top} of {world} active "
+        warnings.append(records.warning("fleet_partial", f"{src}: the sweep stopped at {top} of {world} active "
                          "ranks; bandwidths are those of that step, not of every rank fetching at once",
-                         "hint": "rerun the fleet bench to completion"})
+                         "rerun the fleet bench to completion"))
     steps = [s for s in gathers if s["active_ranks"] == top]
     sizes = {int(s["params"]["record_bytes"]): s for s in sorted(steps, key=lambda s: s["aggregate_bytes_per_s"])}
     if record_bytes in sizes:
@@ -116,9 +117,9 @@ def plan(data: dict[str, Any], record_bytes: int, *, path: str | None = None,
         step = sizes[near]
         scale = (record_bytes / _lines(record_bytes)) / (near / _lines(near))
         how = "scaled"
-        warnings.append({"code": "fleet_record_size", "message": f"{src} measured no {record_bytes} B gathers; "
+        warnings.append(records.warning("fleet_record_size", f"{src} measured no {record_bytes} B gathers; "
                          f"scaled from {near} B by cache lines touched per record",
-                         "hint": f"bench -r {record_bytes} for a measured figure"})
+                         f"bench -r {record_bytes} for a measured figure"))
     ranks = {r["rank"]: r for r in fl.get("ranks", [])}
     per_host: dict[str, float] = {}
     for r in step["per_rank"]:
@@ -135,8 +136,8 @@ def plan(data: dict[str, Any], record_bytes: int, *, path: str | None = None,
                               "re-create the record with this sactool")
         cap = int(min(caps))
         if h["host"] not in per_host:
-            warnings.append({"code": "fleet_host_idle", "message": f"host {h['host']} had no active rank in the "
-                             f"{top}-rank step: its bandwidth share is unknown", "hint": "rerun to completion"})
+            warnings.append(records.warning("fleet_host_idle", f"host {h['host']} had no active rank in the "
+                             f"{top}-rank step: its bandwidth share is unknown", "rerun to completion"))
             continue
         r0 = ranks.get(h["ranks"][0], {})
         shares.append(HostShare(
