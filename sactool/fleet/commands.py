@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from sactool import records
-from sactool.errors import ExistsError, UsageError
+from sactool.errors import UsageError
 from sactool.fleet.mpi import Fleet
 
 
@@ -17,8 +17,7 @@ def check_output(fleet: Fleet, out: Path | None, force: bool) -> None:
     def check() -> None:
         if not fleet.is_root or out is None:
             return
-        if out.exists() and not force:
-            raise ExistsError(f"{out} already exists", "pass --force to overwrite it, or choose another --out")
+        records.refuse_existing(out, force)
         parent = out.parent if str(out.parent) else Path(".")
         while not parent.exists():
             parent = parent.parent
