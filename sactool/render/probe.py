@@ -32,12 +32,26 @@ def render_warnings(topo: Topology, err) -> None:
 
 
 def render_probe(topo: Topology, console=None, err=None) -> None:
-    from rich.table import Table
-    from rich.tree import Tree
-
     from sactool.render import stderr_console, stdout_console
 
     c = console or stdout_console()
+    _machine_line(topo, c)
+    _nodes_table(topo, c)
+    _node_evidence(topo, c)
+    _cxl(topo, c)
+    _dax_table(topo, c)
+    io = topo.iomem
+    if io is not None and io.soft_reserved:
+        c.print("Soft Reserved (EFI specific-purpose memory) in /proc/iomem: "
+                + ", ".join(f"{a:#x}-{b:#x}" for a, b in io.soft_reserved))
+    _gpus(topo, c)
+
+    render_warnings(topo, err or stderr_console())
+    _pool_verdict(topo, c)
+
+
+def _machine_line(topo: Topology, c) -> None:
+    """Which machine this is: this system, or a recording (and where it lies)."""
     m = topo.machine
     if topo.live:
         c.print(f"[bold]{m.get('hostname') or '?'}[/] — this system, kernel {m.get('kernel') or '?'}, "
@@ -45,6 +59,11 @@ def render_probe(topo: Topology, console=None, err=None) -> None:
     else:
         c.print(f"[bold yellow]RECORDED machine — not this system[/] ({topo.sysfs_root}), "
                 f"kernel {m.get('kernel') or '?'}")
+
+
+def _nodes_table(topo: Topology, c) -> None:
+    """One row per NUMA node: kind, CPUs, memory, tier, HMAT figures (hugepages where any exist)."""
+    from rich.table import Table
 
     t = Table(title="NUMA nodes", title_justify="left")
     huge = any(h.total for n in topo.nodes for h in n.hugepages)
@@ -59,6 +78,12 @@ def render_probe(topo: Topology, console=None, err=None) -> None:
                        or "-")
         t.add_row(*row)
     c.print(t)
+
+
+def _node_evidence(topo: Topology, c) -> None:
+    """Why each node is classified as it is, the SLIT distances and the demotion switch."""
+    from rich.table import Table
+
     c.print("[bold]Why each node is what it is[/]")
     for n in topo.nodes:
         c.print(f"  {n.name} [bold]{n.kind}[/]: " + esc(" · ".join(n.evidence) or "no evidence"))
@@ -73,26 +98,11 @@ def render_probe(topo: Topology, console=None, err=None) -> None:
     if topo.demotion_enabled is not None:
         c.print(f"demotion_enabled: {str(topo.demotion_enabled).lower()}")
 
+
+def _cxl(topo: Topology, c) -> None:
+    """The CXL tree (windows → regions → targets → memdevs, then the ports), or why there is none."""
     if topo.memdevs or topo.decoders:
-        tree = Tree("[bold]CXL[/]")
-        placed: set[str] = set()
-        for w in topo.windows:
-            start = "?" if w.start is None else f"{w.start:#x}"
-            wt = tree.add(f"window {w.name}: {_b(w.size_bytes)} at {start}, caps {'+'.join(w.capabilities) or '?'}"
-                          + ("" if w.can_create_ram_region else ", cannot create ram regions"))
-            for reg in (r for r in topo.regions if r.root_decoder == w.name):
-                res = f"{reg.resource:#x}" if reg.resource is not None else "unallocated"
-                rt = wt.add(f"{reg.describe()}: {_b(reg.size_bytes)} at {res}, granularity "
-                            f"{reg.interleave_granularity_bytes} B, {'committed' if reg.committed else 'NOT committed'}")
-                for i, (tgt, mem) in enumerate(zip(reg.targets, reg.memdevs)):
-                    md = topo.memdev(mem) if mem else None
-                    rt.add(f"target{i} {tgt} → " + (_memdev_line(md) if md else "[red]no memdev[/]"))
-                    if mem:
-                        placed.add(mem)
-        for md in topo.memdevs:
-            if md.name not in placed:
-                tree.add(_memdev_line(md) + " [dim](in no region)[/]")
-        c.print(tree)
+        c.print(_region_tree(topo))
         if topo.ports:
             c.print(_port_tree(topo))
         c.print("[dim]link ceiling = GT/s × lanes × encoding efficiency / 8, per direction: a ceiling, "
@@ -103,24 +113,54 @@ def render_probe(topo: Topology, console=None, err=None) -> None:
     else:
         c.print("CXL: bus present, no memory devices")
 
-    if topo.dax_devices:
-        d = Table(title="DAX devices", title_justify="left")
-        for col in ("device", "mode", "size", "target node", "align", "from", "CPU node", "blocks online"):
-            d.add_column(col)
-        for x in topo.dax_devices:
-            loc = topo.dax_locality(x.name)
-            blocks = "-" if x.memory_blocks is None else f"{x.memory_blocks_online}/{x.memory_blocks}"
-            d.add_row(x.name, x.mode or (f"driver {x.driver}" if x.driver else "unbound"),
-                      _b(x.size_bytes), "-" if x.target_node is None else f"node{x.target_node}",
-                      _b(x.align_bytes), x.region or x.source or "?", _cpu_cell(loc), blocks)
-        c.print(d)
-    io = topo.iomem
-    if io is not None and io.soft_reserved:
-        c.print("Soft Reserved (EFI specific-purpose memory) in /proc/iomem: "
-                + ", ".join(f"{a:#x}-{b:#x}" for a, b in io.soft_reserved))
-    _gpus(topo, c)
 
-    render_warnings(topo, err or stderr_console())
+def _region_tree(topo: Topology):
+    """Windows, their regions and each region's targets; memdevs in no region at the end."""
+    from rich.tree import Tree
+
+    tree = Tree("[bold]CXL[/]")
+    placed: set[str] = set()
+    for w in topo.windows:
+        start = "?" if w.start is None else f"{w.start:#x}"
+        wt = tree.add(f"window {w.name}: {_b(w.size_bytes)} at {start}, caps {'+'.join(w.capabilities) or '?'}"
+                      + ("" if w.can_create_ram_region else ", cannot create ram regions"))
+        for reg in (r for r in topo.regions if r.root_decoder == w.name):
+            res = f"{reg.resource:#x}" if reg.resource is not None else "unallocated"
+            rt = wt.add(f"{reg.describe()}: {_b(reg.size_bytes)} at {res}, granularity "
+                        f"{reg.interleave_granularity_bytes} B, {'committed' if reg.committed else 'NOT committed'}")
+            for i, (tgt, mem) in enumerate(zip(reg.targets, reg.memdevs)):
+                md = topo.memdev(mem) if mem else None
+                rt.add(f"target{i} {tgt} → " + (_memdev_line(md) if md else "[red]no memdev[/]"))
+                if mem:
+                    placed.add(mem)
+    for md in topo.memdevs:
+        if md.name not in placed:
+            tree.add(_memdev_line(md) + " [dim](in no region)[/]")
+    return tree
+
+
+def _dax_table(topo: Topology, c) -> None:
+    """The DAX devices: mode, size, target node, the CPU node near them, memory blocks online."""
+    from rich.table import Table
+
+    if not topo.dax_devices:
+        return
+    d = Table(title="DAX devices", title_justify="left")
+    for col in ("device", "mode", "size", "target node", "align", "from", "CPU node", "blocks online"):
+        d.add_column(col)
+    for x in topo.dax_devices:
+        loc = topo.dax_locality(x.name)
+        blocks = "-" if x.memory_blocks is None else f"{x.memory_blocks_online}/{x.memory_blocks}"
+        d.add_row(x.name, x.mode or (f"driver {x.driver}" if x.driver else "unbound"),
+                  _b(x.size_bytes), "-" if x.target_node is None else f"node{x.target_node}",
+                  _b(x.align_bytes), x.region or x.source or "?", _cpu_cell(loc), blocks)
+    c.print(d)
+
+
+def _pool_verdict(topo: Topology, c) -> None:
+    """The KV pool verdict and, for each pool node, the CPU node its threads run on."""
+    from rich.table import Table
+
     v = topo.verdict
     label = "KV pool (stand-in)" if v.stand_in else "KV pool"
     nodes = ", ".join(f"node{i}" for i in v.pool_nodes) or "none"
