@@ -70,8 +70,6 @@ def _header(c, rec) -> None:
 
 
 def render_bench(rec, console=None, err=None) -> None:
-    from rich.table import Table
-
     from sactool.render import stderr_console, stdout_console
 
     c = console or stdout_console()
@@ -86,76 +84,108 @@ def render_bench(rec, console=None, err=None) -> None:
     by: dict[str, list[dict]] = {}
     for r in rec.results:
         by.setdefault(r["test"], []).append(r)
-    if "latency" in by:
-        t = Table(title="Idle latency (pointer chase)", title_justify="left")
-        for col in (["cpu→mem"] if multi else []) + ["chain", "latency ns", "p05–p95"]:
-            t.add_column(col, justify="right")
-        for r in by["latency"]:
-            t.add_row(*([_pair(r)] if multi else []), r["params"]["variant"], m(r, _ns(r["derived"]["latency_ns"])),
-                      _spread(r))
-        c.print(t)
-    if "mlp" in by:
-        t = Table(title="Memory-level parallelism (N independent chases)", title_justify="left")
-        for col in ["chains", "ns per step", "ns per load", "bandwidth", ""]:
-            t.add_column(col, justify="right" if col else "left")
-        top = max(r["derived"]["bandwidth_bytes_per_s"] for r in by["mlp"])
-        for r in by["mlp"]:
-            dv = r["derived"]
-            t.add_row(str(dv["outstanding_misses"]), m(r, _ns(dv["latency_ns"])),
-                      _ns(dv["latency_ns"] / dv["outstanding_misses"]),
-                      m(r, format_rate(dv["bandwidth_bytes_per_s"])), _bar(dv["bandwidth_bytes_per_s"], top))
-        c.print(t)
-    if "loaded" in by:
-        t = Table(title="Loaded latency (chaser + throttled readers; MLC-style sweep)", title_justify="left")
-        for col in ["inject delay", "reader bandwidth", "latency ns", "latency"]:
-            t.add_column(col, justify="right" if col != "latency" else "left")
-        top = max(r["derived"]["latency_ns"] for r in by["loaded"])
-        for r in by["loaded"]:
-            dl = r["params"]["inject_delay_iterations"]
-            t.add_row("idle" if dl is None else str(dl), format_rate(r["derived"]["reader_bandwidth_bytes_per_s"]),
-                      m(r, _ns(r["derived"]["latency_ns"])), _bar(r["derived"]["latency_ns"], top))
-        c.print(t)
-    if "gather" in by:
-        t = Table(title="Top-k gather (pf: prefetch distance in records; step µs: one top-k step on one thread)",
-                  title_justify="left")
-        for col in (["cpu→mem"] if multi else []) + ["record B", "thr", "pf", "indices", "bandwidth",
-                                                     "ns/record", "step µs"]:
-            t.add_column(col, justify="right", no_wrap=True)
-        for r in by["gather"]:
-            p, dv = r["params"], r["derived"]
-            t.add_row(*([_pair(r)] if multi else []), str(p["record_bytes"]), str(p["threads"]),
-                      str(p["prefetch_distance"]), p["index_pattern"], m(r, format_rate(dv["bandwidth_bytes_per_s"])),
-                      _ns(dv["ns_per_record"]), f"{dv['topk_step_us']:.1f}")
-        c.print(t)
-    if "convert" in by:
-        t = Table(title="RDMA-baseline layout conversion of one prefix (g/t/s: time shares of the gather, "
-                        "page-first -> layer-first transpose and scatter passes)", title_justify="left")
-        for col in (["cpu→mem"] if multi else []) + ["impl", "rec B", "L", "tokens", "thr", "rate",
-                                                     "s/GB", "g/t/s"]:
-            t.add_column(col, justify="right", no_wrap=True)
-        for r in by["convert"]:
-            p, dv = r["params"], r["derived"]
-            sh = dv.get("pass_share") or {}
-            t.add_row(*([_pair(r)] if multi else []), p.get("implementation", "numba"), str(p["record_bytes"]),
-                      str(p["layers"]), str(p["tokens"]), str(p["threads"]), format_rate(dv["bandwidth_bytes_per_s"]),
-                      f"{dv['seconds_per_gb']:.2f}",
-                      "/".join("-" if sh.get(k) is None else f"{sh[k]:.0%}" for k in ("gather", "transpose", "scatter")))
-        c.print(t)
+    for test, table in (("latency", _latency_table), ("mlp", _mlp_table), ("loaded", _loaded_table),
+                        ("gather", _gather_table), ("convert", _convert_table)):
+        if test in by:
+            c.print(table(by[test], multi, m))
     seq = [r for k in ("read", "write", "copy") for r in by.get(k, [])]
     if seq:
-        t = Table(title="Sequential bandwidth", title_justify="left")
-        for col in (["cpu→mem"] if multi else []) + ["op", "threads", "bandwidth", "p05–p95 GB/s", ""]:
-            t.add_column(col, justify="right" if col else "left")
-        top = max(r["derived"]["bandwidth_bytes_per_s"] for r in seq)
-        for r in seq:
-            s = r["stats"]
-            t.add_row(*([_pair(r)] if multi else []), r["test"], str(r["params"]["threads"]),
-                      m(r, format_rate(r["derived"]["bandwidth_bytes_per_s"])),
-                      f"{s['p05'] / 1e9:.2f}–{s['p95'] / 1e9:.2f}", _bar(r["derived"]["bandwidth_bytes_per_s"], top))
-        c.print(t)
+        c.print(_sequential_table(seq, multi, m))
     for k in (k for k in MARKS if any(k in v for v in hit.values())):
         c.print(f"{MARKS[k]} {LEGEND[k]} (warning {k} below)", markup=False, highlight=False)
     render_warnings(rec, e)
+
+
+# One table per kind of bench result: ``rs`` its results, ``multi`` whether the record holds more than
+# one CPU→memory pair (then a first column names it), ``m`` the figure with its warning marks.
+def _latency_table(rs: list[dict], multi: bool, m):
+    from rich.table import Table
+
+    t = Table(title="Idle latency (pointer chase)", title_justify="left")
+    for col in (["cpu→mem"] if multi else []) + ["chain", "latency ns", "p05–p95"]:
+        t.add_column(col, justify="right")
+    for r in rs:
+        t.add_row(*([_pair(r)] if multi else []), r["params"]["variant"], m(r, _ns(r["derived"]["latency_ns"])),
+                  _spread(r))
+    return t
+
+
+def _mlp_table(rs: list[dict], multi: bool, m):
+    from rich.table import Table
+
+    t = Table(title="Memory-level parallelism (N independent chases)", title_justify="left")
+    for col in ["chains", "ns per step", "ns per load", "bandwidth", ""]:
+        t.add_column(col, justify="right" if col else "left")
+    top = max(r["derived"]["bandwidth_bytes_per_s"] for r in rs)
+    for r in rs:
+        dv = r["derived"]
+        t.add_row(str(dv["outstanding_misses"]), m(r, _ns(dv["latency_ns"])),
+                  _ns(dv["latency_ns"] / dv["outstanding_misses"]),
+                  m(r, format_rate(dv["bandwidth_bytes_per_s"])), _bar(dv["bandwidth_bytes_per_s"], top))
+    return t
+
+
+def _loaded_table(rs: list[dict], multi: bool, m):
+    from rich.table import Table
+
+    t = Table(title="Loaded latency (chaser + throttled readers; MLC-style sweep)", title_justify="left")
+    for col in ["inject delay", "reader bandwidth", "latency ns", "latency"]:
+        t.add_column(col, justify="right" if col != "latency" else "left")
+    top = max(r["derived"]["latency_ns"] for r in rs)
+    for r in rs:
+        dl = r["params"]["inject_delay_iterations"]
+        t.add_row("idle" if dl is None else str(dl), format_rate(r["derived"]["reader_bandwidth_bytes_per_s"]),
+                  m(r, _ns(r["derived"]["latency_ns"])), _bar(r["derived"]["latency_ns"], top))
+    return t
+
+
+def _gather_table(rs: list[dict], multi: bool, m):
+    from rich.table import Table
+
+    t = Table(title="Top-k gather (pf: prefetch distance in records; step µs: one top-k step on one thread)",
+              title_justify="left")
+    for col in (["cpu→mem"] if multi else []) + ["record B", "thr", "pf", "indices", "bandwidth",
+                                                 "ns/record", "step µs"]:
+        t.add_column(col, justify="right", no_wrap=True)
+    for r in rs:
+        p, dv = r["params"], r["derived"]
+        t.add_row(*([_pair(r)] if multi else []), str(p["record_bytes"]), str(p["threads"]),
+                  str(p["prefetch_distance"]), p["index_pattern"], m(r, format_rate(dv["bandwidth_bytes_per_s"])),
+                  _ns(dv["ns_per_record"]), f"{dv['topk_step_us']:.1f}")
+    return t
+
+
+def _convert_table(rs: list[dict], multi: bool, m):
+    from rich.table import Table
+
+    t = Table(title="RDMA-baseline layout conversion of one prefix (g/t/s: time shares of the gather, "
+                    "page-first -> layer-first transpose and scatter passes)", title_justify="left")
+    for col in (["cpu→mem"] if multi else []) + ["impl", "rec B", "L", "tokens", "thr", "rate",
+                                                 "s/GB", "g/t/s"]:
+        t.add_column(col, justify="right", no_wrap=True)
+    for r in rs:
+        p, dv = r["params"], r["derived"]
+        sh = dv.get("pass_share") or {}
+        t.add_row(*([_pair(r)] if multi else []), p.get("implementation", "numba"), str(p["record_bytes"]),
+                  str(p["layers"]), str(p["tokens"]), str(p["threads"]), format_rate(dv["bandwidth_bytes_per_s"]),
+                  f"{dv['seconds_per_gb']:.2f}",
+                  "/".join("-" if sh.get(k) is None else f"{sh[k]:.0%}" for k in ("gather", "transpose", "scatter")))
+    return t
+
+
+def _sequential_table(rs: list[dict], multi: bool, m):
+    from rich.table import Table
+
+    t = Table(title="Sequential bandwidth", title_justify="left")
+    for col in (["cpu→mem"] if multi else []) + ["op", "threads", "bandwidth", "p05–p95 GB/s", ""]:
+        t.add_column(col, justify="right" if col else "left")
+    top = max(r["derived"]["bandwidth_bytes_per_s"] for r in rs)
+    for r in rs:
+        s = r["stats"]
+        t.add_row(*([_pair(r)] if multi else []), r["test"], str(r["params"]["threads"]),
+                  m(r, format_rate(r["derived"]["bandwidth_bytes_per_s"])),
+                  f"{s['p05'] / 1e9:.2f}–{s['p95'] / 1e9:.2f}", _bar(r["derived"]["bandwidth_bytes_per_s"], top))
+    return t
 
 
 def _gather_series(gathers: list[dict]) -> dict[tuple, list[dict]]:
