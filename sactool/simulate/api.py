@@ -100,6 +100,8 @@ class SimulationResult:
     ratios: tuple[Ratios, ...]
     validation: dict[str, Any]
     notes: tuple[str, ...]
+    # validation view of the miss volume vs the authors' logs (``misscheck``); never an input
+    miss_check: dict[str, Any] = field(default_factory=dict)
 
     def point(self, placement: str, context: int, concurrency: int) -> PlacementPoint:
         for p in self.points:
@@ -207,8 +209,15 @@ def simulate(opts: SimulationOptions) -> SimulationResult:
         opts.progress("done", total_points, total_points)
     notes += _run_notes(p, opts, concs, harness)
     inputs = _inputs(setup, contexts, overheads, miss_used)
+    check = {}
+    if "sac" in opts.placements and "dram" in opts.placements:
+        from sactool.simulate.misscheck import miss_check
+
+        check = miss_check(p, contexts=contexts, layers=L, record_bytes=R,
+                           paths={pl: _path(p, pl, R) for pl in ("sac", "dram")}, compute=compute,
+                           miss_fn=miss_fn, layer_profile=_layer_targets(p))
     return SimulationResult(p.name, p.origin, spec.name, p.kv_dtype, R, case, out, opts.hotbuffer_steps, inputs,
-                            tuple(points), tuple(ratios), dict(p.validation), tuple(notes))
+                            tuple(points), tuple(ratios), dict(p.validation), tuple(notes), check)
 
 
 def _sweep(st: "_Setup", indexer_bytes: int, contexts, concs):

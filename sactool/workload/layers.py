@@ -82,3 +82,21 @@ def factors_for(targets, *, context_tokens: int, top_k: int, steps: int, params)
         m = k * context_tokens * ((1.0 - g) ** (-1.0 / k) - 1.0)
         out.append(max(0.0, (m - m0) / (fresh * scale * steps)))
     return out
+
+
+def first_touch_misses(context_tokens: int, top_k: int, *, steps: int | None = None,
+                       model: str = "deepseek-v3.2") -> float:
+    """Misses per layer per decode step that no cache can avoid, from the published per-layer union.
+
+    A layer that selects ``u × context`` distinct tokens over ``steps`` decode steps (``u`` its
+    union fraction, ``layer_targets``) and starts with ``top_k`` of them loaded must fetch the other
+    ``u × context − top_k`` at least once: ``max(0, u × context − top_k) / steps`` per step, averaged
+    over layers. A lower bound on any LRU hot buffer's steady misses (the profile's prompts:
+    ShareGPT conversations, ``SOURCE``); what the buffer adds on top comes from re-selections after
+    eviction, which no published statistic measures (``params.WorkloadParams.revisit``).
+    """
+    from sactool.workload.params import DSV32_STEPS
+
+    n = steps or DSV32_STEPS
+    targets = layer_targets(context_tokens, len(layer_unions(model)[min(layer_unions(model))]), model)
+    return sum(max(0.0, u * context_tokens - top_k) for u in targets) / (len(targets) * n)

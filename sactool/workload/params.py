@@ -105,12 +105,21 @@ class WorkloadParams:
     """Fraction of scattered replacements that re-select a token this layer dropped recently
     (replacements per step = ``churn / (1 - revisit)``). Not constrained by published statistics
     (a union counts first touches only); a structural choice: top-k scores near the cut-off flicker
-    in and out. It moves the hot-buffer hit rate, not the union. At most 0.95."""
+    in and out. It moves the hot-buffer hit rate, not the union. At most 0.95.
+
+    No published LRU hit or miss rate on real DSA top-k traces could pin it (searched: ESS arXiv
+    2512.10576, the HiSparse paper arXiv 2608.07009 via a secondary note, the LMSYS HiSparse blog,
+    SGLang's HiSparse PRs, the SAC fork's design docs and logs; docs/sources.md, "Hot-buffer hit
+    rates"). ``sactool simulate --explain`` shows the miss volume it gives next to the volume the
+    authors' SAC − DRAM step gaps imply (a validation view, ``simulate.misscheck``; never fitted:
+    those runs are what the model predicts, and they decoded a synthetic filler prompt, not the
+    ShareGPT prompts the unions were profiled on)."""
 
     revisit_window: int = 4096
     """How many of a layer's most recently dropped tokens a revisit chooses from (uniformly).
     Not constrained by published statistics; it sets the reuse distance of revisits, so it is the
-    knob the hot-buffer hit rate between top_k and 4 × top_k slots is most sensitive to."""
+    knob the hot-buffer hit rate between top_k and 4 × top_k slots is most sensitive to. Fixed in
+    tokens (it does not grow with the context); see ``revisit`` for what was searched."""
 
     layer_targets: str | None = None
     """Name of a per-layer locality profile (``sactool.workload.layers``, e.g. ``"deepseek-v3.2"``):
