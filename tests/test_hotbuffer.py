@@ -10,10 +10,11 @@ from sactool.errors import UsageError
 from sactool.hisparse.hotbuffer import simulate, simulate_many
 
 
-def kernel_reference(indices, H, ctx, *, reserve=True, pd=False):
+def kernel_reference(indices, H, ctx, *, reserve=True, pd=False, fork=False):
     """Misses [steps, layers], written the way hisparse.cuh does it: physical slots, an LRU
     array of slot numbers, hits compacted forward and evictables backward in ``lru_out``, the
-    j-th miss taking ``lru_out[H-1-j]``, and the three-way write-back of K:683-689."""
+    j-th miss taking ``lru_out[H-1-j]``, and the three-way write-back of K:683-689 — or, with
+    ``fork``, the SAC fork kernel's two-way write-back done before the miss pass (F:270-287)."""
     steps, layers, k = indices.shape
     out = np.zeros((steps, layers), dtype=np.int64)
     for layer in range(layers):
@@ -41,6 +42,10 @@ def kernel_reference(indices, H, ctx, *, reserve=True, pd=False):
                 else:
                     lru_out[H - 1 - n_ev] = slot
                     n_ev += 1
+            total_evictable = H - n_hit
+            if fork:   # the fork writes the order back first: evictables (old order), then hits
+                lru_slots = [lru_out[H - 1 - i] if i < total_evictable else lru_out[i - total_evictable]
+                             for i in range(H)]
             n_miss = 0
             for i, t in enumerate(topk):
                 if (reserve and t == newest) or i in hit_idx:
@@ -48,7 +53,9 @@ def kernel_reference(indices, H, ctx, *, reserve=True, pd=False):
                 slot = lru_out[H - 1 - n_miss]
                 buffer_tokens[slot] = t
                 n_miss += 1
-            total_evictable = H - n_hit
+            out[s, layer] = n_miss
+            if fork:
+                continue
             new = [None] * H
             for i in range(H):
                 if i < n_miss:
@@ -58,7 +65,6 @@ def kernel_reference(indices, H, ctx, *, reserve=True, pd=False):
                 else:
                     new[i] = lru_out[i - total_evictable]
             lru_slots = new
-            out[s, layer] = n_miss
     return out
 
 
@@ -89,12 +95,13 @@ def traces(draw):
 
 
 @settings(max_examples=300, deadline=None)
-@given(traces(), st.booleans(), st.booleans())
-def test_matches_kernel_reference(trace, reserve, pd):
+@given(traces(), st.booleans(), st.booleans(), st.booleans())
+def test_matches_kernel_reference(trace, reserve, pd, fork):
     idx, ctx, H = trace
     mode = "pd" if pd else "colocated"
-    got = simulate(idx, H, context_tokens=ctx, reserve_newest=reserve, mode=mode)
-    want = kernel_reference(idx, H, ctx, reserve=reserve, pd=pd)
+    got = simulate(idx, H, context_tokens=ctx, reserve_newest=reserve, mode=mode,
+                   kernel="sac-fork" if fork else "sglang-0.5.23")
+    want = kernel_reference(idx, H, ctx, reserve=reserve, pd=pd, fork=fork)
     assert np.array_equal(got.misses, want)
     steps, layers, k = idx.shape
     assert got.hit_rate == pytest.approx(1 - want.sum() / (steps * layers * k))
@@ -125,6 +132,20 @@ def test_fast_path_and_newest_slot():
     # without the reserved slot the newest token must be fetched
     r2 = simulate(idx, H, context_tokens=ctx, reserve_newest=False)
     assert r2.misses[3, 0] == 1 and r2.misses[4, 0] == 1
+
+
+def test_fork_kernel_evicts_a_just_loaded_token_first():
+    """SAC fork: the LRU order is written back before the misses fill their slots, so a token loaded
+    at one step and skipped at the next is the first evicted; 0.5.23 keeps it ahead of stale ones."""
+    ctx, H = 100, 3                      # colocated start: slots hold tokens 0, 1, 2 (LRU 0, 1, 2)
+    idx = np.array([[[0, 50]], [[0, 60]], [[0, 50]]], dtype=np.int32)
+    new = simulate(idx, H, context_tokens=ctx, reserve_newest=False)
+    fork = simulate(idx, H, context_tokens=ctx, reserve_newest=False, kernel="sac-fork")
+    # step 0: 50 replaces token 1; step 1: 60 replaces token 2 (0.5.23) or the just-loaded 50 (fork)
+    assert new.misses[:, 0].tolist() == [1, 1, 0] and new.kernel == "sglang-0.5.23"
+    assert fork.misses[:, 0].tolist() == [1, 1, 1] and fork.to_data()["kernel"] == "sac-fork"
+    with pytest.raises(UsageError, match="unknown HiSparse kernel"):
+        simulate(idx, H, context_tokens=ctx, kernel="v0")
 
 
 def test_previous_newest_token_is_a_miss():

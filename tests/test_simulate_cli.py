@@ -111,6 +111,8 @@ def test_profile_form(tmp_path, capsys):
     assert {p["concurrency"] for p in data["points"]} == {8, 16}
     assert any("stand in for local DRAM" in n for n in data["notes"])
     assert data["inputs"]["paths"]["sac"]["device_bytes_per_s"] == 20e9
+    # a profile is served on SGLang 0.5.23: its LRU, not the SAC fork's of the paper platform
+    assert data["inputs"]["hisparse_kernel"] == "sglang-0.5.23"
 
 
 def test_profile_without_bench_says_which_command(capsys):

@@ -35,6 +35,8 @@ def test_shipped_platform_loads_with_cited_figures():
         assert tag in text
     assert set(p.sources) >= {"PAPER", "REPO", "BELUGA"}
     assert p.validation["sac_vs_rdma_throughput"] == 2.1
+    # the swap-in kernel of the authors' runs (their fork's LRU write-back), not 0.5.23's
+    assert p.hisparse_kernel == "sac-fork"
 
 
 @pytest.mark.parametrize("path, value, field", [
@@ -49,6 +51,7 @@ def test_shipped_platform_loads_with_cited_figures():
     ("workload.contexts", ["200k"], "workload.contexts"),
     ("model.kv_dtype", "int4", "model.kv_dtype"),
     ("workload.case", "warm", "workload.case"),
+    ("serving.hisparse_kernel", "v9", "serving.hisparse_kernel"),
 ])
 def test_bad_fields_are_named(path, value, field):
     d = _data()

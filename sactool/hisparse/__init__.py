@@ -16,3 +16,7 @@ Light to import (each module imports only what it uses; nothing is imported here
 Consumers: ``tune/`` (search over these), ``serve/`` (launch checks), ``simulate/`` (serving
 model), and the plug-in (``sactool/sglang_plugin.py``).
 """
+
+#: HiSparse swap-in kernel versions whose LRU write-back differs (``hotbuffer``, "Kernel version"):
+#: SGLang 0.5.23's, and the SAC authors' fork's (the kernel behind their logged runs).
+KERNELS = ("sglang-0.5.23", "sac-fork")

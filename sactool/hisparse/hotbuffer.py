@@ -32,6 +32,15 @@ Trace convention (as ``sactool.workload``): at step ``s`` the sequence holds
 With ``reserve_newest=False`` the newest token gets no reserved slot and is looked up like any
 other (a what-if; SGLang always reserves it).
 
+**Kernel version** (``kernel``). ``"sglang-0.5.23"`` (default): the write-back above, filled slots
+placed just before the hits. ``"sac-fork"``: the kernel the SAC authors' runs used (github
+magicYang1573/sglang, branch ``hisparse-cxl-prefix-cache-opt-rdma`` at 4e25782d,
+``python/sglang/jit_kernel/csrc/hisparse.cuh`` = ``F``, last changed in 9eb75211): it writes the LRU order
+back *before* the miss pass (F:270-287: evictables in their old order at the front, hits at the
+back), and the misses then fill the first evictables (F:329), so a slot just filled stays at the
+LRU front: a token loaded at one step and not selected at the next is the first evicted. Hits,
+miss slots, fast path and the newest-token slot are the same as 0.5.23's (F:122, F:172, F:339).
+
 Hit rate = 1 − misses / (steps × layers × top_k): every top-k entry is one lookup; reserved-slot
 and fast-path entries count as hits (no host fetch).
 """
@@ -46,6 +55,7 @@ import sactool.cachedir  # noqa: F401  (NUMBA_CACHE_DIR before numba loads)
 from numba import njit
 
 from sactool.errors import UsageError
+from sactool.hisparse import KERNELS
 
 #: ``lru_slots`` is int16 in SGLang 0.5.23 (C:690-691): slot numbers must fit.
 MAX_BUFFER_SIZE = 32767
@@ -68,6 +78,7 @@ class HotBufferResult:
     top_k: int
     mode: str                        # colocated | pd (initial buffer contents)
     reserve_newest: bool
+    kernel: str = "sglang-0.5.23"    # KERNELS: whose LRU write-back
 
     def to_data(self) -> dict:
         """Record form (``records.to_data``): the summary figures and each layer's mean misses per
@@ -83,7 +94,7 @@ class HotBufferResult:
             "steady_misses_per_layer": [round(float(v), 3) for v in steady.mean(axis=0)],
             "steps": int(self.misses.shape[0]), "layers": int(self.misses.shape[1]),
             "context_tokens": self.context_tokens, "top_k": self.top_k, "mode": self.mode,
-            "reserve_newest": self.reserve_newest,
+            "reserve_newest": self.reserve_newest, "kernel": self.kernel,
         }
 
 
@@ -91,7 +102,7 @@ class HotBufferResult:
 # calls in the per-step inner loop that numba may not inline, and its steps map one to one onto
 # the SGLang kernel lines cited in the module docstring (K:418-705), which a reader checks in order.
 @njit(cache=True, nogil=True)
-def _sim_layer(indices, layer, H, ctx, reserve, pd_empty, out):
+def _sim_layer(indices, layer, H, ctx, reserve, pd_empty, filled_front, out):
     """One layer, slot-level like the kernel: ``order`` is ``lru_slots`` (slot numbers, LRU
     first), ``slot_tok`` is ``device_buffer_tokens``; the H-long scan touches only H-sized arrays
     and each top-k id costs one random access into ``info``."""
@@ -160,13 +171,18 @@ def _sim_layer(indices, layer, H, ctx, reserve, pd_empty, out):
                 info[old] &= ~0xFFFF
             slot_tok[sl] = miss[j]
             info[miss[j]] = (info[miss[j]] & ~0xFFFF) | (sl + 1)
-        p = 0  # write-back (K:683-689): stale evictables, then filled slots, then hits
-        for j in range(m, ne):
-            new_order[p] = ev[j]
-            p += 1
-        for j in range(m):
-            new_order[p] = ev[j]
-            p += 1
+        p = 0
+        if filled_front:  # SAC fork (F:270-287): evictables in old order, the filled ones first
+            for j in range(ne):
+                new_order[p] = ev[j]
+                p += 1
+        else:  # 0.5.23 write-back (K:683-689): stale evictables, then filled slots, then hits
+            for j in range(m, ne):
+                new_order[p] = ev[j]
+                p += 1
+            for j in range(m):
+                new_order[p] = ev[j]
+                p += 1
         for j in range(nh):
             new_order[p] = hits[j]
             p += 1
@@ -175,7 +191,8 @@ def _sim_layer(indices, layer, H, ctx, reserve, pd_empty, out):
     return 0
 
 
-def _result(misses: np.ndarray, H: int, ctx: int, top_k: int, mode: str, reserve: bool) -> HotBufferResult:
+def _result(misses: np.ndarray, H: int, ctx: int, top_k: int, mode: str, reserve: bool,
+            kernel: str) -> HotBufferResult:
     steps, layers = misses.shape
     per_step = misses.sum(axis=1, dtype=np.int64)
     return HotBufferResult(
@@ -186,11 +203,12 @@ def _result(misses: np.ndarray, H: int, ctx: int, top_k: int, mode: str, reserve
         misses_per_layer_step_mean=float(per_step.mean() / layers),
         misses_per_step_p95=float(np.percentile(per_step, 95)),
         first_step_misses=int(per_step[0]), context_tokens=ctx, top_k=top_k, mode=mode,
-        reserve_newest=reserve)
+        reserve_newest=reserve, kernel=kernel)
 
 
 def simulate_many(indices: np.ndarray, buffer_sizes: Sequence[int], *, context_tokens: int,
-                  reserve_newest: bool = True, mode: str = "colocated") -> list[HotBufferResult]:
+                  reserve_newest: bool = True, mode: str = "colocated",
+                  kernel: str = "sglang-0.5.23") -> list[HotBufferResult]:
     """Simulate several ``device_buffer_size`` values over one trace (parallel over sizes × layers).
 
     ``indices``: int32 [steps, layers, top_k], row s holding distinct ids in
@@ -201,6 +219,8 @@ def simulate_many(indices: np.ndarray, buffer_sizes: Sequence[int], *, context_t
                          f"{getattr(indices, 'shape', None)}")
     if mode not in MODES:
         raise UsageError(f"unknown mode {mode!r}", "use colocated or pd")
+    if kernel not in KERNELS:
+        raise UsageError(f"unknown HiSparse kernel {kernel!r}", f"use {' or '.join(KERNELS)}")
     if isinstance(context_tokens, bool) or int(context_tokens) != context_tokens or context_tokens < 1:
         raise UsageError(f"context_tokens must be a positive integer, got {context_tokens!r}")
     steps, layers, top_k = indices.shape
@@ -220,7 +240,8 @@ def simulate_many(indices: np.ndarray, buffer_sizes: Sequence[int], *, context_t
     def job(j: int) -> int:  # (size, layer) pairs on a thread pool; the kernel releases the GIL
         b, layer = divmod(j, layers)
         H = sizes[b]
-        return _sim_layer(idx, layer, H, ctx, bool(reserve_newest), mode == "pd" and ctx > H, out[b])
+        return _sim_layer(idx, layer, H, ctx, bool(reserve_newest), mode == "pd" and ctx > H,
+                          kernel == "sac-fork", out[b])
 
     err = np.array(run_layers(job, len(sizes) * layers), dtype=np.int64)
     bad = err[err > 0]
@@ -228,12 +249,13 @@ def simulate_many(indices: np.ndarray, buffer_sizes: Sequence[int], *, context_t
         s = int(bad.min()) - 1
         raise UsageError(f"trace step {s} selects a token outside [0, {context_tokens + s}) or twice",
                          "rows must hold distinct ids below context_tokens + step")
-    return [_result(out[i], b, int(context_tokens), top_k, mode, bool(reserve_newest))
+    return [_result(out[i], b, int(context_tokens), top_k, mode, bool(reserve_newest), kernel)
             for i, b in enumerate(sizes)]
 
 
 def simulate(indices: np.ndarray, buffer_size: int, *, context_tokens: int,
-             reserve_newest: bool = True, mode: str = "colocated") -> HotBufferResult:
+             reserve_newest: bool = True, mode: str = "colocated",
+             kernel: str = "sglang-0.5.23") -> HotBufferResult:
     """Simulate one ``device_buffer_size`` over a trace → misses per step per layer."""
     return simulate_many(indices, [buffer_size], context_tokens=context_tokens,
-                         reserve_newest=reserve_newest, mode=mode)[0]
+                         reserve_newest=reserve_newest, mode=mode, kernel=kernel)[0]

@@ -294,6 +294,7 @@ def _inputs(st: "_Setup", contexts, overheads: dict[int, dict[int, float]],
         "extend_s": {str(c): prefill_s(p.extend_points, c) for c in contexts} if p.extend_points else {},
         "rdma_conversion_bytes_per_s": p.rdma_conversion_bytes_per_s,
         "layer_targets": _layer_targets(p),
+        "hisparse_kernel": p.hisparse_kernel,
         "prefetch": st.prefetch,
         "arrival": f"poisson {st.rate}/s" if st.rate else "closed loop",
         "paths": {pl: dataclasses.asdict(_path(p, pl, st.record_bytes)) for pl in ("sac", "dram")},
@@ -322,7 +323,7 @@ def _default_miss_fn(opts: SimulationOptions) -> Callable[[int, int], MissProfil
     mode = "pd" if case == "cache_hit" else "colocated"
     targets = _layer_targets(p)
     return lambda ctx, buf: lru_profile(ctx, buf, p.top_k, L, steps=opts.hotbuffer_steps, seed=opts.seed,
-                                        mode=mode, layer_targets=targets)
+                                        mode=mode, layer_targets=targets, kernel=p.hisparse_kernel)
 
 
 def dram_step_s(points, requests_per_rank: float, context: int) -> float:
@@ -426,8 +427,8 @@ def _run_notes(p: Platform, opts: SimulationOptions, concs, harness: bool) -> li
     if p.attn_dp_size < p.gpus:
         notes.append(f"{p.gpus} GPUs in {p.attn_dp_size} attention-DP ranks: each rank is simulated as one GPU; the "
                      "replicated swap-ins of its attention-TP peers are not added to the shared links")
-    notes.append(f"hot-buffer misses from {opts.hotbuffer_steps} simulated decode steps per context; "
-                 "later steps use the steady mean")
+    notes.append(f"hot-buffer misses from {opts.hotbuffer_steps} simulated decode steps per context "
+                 f"({p.hisparse_kernel} HiSparse kernel's LRU); later steps use the steady mean")
     if harness:
         rq = {pl: max(1, int(round((p.rdma_requests_per_concurrency if pl == "rdma" and p.rdma_requests_per_concurrency
                                     else p.requests_per_concurrency) * concs[0]))) for pl in opts.placements}

@@ -99,6 +99,8 @@ def platform_from_profile(profile_path, base: Platform, *, dram_bench: str | Non
         device_buffer_size=prof.hisparse.device_buffer_size, rdma_device_buffer_size=None,
         # DeepSeek-V3.2 has an indexer per layer: HiSparse's prefetch (IndexShare) never applies
         prefetch=False,
+        # a profile is served by `sactool serve` on SGLang 0.5.23: its kernel, not the SAC fork's
+        hisparse_kernel="sglang-0.5.23",
         pcie_switches=min(base.pcie_switches, gpus), nics=min(base.nics, min(base.pcie_switches, gpus)),
         cxl_devices=min(targets, ranks), cxl_capacity_bytes=cxl_cap, gpu=gpu,
         gather_cxl=cxl, gather_dram=dram,

@@ -47,14 +47,15 @@ _TRACES: dict[tuple, object] = {}
 
 def lru_profile(context_tokens: int, buffer_slots: int, top_k: int, layers: int, *,
                 steps: int = DEFAULT_STEPS, seed: int = 0, mode: str = "pd",
-                layer_targets: str | None = None) -> MissProfile:
+                layer_targets: str | None = None, kernel: str = "sglang-0.5.23") -> MissProfile:
     """Miss profile from ``generate_topk`` + ``hisparse.hotbuffer.simulate`` (cached).
 
     ``mode="pd"``: the buffer starts empty, as for a request whose KV is already in the pool (the
     SAC fork's prefix-hit path initializes the buffer to -1, docs/sources.md, SAC §4; SGLang PD mode);
     ``"colocated"``: it starts with the prompt's first slots, as after a local prefill.
+    ``kernel``: whose LRU write-back (``hisparse.hotbuffer``, "Kernel version").
     """
-    key = (context_tokens, buffer_slots, top_k, layers, steps, seed, mode, layer_targets)
+    key = (context_tokens, buffer_slots, top_k, layers, steps, seed, mode, layer_targets, kernel)
     if key in _CACHE:
         return _CACHE[key]
     from sactool.hisparse.hotbuffer import simulate as lru
@@ -68,14 +69,14 @@ def lru_profile(context_tokens: int, buffer_slots: int, top_k: int, layers: int,
         _TRACES[tkey] = generate_topk(context_tokens, steps, layers, top_k, seed=seed,
                                       params=WorkloadParams(layer_targets=layer_targets))
     idx = _TRACES[tkey]
-    res = lru(idx, buffer_slots, context_tokens=context_tokens, reserve_newest=True, mode=mode)
+    res = lru(idx, buffer_slots, context_tokens=context_tokens, reserve_newest=True, mode=mode, kernel=kernel)
     per = res.misses.mean(axis=1)            # [steps] mean over layers
     tail = per[len(per) // 2:]
     steady = float(tail.mean()) if len(tail) else float(per.mean())
     prof = MissProfile(context_tokens, buffer_slots, top_k, tuple(float(x) for x in per), steady,
                        1.0 - steady / top_k,
-                       f"sactool.workload.generate_topk + tune.hotbuffer.simulate ({mode}), {steps} steps, seed {seed}"
-                       + (f", per-layer targets {layer_targets}" if layer_targets else ""))
+                       f"sactool.workload.generate_topk + hisparse.hotbuffer.simulate ({mode}, {kernel} kernel), "
+                       f"{steps} steps, seed {seed}" + (f", per-layer targets {layer_targets}" if layer_targets else ""))
     _CACHE[key] = prof
     return prof
 

@@ -133,6 +133,7 @@ class Platform:
     case: str
     arrival_rate_per_s: float | None
     harness: str = "steady"
+    hisparse_kernel: str = "sglang-0.5.23"               # whose LRU write-back (hisparse.hotbuffer.KERNELS)
     rdma_requests_per_concurrency: float | None = None   # the RDMA run set's own request count
     frontend_s_per_prompt_token: float = 0.0             # serial tokenization in the server's loop
     extend_points: tuple[tuple[int, float], ...] = ()    # (context, s): one extend forward (first token)
@@ -285,6 +286,11 @@ def from_data(data: Mapping[str, Any], *, origin: str = "platform") -> Platform:
     dsteps = _step_points(d, "gpu.hisparse_dram_step.measured")
     extend = _time_points(d, "first_token.extend.measured")
     harness = _get(d, "workload.harness", optional=True, default="steady")
+    from sactool.hisparse import KERNELS
+
+    kernel = _get(d, "serving.hisparse_kernel", optional=True, default="sglang-0.5.23")
+    if kernel not in KERNELS:
+        raise _err("serving.hisparse_kernel", f"must be one of {', '.join(KERNELS)}, got {kernel!r}")
     if harness not in HARNESSES:
         raise _err("workload.harness", f"must be one of {', '.join(HARNESSES)}, got {harness!r}")
     gpu = GpuSection(
@@ -340,6 +346,7 @@ def from_data(data: Mapping[str, Any], *, origin: str = "platform") -> Platform:
         case=case,
         arrival_rate_per_s=rate,
         harness=harness,
+        hisparse_kernel=kernel,
         rdma_requests_per_concurrency=_num(d, "rdma.requests_per_concurrency", optional=True),
         frontend_s_per_prompt_token=_num(d, "frontend.s_per_prompt_token", optional=True, default=0.0,
                                          allow_zero=True),
