@@ -104,3 +104,21 @@ def test_cli_explain_shows_the_view_and_json_carries_it(capsys):
     # without local DRAM in the run there is no SAC/DRAM comparison to check
     assert main(["simulate", "--platform", str(PLATFORM), *quick, "--placements", "sac", "-f", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["miss_check"] == {}
+
+
+def test_the_logs_gaps_are_never_an_input():
+    """Doubling every logged gap changes the validation view and nothing the model predicts."""
+    from sactool.simulate.api import SimulationOptions, simulate
+
+    p = load_platform(PLATFORM)
+    logs = p.validation["step_gap"]
+    doubled = dict(logs, per_context_s={k: 2 * v for k, v in logs["per_context_s"].items()},
+                   by_requests_per_rank_128k_s={k: 2 * v for k, v in logs["by_requests_per_rank_128k_s"].items()})
+    q = dataclasses.replace(p, validation=dict(p.validation, step_gap=doubled))
+    kw = dict(contexts=(16384,), concurrency=(8,), output_tokens=64, hotbuffer_steps=32,
+              placements=("sac", "dram"))
+    a, b = simulate(SimulationOptions(p, **kw)), simulate(SimulationOptions(q, **kw))
+    assert a.points == b.points and a.ratios == b.ratios
+    ra, rb = a.miss_check["per_context"][16384], b.miss_check["per_context"][16384]
+    assert rb["logs_gap_s"] == 2 * ra["logs_gap_s"] and rb["model_gap_s"] == ra["model_gap_s"]
+    assert rb["implied_misses_per_layer"] > ra["implied_misses_per_layer"]
