@@ -30,6 +30,9 @@ profile says ``pool.strict`` (or ``SACTOOL_STRICT=1`` when the profile cannot be
 stops the rank. ``SGLang's apply_hooks`` swallows a failure to patch, so the check after the
 coordinator's constructor is what makes strict strict. Log lines start with ``sactool_cxl:``.
 
+``SACTOOL_GPU_LOCAL_NODES`` (set by ``sactool serve`` when the GPUs visible to SGLang sit on other
+sockets than the profile's ``pool.gpu_local_nodes``) replaces them, so the plan is the dry run's.
+
 ``SACTOOL_DEVDAX_STANDIN`` (JSON ``{"dax0.0": {"path": FILE, "align_bytes": N}}``) lets a file
 stand in for a DAX device that is not there (scripts/sglang-integration: the same
 ``mmap(MAP_SHARED)`` at the same offsets, on tmpfs); every line logged about it says so.
@@ -96,6 +99,7 @@ def register(registry: Any = None, hook_type: Any = None) -> bool:
 
     try:
         profile = load_profile(path)
+        profile = with_env_gpu_nodes(profile)
     except SactoolError as e:
         msg = f"SACTOOL_PROFILE {path} unreadable: {e.message}"
         if strict_env:
@@ -130,6 +134,20 @@ def register(registry: Any = None, hook_type: Any = None) -> bool:
     registry.register(ALLOCATE_TARGET, around_allocate, hook_type)
     logger.info("sactool_cxl: hooks registered for profile %s (%s)", path, profile.model.name)
     return True
+
+
+def with_env_gpu_nodes(profile: Any) -> Any:
+    """The profile with ``$SACTOOL_GPU_LOCAL_NODES`` (set by ``sactool serve`` when the GPUs visible
+    to SGLang sit on other sockets than the profile says) as each rank's GPU socket."""
+    from sactool.hisparse.hostpool import GPU_NODES_ENV, gpu_nodes_from_env, with_gpu_nodes
+
+    value = os.environ.get(GPU_NODES_ENV)
+    if not value:
+        return profile
+    nodes = gpu_nodes_from_env(value, profile.world_size)
+    logger.info("sactool_cxl: rank GPU sockets from $%s: %s (profile: %s)", GPU_NODES_ENV, value,
+                list(profile.pool.gpu_local_nodes))
+    return with_gpu_nodes(profile, nodes)
 
 
 def _missing(target: str) -> str:

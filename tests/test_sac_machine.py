@@ -27,6 +27,8 @@ from sactool.host.sysfs import SysfsReader
 from sactool.profile import load_profile, validate
 from sactool.topology import probe
 
+from fixtures.trees import add_gpus
+
 HERE = Path(__file__).resolve().parent
 EXAMPLES = HERE.parent / "profiles" / "examples"
 STANDIN_SITE = HERE / "standins" / "site"
@@ -158,24 +160,9 @@ def test_tune_plans_the_devdax_devices_of_a_recording(machine, capsys, monkeypat
 
 
 def _eight_gpus(root: Path) -> Path:
-    """Constructed (no recording has GPUs): eight GPU functions (class 0x030200, NVIDIA 0x10de,
-    H100 0x2330) behind two host bridges, GPUs 0-3 on node0 and 4-7 on node1, as on the SAC box."""
-    import os
-
-    devs = root / "sys/bus/pci/devices"
-    devs.mkdir(parents=True, exist_ok=True)
-    for i in range(8):
-        node, hb = i // 4, 0x17 + 0x40 * (i // 4)
-        rp_bdf, gpu_bdf = f"0000:{hb:02x}:0{i % 4}.0", f"0000:{0x18 + i:02x}:00.0"
-        rp = root / f"sys/devices/pci0000:{hb:02x}/{rp_bdf}"
-        gpu = rp / gpu_bdf
-        gpu.mkdir(parents=True)
-        (rp / "numa_node").write_text(f"{node}\n")
-        for k, v in {"class": "0x030200", "vendor": "0x10de", "device": "0x2330", "numa_node": str(node),
-                     "local_cpulist": str(node)}.items():
-            (gpu / k).write_text(v + "\n")
-        os.symlink(f"../../../devices/pci0000:{hb:02x}/{rp_bdf}/{gpu_bdf}", devs / gpu_bdf)
-    return root
+    """Constructed (no recording has GPUs): eight H100 functions (class 0x030200, NVIDIA 0x10de,
+    0x2330) behind two host bridges, GPUs 0-3 on node0 and 4-7 on node1, as on the SAC box."""
+    return add_gpus(root, list(GPU_NODES))
 
 
 def test_tune_chooses_locality_when_gpu_locality_is_known(machine, capsys, fast_bench_record, tmp_path):

@@ -110,6 +110,42 @@ def rank_plan(profile: Profile, targets: Sequence[Target], *, check_pool: bool =
     return RankPlan(rule, p.slots, notes + p.notes)
 
 
+GPU_NODES_ENV = "SACTOOL_GPU_LOCAL_NODES"
+"""Set by ``sactool serve`` when the GPUs the ranks really get (CUDA_VISIBLE_DEVICES, in PCI bus
+order) sit on other sockets than the profile's ``pool.gpu_local_nodes``: comma-separated CPU node
+per rank. The plug-in plans with it, so its plan is the one ``serve --dry-run`` showed (SGLang may
+narrow CUDA_VISIBLE_DEVICES per scheduler process, so the plug-in cannot re-derive it there)."""
+
+
+def with_gpu_nodes(profile: Profile, nodes: Sequence[int]) -> Profile:
+    """``profile`` with ``pool.gpu_local_nodes`` = ``nodes`` (the socket of each rank's GPU); a
+    locality plan tune resolved for other GPUs (``pool.rank_targets``) is dropped, so the locality
+    rule runs again over these sockets. Other rules do not depend on the GPUs and stay."""
+    import dataclasses
+
+    from sactool.profile import validate
+
+    q = profile.pool
+    nodes = tuple(int(n) for n in nodes)
+    if nodes == tuple(q.gpu_local_nodes):
+        return profile
+    targets = () if q.rank_assignment == "locality" else q.rank_targets
+    return validate(dataclasses.replace(profile, pool=dataclasses.replace(q, gpu_local_nodes=nodes,
+                                                                             rank_targets=targets)))
+
+
+def gpu_nodes_from_env(value: str, world: int) -> tuple[int, ...]:
+    """``$SACTOOL_GPU_LOCAL_NODES`` -> one CPU node per rank; RecordError when malformed."""
+    try:
+        nodes = tuple(int(v) for v in value.split(","))
+    except ValueError:
+        nodes = ()
+    if len(nodes) != world or any(n < 0 for n in nodes):
+        raise RecordError(f"${GPU_NODES_ENV}={value!r} is not {world} comma-separated node numbers",
+                          "launch through 'sactool serve', which sets it, or unset it")
+    return nodes
+
+
 @dataclass(frozen=True)
 class HostSizing:
     """Host pool bytes of one rank (§2.5) and where the device-slot figure S came from."""

@@ -141,8 +141,9 @@ def numactl_prefix(profile: Profile) -> list[Flag]:
 
 def build_command(profile: Profile, *, profile_path: str, extra_args: Sequence[str] = (), python: str,
                   entrypoint: str | None = None, environ: Mapping[str, str] | None = None,
-                  sglang_script: str | None = None) -> Command:
-    """argv and environment delta for ``profile`` (checks are done by :mod:`sactool.serve.checks`)."""
+                  sglang_script: str | None = None, extra_env: Sequence[EnvVar] = ()) -> Command:
+    """argv and environment delta for ``profile`` (checks are done by :mod:`sactool.serve.checks`);
+    ``extra_env``: variables the launcher resolved on the machine (:mod:`sactool.serve.gpus`)."""
     environ = os.environ if environ is None else environ
     q, s, h = profile.pool, profile.sglang, profile.hisparse
     extra = list(extra_args)
@@ -159,6 +160,12 @@ def build_command(profile: Profile, *, profile_path: str, extra_args: Sequence[s
         flags.append(Flag(tuple(extra), "user (after --)", "passed through untouched, last so they win"))
     env: list[EnvVar] = []
     notes: list[str] = []
+    if not environ.get("CUDA_DEVICE_ORDER"):
+        env.append(EnvVar("CUDA_DEVICE_ORDER", "PCI_BUS_ID", "sactool",
+                          "GPU ids in PCI bus order, the order the GPU plan assumes (pool.gpu_local_nodes, "
+                          "--numa-node, placement locality); CUDA's default is FASTEST_FIRST, and SGLang warns "
+                          "without it (platforms/cuda.py)"))
+    env.extend(extra_env)
     if hisparse and q.placement == "plugin":
         cur = [p.strip() for p in environ.get("SGLANG_PLUGINS", "").split(",") if p.strip()]
         if cur and PLUGIN_NAME not in cur:

@@ -26,6 +26,7 @@ from sactool.profile import Profile, load_profile
 from sactool.serve import capacity, checks
 from sactool.serve.argv import Command, build_command
 from sactool.serve.errors import EngineMissingError
+from sactool.serve.gpus import resolve_gpus
 from sactool.units import format_bytes
 
 
@@ -92,14 +93,7 @@ def build_launch(profile_path: str, extra_args: Sequence[str] = (), *, python: s
     otherwise identical settings)."""
     profile = load_profile(profile_path)
     overridden = placement is not None and placement != profile.pool.placement
-    if placement is not None:
-        from dataclasses import replace
-
-        from sactool.profile import PLACEMENTS, validate
-
-        if placement not in PLACEMENTS:
-            raise UsageError(f"unknown --placement {placement!r}", f"use one of: {', '.join(PLACEMENTS)}")
-        profile = validate(replace(profile, pool=replace(profile.pool, placement=placement)))
+    profile = _with_placement(profile, placement)
     extra = list(extra_args)
     python = python or sys.executable
     ep = entrypoint or profile.sglang.entrypoint
@@ -108,8 +102,6 @@ def build_launch(profile_path: str, extra_args: Sequence[str] = (), *, python: s
         lines.append(f"--placement {placement} overrides the profile's pool.placement")
     lines.append(checks.check_model(profile, extra))
     checks.check_conflicts(profile, extra)
-    cmd = build_command(profile, profile_path=profile_path, extra_args=extra, python=python,
-                        entrypoint=entrypoint, environ=environ)
     problems: list[Problem] = []
 
     def attempt(fn):
@@ -120,6 +112,15 @@ def build_launch(profile_path: str, extra_args: Sequence[str] = (), *, python: s
                 raise
             problems.append(Problem(int(e.exit_code), e.message, e.hint))
             return None
+
+    env_now = os.environ if environ is None else environ
+    gpus = attempt(lambda: resolve_gpus(profile, SysfsReader(sysfs_root), env_now))
+    extra_env: tuple = ()
+    if gpus is not None:
+        profile, extra_env = gpus.profile, gpus.env
+        lines.extend(gpus.lines)
+    cmd = build_command(profile, profile_path=profile_path, extra_args=extra, python=python,
+                        entrypoint=entrypoint, environ=environ, extra_env=extra_env)
 
     found: dict[str, str] = {}
 
@@ -134,7 +135,8 @@ def build_launch(profile_path: str, extra_args: Sequence[str] = (), *, python: s
     lines.extend(attempt(engine) or [])
     if ep == "serve" and "script" in found:
         cmd = build_command(profile, profile_path=profile_path, extra_args=extra, python=python,
-                            entrypoint=entrypoint, environ=environ, sglang_script=found["script"])
+                            entrypoint=entrypoint, environ=environ, sglang_script=found["script"],
+                            extra_env=extra_env)
     if cmd.placement == "numactl":
         def numactl() -> list[str]:
             path = shutil.which("numactl")
@@ -160,6 +162,19 @@ def build_launch(profile_path: str, extra_args: Sequence[str] = (), *, python: s
     if profile.pool.stand_in and cmd.placement != "none":
         lines.append("pool.stand_in: the profile's pool node is a DRAM node standing in for CXL")
     return Launch(os.path.abspath(profile_path), profile, cmd, tuple(lines), pool, tuple(problems), dry_run)
+
+
+def _with_placement(profile: Profile, placement: str | None) -> Profile:
+    """The profile with ``--placement`` in place of ``pool.placement`` (validated again)."""
+    if placement is None:
+        return profile
+    from dataclasses import replace
+
+    from sactool.profile import PLACEMENTS, validate
+
+    if placement not in PLACEMENTS:
+        raise UsageError(f"unknown --placement {placement!r}", f"use one of: {', '.join(PLACEMENTS)}")
+    return validate(replace(profile, pool=replace(profile.pool, placement=placement)))
 
 
 def _plugin_lines(profile: Profile, pool: capacity.PoolCheck | None) -> list[str]:

@@ -55,6 +55,13 @@ def _gpu_nodes(d) -> tuple[int, ...]:
     return nodes if len(nodes) == d.o.tp and all(n is not None for n in nodes) else ()  # type: ignore[return-value]
 
 
+def _visible() -> str:
+    import os
+
+    v = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return "" if v is None else f", narrowed by CUDA_VISIBLE_DEVICES={v}"
+
+
 def _hugepages(d) -> str:
     """The measured page kind (tune.pagesize) when it is one the plug-in can allocate, else THP."""
     kind = getattr(getattr(d, "page", None), "kind", "thp")
@@ -122,8 +129,9 @@ def _provenance(d, c, req: int, gather) -> dict[str, Provenance]:
         "pool.register_chunk_gb": _p("default", "SGLang default (256 GB chunks)"),
         "pool.strict": _p("default", "fall back to SGLang's allocator (and log it) when placement fails"),
         "pool.stand_in": _p("measured", pool.reason),
-        "pool.gpu_local_nodes": (_p("measured", "probe: the CPU node of GPUs 0..tp-1 in PCI address order "
-                                    "(GPU ids assumed in PCI bus order, one node)") if _gpu_nodes(d) else
+        "pool.gpu_local_nodes": (_p("measured", "probe: the CPU node of CUDA devices 0..tp-1 (PCI bus order, "
+                                    "which sactool serve sets as CUDA_DEVICE_ORDER" + _visible() + "; one node)")
+                                 if _gpu_nodes(d) else
                                  _p("default", "empty: no GPU seen by probe; SGLang finds each GPU's node with NVML")),
         "hisparse.top_k": _p("engine", f"{spec.name} index_topk (SGLang overrides top_k with it)"),
         "hisparse.device_buffer_size": _p(measured, f"least predicted fetch time per token under the GPU and pool "

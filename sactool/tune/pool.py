@@ -24,15 +24,20 @@ class PoolInfo:
     cpu_node: int | None               # the first target's CPU node (each target has its own: targets[i].cpu_node)
     cpus_near: int                     # CPUs available to prefault every target from its own CPU node
                                        # (the fewest any target's CPU node has)
-    gpu_nodes: tuple[int | None, ...] = ()   # CPU node of each GPU, in PCI address order (probe; () = none seen)
+    gpu_nodes: tuple[int | None, ...] = ()   # CPU node of each CUDA device (gpu_nodes(); () = none seen)
 
 
-def gpu_nodes(topo) -> tuple[int | None, ...]:
-    """The socket of each GPU the probe found, GPU 0 first. GPU ids follow PCI bus order
-    (``CUDA_DEVICE_ORDER=PCI_BUS_ID``, nvidia-smi's order; CUDA's default FASTEST_FIRST is the same
-    order on a box of identical GPUs) — an assumption, stated in the profile's provenance."""
-    gpus = sorted(getattr(topo, "gpus", ()) or (), key=lambda g: g.pci_device)
-    return tuple(g.cpu_node for g in gpus)
+def gpu_nodes(topo, environ=None) -> tuple[int | None, ...]:
+    """The socket of each CUDA device, device 0 first, as a process started by ``sactool serve``
+    numbers them (:func:`sactool.topology.cuda.cuda_devices`: PCI bus order, which serve sets with
+    ``CUDA_DEVICE_ORDER=PCI_BUS_ID``, narrowed by ``CUDA_VISIBLE_DEVICES``); NVIDIA GPUs only.
+    () when the numbering cannot be told (another CUDA_DEVICE_ORDER, UUIDs)."""
+    import os
+
+    from sactool.topology.cuda import cuda_devices
+
+    view = cuda_devices(getattr(topo, "gpus", ()) or (), os.environ if environ is None else environ)
+    return tuple(g.cpu_node for g in view.gpus) if view.known else ()
 
 
 def pool_info(topo, reader=None, *, pool_bytes: int | None = None) -> PoolInfo:

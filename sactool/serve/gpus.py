@@ -1,0 +1,98 @@
+"""The GPUs SGLang's ranks will really get, and the sockets the plan must use for them.
+
+SGLang gives rank ``r`` CUDA device ``base_gpu_id + r`` (:func:`sactool.hisparse.rankplan.gpu_of`);
+which PCI function that is follows CUDA's own rules (:mod:`sactool.topology.cuda`): the order
+``CUDA_DEVICE_ORDER`` names — ``sactool serve`` sets ``PCI_BUS_ID`` when it is unset
+(:mod:`sactool.serve.argv`) — narrowed and reordered by ``CUDA_VISIBLE_DEVICES``. ``tune`` wrote
+``pool.gpu_local_nodes`` for the GPUs it saw; when the visible GPUs sit on other sockets, the plan
+(``--numa-node``, ``placement: locality``) follows the visible ones, and the plug-in is told
+(``$SACTOOL_GPU_LOCAL_NODES``). Works on a recorded tree (``--sysfs-root``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from sactool.errors import SactoolError, TopologyError
+from sactool.hisparse.hostpool import GPU_NODES_ENV, with_gpu_nodes
+from sactool.host.sysfs import SysfsReader
+from sactool.profile import Profile
+from sactool.serve.argv import EnvVar
+from sactool.topology.cuda import ORDER_VAR, PCI_ORDER, VISIBLE_VAR, cuda_devices
+
+
+@dataclass(frozen=True)
+class GpuResolution:
+    profile: Profile                 # gpu_local_nodes as the visible GPUs give them
+    env: tuple[EnvVar, ...]          # $SACTOOL_GPU_LOCAL_NODES when they differ from the profile's
+    lines: tuple[str, ...]           # for the checks ("warning: …" once for what the plan cannot follow)
+
+
+def resolve_gpus(profile: Profile, reader: SysfsReader, environ: Mapping[str, str]) -> GpuResolution:
+    """TopologyError when fewer CUDA devices are visible than the ranks need; otherwise the
+    profile with each rank's GPU socket as this machine (or recording) has it."""
+    s, q = profile.sglang, profile.pool
+    order = environ.get(ORDER_VAR)
+    lines: list[str] = []
+    if order and order != PCI_ORDER:
+        lines.append(f"warning: {ORDER_VAR}={order}: sactool's GPU plan (pool.gpu_local_nodes, --numa-node, "
+                     f"placement locality) assumes PCI bus order; unset it or set {ORDER_VAR}={PCI_ORDER}")
+    from sactool.topology import probe
+
+    try:
+        topo = probe(reader)
+    except SactoolError:          # the pool check reports an unreadable tree
+        return GpuResolution(profile, (), tuple(lines))
+    where = "here" if topo.live else "in the recording"
+    view = cuda_devices(topo.gpus, environ)
+    other = _not_cuda(view)
+    if other:
+        lines.append("warning: " + other)
+    if not topo.gpus:
+        lines.append(f"GPUs: none seen {where} ({topo.gpu_scan}); each rank's socket is pool.gpu_local_nodes "
+                     f"as the profile has it ({list(q.gpu_local_nodes) or 'none: SGLang asks NVML'})")
+        if environ.get(VISIBLE_VAR) is not None and q.gpu_local_nodes:
+            lines.append(f"warning: {VISIBLE_VAR}={environ[VISIBLE_VAR]} is set, but no GPU is seen {where}, so the "
+                         "plan cannot follow it: pool.gpu_local_nodes stays as tune wrote it")
+        return GpuResolution(profile, (), tuple(lines))
+    world, base = profile.world_size, s.base_gpu_id
+    if view.known and len(view.gpus) < base + world:
+        amd = f"; {other}" if other else ""
+        raise TopologyError(f"{world} ranks from GPU {base} need {base + world} CUDA devices; {where} "
+                            f"{len(view.gpus)} are visible ({view.describe()}){amd}",
+                            f"set {VISIBLE_VAR} to at least {base + world} NVIDIA GPUs, or lower sglang.tp_size / "
+                            "sglang.base_gpu_id in the profile")
+    nodes = view.sockets(base, world)
+    if nodes is None or any(n is None for n in nodes):
+        if order and order != PCI_ORDER:       # said once above
+            return GpuResolution(profile, (), tuple(lines))
+        why = view.why if not view.known else "a visible GPU's socket is unknown (see 'sactool probe')"
+        lines.append(f"warning: the GPUs of ranks 0..{world - 1} cannot be told: {why}; pool.gpu_local_nodes "
+                     "stays as tune wrote it")
+        return GpuResolution(profile, (), tuple(lines))
+    seen = f"GPUs of ranks 0..{world - 1}: {view.describe(base, world)}"
+    if not q.gpu_local_nodes:
+        lines.append(seen + "; the profile names no GPU sockets (pool.gpu_local_nodes), so SGLang asks NVML")
+        return GpuResolution(profile, (), tuple(lines))
+    if tuple(nodes) == tuple(q.gpu_local_nodes):
+        lines.append(seen + "; their sockets are pool.gpu_local_nodes")
+        return GpuResolution(profile, (), tuple(lines))
+    new = with_gpu_nodes(profile, nodes)      # type: ignore[arg-type]
+    value = ",".join(map(str, nodes))
+    lines.append(seen + f"; pool.gpu_local_nodes {list(q.gpu_local_nodes)} were for other GPUs: the plan uses "
+                 f"[{value}]" + ("; the locality plan is made again over them" if not new.pool.rank_targets
+                                 and q.rank_targets else ""))
+    env = EnvVar(GPU_NODES_ENV, value, f"probe + {VISIBLE_VAR}",
+                 "the socket of each rank's GPU as visible to SGLang (not the profile's pool.gpu_local_nodes); "
+                 "the plug-in plans with it")
+    return GpuResolution(new, (env,), tuple(lines))
+
+
+def _not_cuda(view) -> str:
+    """One line for the GPUs that are not CUDA devices (an AMD Instinct), or ''."""
+    if not view.not_cuda:
+        return ""
+    names = ", ".join(f"{g.pci_device} ({g.vendor_name or g.vendor} {g.device})" for g in view.not_cuda)
+    return (f"{names} {'is not a CUDA device' if len(view.not_cuda) == 1 else 'are not CUDA devices'}: SGLang "
+            "HiSparse with sactool's plug-in runs on CUDA GPUs only, so no rank is planned on them")

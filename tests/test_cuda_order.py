@@ -1,0 +1,167 @@
+"""Which GPU each SGLang rank really gets: CUDA_DEVICE_ORDER and CUDA_VISIBLE_DEVICES (CUDA's own
+rules, sactool.topology.cuda), and what ``sactool serve`` does with them on the SAC machine.
+
+The machine is the recording sac2s 20-devdax (two sockets, dax0.0 on node0's CXL adapter, dax1.0
+on node1's). No recording has a GPU (QEMU had none): the GPU functions are constructed
+(tests/fixtures/trees.add_gpus: NVIDIA H100 IDs 10de:2330, class 0x030200), GPUs 0-3 on node0 and
+4-7 on node1 unless a test says otherwise. What cannot be checked here: CUDA's FASTEST_FIRST
+order itself (no GPU, and sysfs cannot reproduce it) — sactool only says it cannot follow it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from fixtures.trees import add_gpus
+from sactool.cli import main
+from sactool.hisparse.hostpool import GPU_NODES_ENV, rank_plan
+from sactool.host.sysfs import SysfsReader
+from sactool.profile import load_profile, save_profile, validate
+from sactool.topology import probe
+from sactool.topology.cuda import cuda_devices
+
+STANDIN_SITE = Path(__file__).resolve().parent / "standins" / "site"
+SAC_GPUS = [0, 0, 0, 0, 1, 1, 1, 1]
+CUDA_VARS = ("CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES", GPU_NODES_ENV)
+
+
+@pytest.fixture
+def sac_gpus(machine):
+    def build(nodes=SAC_GPUS, ids=None):
+        return add_gpus(machine("sac2s__20-devdax"), list(nodes), ids)
+    return build
+
+
+def _bus(view):
+    return [g.pci_device for g in view.gpus]
+
+
+def test_cuda_numbering_follows_cuda_rules(sac_gpus):
+    # GPUs on node1 get the lower bus numbers: PCI order, not socket order or listing order
+    gpus = probe(SysfsReader(sac_gpus([1, 1, 0, 0]))).gpus
+    pci = ["0000:18:00.0", "0000:19:00.0", "0000:1a:00.0", "0000:1b:00.0"]
+    v = cuda_devices(list(reversed(gpus)), {})
+    assert v.known and _bus(v) == pci and v.sockets(0, 4) == (1, 1, 0, 0)
+    v = cuda_devices(gpus, {"CUDA_VISIBLE_DEVICES": "2,0"})
+    assert v.known and _bus(v) == [pci[2], pci[0]] and v.sockets(0, 2) == (0, 1)
+    # the CUDA guide's own example: 0,2,-1,1 shows devices 0 and 2
+    v = cuda_devices(gpus, {"CUDA_VISIBLE_DEVICES": "0,2,-1,1"})
+    assert v.known and _bus(v) == [pci[0], pci[2]] and "hides it and every later entry" in v.why
+    v = cuda_devices(gpus, {"CUDA_VISIBLE_DEVICES": "3,7,0"})       # 7: no such GPU
+    assert _bus(v) == [pci[3]] and v.sockets(0, 2) is None
+    assert _bus(cuda_devices(gpus, {"CUDA_VISIBLE_DEVICES": ""})) == []
+    for env, says in [({"CUDA_DEVICE_ORDER": "FASTEST_FIRST"}, "speed heuristic"),
+                      ({"CUDA_VISIBLE_DEVICES": "1,GPU-8932f937"}, "is a UUID"),
+                      ({"CUDA_VISIBLE_DEVICES": "1,1"}, "named twice")]:
+        v = cuda_devices(gpus, env)
+        assert not v.known and says in v.why and v.sockets(0, 1) is None, env
+    # unset order: what a process gets from sactool serve (PCI_BUS_ID), or CUDA's default
+    assert cuda_devices(gpus, {}, order_if_unset=None).known is False
+
+
+def _dry_run(capsys, monkeypatch, profile, root, **env):
+    for k in CUDA_VARS:
+        monkeypatch.delenv(k, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("PYTHONPATH", str(STANDIN_SITE))   # the target Python reports sglang 0.5.23
+    rc = main(["serve", "--profile", str(profile), "--dry-run", "--format", "json", "--sysfs-root", str(root),
+               "--python", sys.executable])
+    out, err = capsys.readouterr()
+    return rc, json.loads(out), err
+
+
+def _locality_profile(example_profile, tmp_path):
+    """The SAC example with the locality rule resolved as tune writes it (pool.rank_targets)."""
+    p = example_profile("sac-8rank-devdax")
+    p = validate(replace(p, pool=replace(p.pool, rank_assignment="locality",
+                                         rank_targets=("dax0.0",) * 4 + ("dax1.0",) * 4)))
+    path = tmp_path / "loc.yaml"
+    save_profile(p, path)
+    return path
+
+
+def _numa_node_flag(d):
+    return next(f["args"][1:] for f in d["flags"] if f["args"][0] == "--numa-node")
+
+
+def test_serve_sets_pci_order_and_plans_the_gpus_visible(sac_gpus, example_profile, tmp_path, capsys, monkeypatch):
+    root, prof = sac_gpus(), _locality_profile(example_profile, tmp_path)
+    rc, d, _ = _dry_run(capsys, monkeypatch, prof, root)
+    assert rc == 0 and d["problems"] == []
+    assert d["env_delta"]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID" and GPU_NODES_ENV not in d["env_delta"]
+    assert next(e for e in d["env"] if e["name"] == "CUDA_DEVICE_ORDER")["source"] == "sactool"
+    assert [r["target"] for r in d["plan"]] == ["dax0.0"] * 4 + ["dax1.0"] * 4
+    assert _numa_node_flag(d) == ["0"] * 4 + ["1"] * 4
+    assert any("their sockets are pool.gpu_local_nodes" in c for c in d["checks"])
+
+    # the user's CUDA_VISIBLE_DEVICES puts ranks 0-3 on node1's GPUs: the plan follows them
+    rc, d, _ = _dry_run(capsys, monkeypatch, prof, root, CUDA_VISIBLE_DEVICES="4,5,6,7,0,1,2,3")
+    assert rc == 0 and d["problems"] == []
+    assert [r["target"] for r in d["plan"]] == ["dax1.0"] * 4 + ["dax0.0"] * 4
+    assert [r["cpu_node"] for r in d["plan"]] == [1] * 4 + [0] * 4
+    assert _numa_node_flag(d) == ["1"] * 4 + ["0"] * 4
+    assert d["env_delta"][GPU_NODES_ENV] == "1,1,1,1,0,0,0,0"
+    assert d["env_delta"]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    # slices stay disjoint and aligned on each device
+    by = {}
+    for r in d["plan"]:
+        by.setdefault(r["target"], []).append((r["offset_bytes"], r["size_bytes"]))
+    assert all(sorted(v) == [(i * 128 << 20, 128 << 20) for i in range(4)] for v in by.values())
+
+    # the plug-in, given what serve set, plans the same as the dry run showed
+    from sactool import sglang_plugin
+    from sactool.hisparse.targets import pool_targets
+
+    monkeypatch.setenv(GPU_NODES_ENV, d["env_delta"][GPU_NODES_ENV])
+    plugged = sglang_plugin.with_env_gpu_nodes(load_profile(prof))
+    reader = SysfsReader(root)
+    facts = pool_targets(probe(reader), reader, ["dax0.0", "dax1.0"])
+    assert rank_plan(plugged, facts).to_data() == d["plan"]
+    monkeypatch.setenv(GPU_NODES_ENV, "1,1")
+    from sactool.errors import RecordError
+
+    with pytest.raises(RecordError):
+        sglang_plugin.with_env_gpu_nodes(load_profile(prof))
+
+
+def test_serve_warns_once_for_another_order_and_refuses_too_few_gpus(sac_gpus, example_profile, tmp_path, capsys,
+                                                                      monkeypatch):
+    root, prof = sac_gpus(), _locality_profile(example_profile, tmp_path)
+    rc, d, _ = _dry_run(capsys, monkeypatch, prof, root, CUDA_DEVICE_ORDER="FASTEST_FIRST",
+                        CUDA_VISIBLE_DEVICES="4,5,6,7,0,1,2,3")
+    assert rc == 0 and "CUDA_DEVICE_ORDER" not in d["env_delta"] and GPU_NODES_ENV not in d["env_delta"]
+    warns = [c for c in d["checks"] if c.startswith("warning:")]
+    assert len(warns) == 1 and "CUDA_DEVICE_ORDER=FASTEST_FIRST" in warns[0] and "PCI bus order" in warns[0]
+    assert [r["target"] for r in d["plan"]] == ["dax0.0"] * 4 + ["dax1.0"] * 4     # the profile's, unchanged
+    # the user's own PCI_BUS_ID is kept, not set again
+    rc, d, _ = _dry_run(capsys, monkeypatch, prof, root, CUDA_DEVICE_ORDER="PCI_BUS_ID")
+    assert rc == 0 and "CUDA_DEVICE_ORDER" not in d["env_delta"] and not any("warning" in c for c in d["checks"])
+    # eight ranks, four visible GPUs: SGLang could not start them; the dry run says so with exit 3
+    rc, d, err = _dry_run(capsys, monkeypatch, prof, root, CUDA_VISIBLE_DEVICES="4,5,6,7")
+    assert rc == 3 and "need 8 CUDA devices" in d["problems"][0]["message"]
+    assert "4 are visible" in d["problems"][0]["message"]
+
+
+def test_serve_on_a_recording_without_gpus_keeps_the_profile(machine, example_profile, tmp_path, capsys,
+                                                              monkeypatch):
+    root, prof = machine("sac2s__20-devdax"), _locality_profile(example_profile, tmp_path)
+    rc, d, _ = _dry_run(capsys, monkeypatch, prof, root, CUDA_VISIBLE_DEVICES="4,5,6,7")
+    assert rc == 0 and d["env_delta"]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert [r["target"] for r in d["plan"]] == ["dax0.0"] * 4 + ["dax1.0"] * 4
+    warns = [c for c in d["checks"] if c.startswith("warning:")]
+    assert len(warns) == 1 and "no GPU is seen in the recording" in warns[0]
+
+
+def test_tune_reads_gpus_as_cuda_numbers_them(sac_gpus):
+    from sactool.tune.pool import gpu_nodes
+
+    topo = probe(SysfsReader(sac_gpus()))
+    assert gpu_nodes(topo, {}) == tuple(SAC_GPUS)
+    assert gpu_nodes(topo, {"CUDA_VISIBLE_DEVICES": "7,6,5,4"}) == (1, 1, 1, 1)
+    assert gpu_nodes(topo, {"CUDA_DEVICE_ORDER": "FASTEST_FIRST"}) == ()
