@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.trees import add_gpus
+from fixtures.trees import MI300X, add_gpus
 from sactool.cli import main
 from sactool.hisparse.hostpool import GPU_NODES_ENV, rank_plan
 from sactool.host.sysfs import SysfsReader
@@ -159,9 +159,55 @@ def test_serve_on_a_recording_without_gpus_keeps_the_profile(machine, example_pr
 
 
 def test_tune_reads_gpus_as_cuda_numbers_them(sac_gpus):
-    from sactool.tune.pool import gpu_nodes
+    from sactool.tune.pool import gpu_nodes, gpu_warnings
 
     topo = probe(SysfsReader(sac_gpus()))
     assert gpu_nodes(topo, {}) == tuple(SAC_GPUS)
     assert gpu_nodes(topo, {"CUDA_VISIBLE_DEVICES": "7,6,5,4"}) == (1, 1, 1, 1)
     assert gpu_nodes(topo, {"CUDA_DEVICE_ORDER": "FASTEST_FIRST"}) == ()
+    assert [w["code"] for w in gpu_warnings(topo, {"CUDA_DEVICE_ORDER": "FASTEST_FIRST"})] == ["gpu_numbering_unknown"]
+    assert gpu_warnings(topo, {}) == []
+
+
+# ---- AMD Instinct (class 0x1200) ------------------------------------------------------------------
+
+def test_amd_instinct_is_found_named_and_not_planned(sac_gpus, example_profile, tmp_path, capsys, monkeypatch):
+    """Built entries with a real MI300X's IDs (1002:74a1, class 0x120000)."""
+    root = sac_gpus(SAC_GPUS, MI300X)
+    topo = probe(SysfsReader(root))
+    assert [(g.vendor_name, g.device, g.pci_class, g.class_name, g.cpu_node) for g in topo.gpus] == [
+        ("AMD", "0x74a1", "0x120000", "processing accelerator", n) for n in SAC_GPUS]
+    (w,) = [w for w in topo.warnings if w.code == "gpu-not-cuda"]
+    assert "are not CUDA devices" in w.message and "0000:18:00.0" in w.message and "0000:1f:00.0" in w.message
+    from sactool.tune.pool import gpu_nodes, gpu_warnings
+
+    assert gpu_nodes(topo, {}) == ()
+    assert {w["code"] for w in gpu_warnings(topo, {})} == {"gpu_not_cuda"}
+    rc, d, _ = _dry_run(capsys, monkeypatch, _locality_profile(example_profile, tmp_path), root)
+    assert rc == 3 and "need 8 CUDA devices" in d["problems"][0]["message"]
+    assert "are not CUDA devices" in d["problems"][0]["message"] and "0000:1f:00.0 (AMD 0x74a1)" in d["problems"][0]["message"]
+
+
+def test_class_0x12_counts_only_for_amd_and_only_subclass_00(machine, tmp_path):
+    """Built entries: an Intel NPU (8086:7d1d, class 0x120000, Core Ultra), an AMD SDXI data mover
+    (class 0x120100) and a Habana Gaudi2 (1da3:1020, class 0x120000) are not GPUs."""
+    root = machine("sac2s__20-devdax")
+    add_gpus(root, [0], {"class": "0x120000", "vendor": "0x8086", "device": "0x7d1d"}, first_bus=0x30)
+    add_gpus(root, [0], {"class": "0x120100", "vendor": "0x1002", "device": "0x14a0"}, first_bus=0x31)
+    add_gpus(root, [1], {"class": "0x120000", "vendor": "0x1da3", "device": "0x1020"}, first_bus=0x32)
+    add_gpus(root, [1], MI300X, first_bus=0x33)
+    topo = probe(SysfsReader(root))
+    assert [g.pci_device for g in topo.gpus] == ["0000:33:00.0"]
+    assert "0000:30:00.0 (vendor 0x8086, class 0x120000, a processing accelerator but no GPU vendor's)" in topo.gpu_scan
+    assert "0000:32:00.0 (vendor 0x1da3" in topo.gpu_scan and "0000:31:00.0" not in topo.gpu_scan
+
+
+def test_tune_on_amd_gpus_warns_and_plans_no_gpu_socket(sac_gpus, capsys, fast_bench_record, tmp_path):
+    out = tmp_path / "amd.yaml"
+    assert main(["tune", "--sysfs-root", str(sac_gpus(SAC_GPUS, MI300X)), "--bench", str(fast_bench_record),
+                 "--tp", "8", "--context", "2k", "--gpu-kv-budget", "10GiB", "--steps", "6", "--replicates", "1",
+                 "--out", str(out)]) == 0
+    err = " ".join(capsys.readouterr().err.split())      # the console wraps lines
+    assert err.count("are not CUDA devices") == 1 and "0000:1f:00.0 (AMD 0x74a1, class 0x120000)" in err
+    p = load_profile(out)
+    assert p.pool.gpu_local_nodes == () and p.pool.rank_assignment == "round_robin"

@@ -5,8 +5,14 @@ Class codes (PCI Code and ID Assignment Specification, base class 03h "display c
 GPUs report 0x0302: an H100 80GB HBM3's config space reads ``10de 2330 … 0302`` (vendor 0x10de,
 device 0x2330, class 0302). Only vendors that make compute GPUs are kept (GPU_VENDORS): the other
 display devices of a server are the BMC's VGA (ASPEED 0x1a03, Matrox 0x102b) or an emulator's, and
-they are listed as skipped, not as GPUs. AMD Instinct parts that report base class 12h
-("processing accelerator") are not covered.
+they are listed as skipped, not as GPUs.
+
+Base class 12h subclass 00h is "Processing accelerators" (pci.ids class section; subclass 01h is an
+SDXI data mover, never a GPU). AMD Instinct MI200/MI300 enumerate there: an MI300X reads
+``1002 74a1 … 1200`` (pci.ids: 1002:74a1 "Aqua Vanjaram [Instinct MI300X]"). Class 0x1200 counts
+as a GPU only for the vendors in ACCELERATOR_GPU_VENDORS (AMD 0x1002): others put NPUs (Intel
+0x8086 Core Ultra NPU) or non-GPU accelerators (Habana Gaudi 0x1da3) there, and those are listed as
+skipped. A GPU that is not NVIDIA's is not a CUDA device (:mod:`sactool.topology.cuda`).
 
 Which socket a GPU hangs off: its ``numa_node`` when that node has CPUs; else its host bridge's
 node (the root port's ``numa_node``); else the node whose CPUs are exactly its ``local_cpulist``.
@@ -20,8 +26,11 @@ from sactool.topology.model import GpuDevice, NumaNode
 from sactool.topology.pci import host_bridge, narrowest, node_or_none, path_links
 
 PCI_DEVICES = "sys/bus/pci/devices"
-GPU_CLASSES = {0x0300: "VGA", 0x0302: "3D controller", 0x0380: "display controller"}
+GPU_CLASSES = {0x0300: "VGA", 0x0302: "3D controller", 0x0380: "display controller",
+               0x1200: "processing accelerator"}
 GPU_VENDORS = {0x10DE: "NVIDIA", 0x1002: "AMD", 0x8086: "Intel"}  # PCI-SIG vendor ids
+ACCELERATOR_CLASS = 0x1200
+ACCELERATOR_GPU_VENDORS = {0x1002}     # AMD Instinct (MI100/MI200/MI300) report class 0x1200
 
 
 def read_gpus(r: SysfsReader, nodes: list[NumaNode]) -> tuple[list[GpuDevice], str]:
@@ -35,8 +44,10 @@ def read_gpus(r: SysfsReader, nodes: list[NumaNode]) -> tuple[list[GpuDevice], s
         if cls is None or (cls >> 8) not in GPU_CLASSES:
             continue
         vendor = r.hex(f"{PCI_DEVICES}/{name}/vendor")
-        if vendor not in GPU_VENDORS:
-            skipped.append(f"{name} (vendor {'?' if vendor is None else f'{vendor:#06x}'}, class {cls:#08x})")
+        accel = (cls >> 8) == ACCELERATOR_CLASS
+        if vendor not in (ACCELERATOR_GPU_VENDORS if accel else GPU_VENDORS):
+            skipped.append(f"{name} (vendor {'?' if vendor is None else f'{vendor:#06x}'}, class {cls:#08x}"
+                           + (", a processing accelerator but no GPU vendor's" if accel else "") + ")")
             continue
         path = r.resolve(f"{PCI_DEVICES}/{name}")
         if path is None:
@@ -54,9 +65,10 @@ def read_gpus(r: SysfsReader, nodes: list[NumaNode]) -> tuple[list[GpuDevice], s
             numa_node=numa, local_cpus=tuple(local), host_bridge=hb, cpu_node=cpu, cpu_node_evidence=why,
             link=read_link(r, path), narrowest_link=narrowest(links), path_links=links,
         ))
-    scan = f"{len(names)} PCI devices in {PCI_DEVICES}, display class 0x0300/0x0302/0x0380"
+    scan = (f"{len(names)} PCI devices in {PCI_DEVICES}, display class 0x0300/0x0302/0x0380, processing "
+            "accelerator 0x1200 of AMD")
     if skipped:
-        scan += "; not GPUs (vendor makes no compute GPU): " + ", ".join(skipped)
+        scan += "; not GPUs (vendor makes no compute GPU of that class): " + ", ".join(skipped)
     return gpus, scan
 
 

@@ -26,6 +26,7 @@ def late_warnings(r: SysfsReader, topo: Topology, earlier: list[ProbeWarning] = 
                 "check the slot, riser and BIOS link settings (lspci -vv: LnkSta vs LnkCap)"))
     out.extend(_path_narrower(topo))
     out.extend(_dax_partial(topo))
+    out.extend(_not_cuda(topo))
     for d in topo.dax_devices:
         if d.region and d.mode == "devdax":
             out.append(ProbeWarning(
@@ -51,6 +52,22 @@ MEMINFO_SHORT_FRACTION = 0.9
 """Warn when the nodes' MemTotal adds up to less than this share of /proc/meminfo's MemTotal.
 Seen on the development VMs (docs/sources.md, design facts): node0's meminfo showed ~6.7 GB of 23.5 GiB while
 /proc/meminfo was right (lazy struct-page initialisation hands memory to the node late)."""
+
+
+def _not_cuda(topo: Topology) -> list[ProbeWarning]:
+    """GPUs of another vendor than NVIDIA are no CUDA devices (sactool.topology.cuda): one warning
+    per kind of part, naming every such GPU."""
+    from sactool.topology.cuda import is_cuda
+
+    kinds: dict[str, list[str]] = {}
+    for g in topo.gpus:
+        if not is_cuda(g):
+            kinds.setdefault(f"{g.vendor_name} {g.vendor}:{g.device}, {g.class_name}", []).append(g.pci_device)
+    return [ProbeWarning("gpu-not-cuda", f"{', '.join(bdfs)} ({kind}) "
+                         + ("is not a CUDA device" if len(bdfs) == 1 else "are not CUDA devices") + ": sactool serve and tune plan no SGLang rank on "
+                         f"{'it' if len(bdfs) == 1 else 'them'} (SGLang HiSparse with the sactool_cxl plug-in "
+                         "runs on CUDA GPUs only)", "serve on NVIDIA GPUs")
+            for kind, bdfs in kinds.items()]
 
 
 def _meminfo_short(r: SysfsReader, topo: Topology) -> list[ProbeWarning]:

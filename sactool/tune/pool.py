@@ -40,6 +40,27 @@ def gpu_nodes(topo, environ=None) -> tuple[int | None, ...]:
     return tuple(g.cpu_node for g in view.gpus) if view.known else ()
 
 
+def gpu_warnings(topo, environ=None) -> list:
+    """Warnings about the GPUs tune plans for: one per GPU that is not a CUDA device (an AMD
+    Instinct: SGLang HiSparse with the sactool_cxl plug-in runs on CUDA GPUs only, so no rank is
+    planned on it), and one when CUDA's numbering cannot be told (gpu_local_nodes left empty)."""
+    import os
+
+    from sactool.topology.cuda import cuda_devices
+
+    view = cuda_devices(getattr(topo, "gpus", ()) or (), os.environ if environ is None else environ)
+    kinds: dict[str, list[str]] = {}
+    for g in view.not_cuda:
+        kinds.setdefault(f"{g.vendor_name or g.vendor} {g.device}, class {g.pci_class}", []).append(g.pci_device)
+    out = [warning("gpu_not_cuda", f"{', '.join(b)} ({kind}) " + ("is not a CUDA device" if len(b) == 1 else
+                   "are not CUDA devices") + ": SGLang HiSparse with the sactool_cxl plug-in runs on CUDA GPUs "
+                   "only, and no rank is planned on them", "serve on NVIDIA GPUs") for kind, b in kinds.items()]
+    if not view.known and getattr(topo, "gpus", ()):
+        out.append(warning("gpu_numbering_unknown", view.why + "; pool.gpu_local_nodes is left empty",
+                           "unset CUDA_DEVICE_ORDER (sactool serve sets PCI_BUS_ID) and name GPUs by index"))
+    return out
+
+
 def pool_info(topo, reader=None, *, pool_bytes: int | None = None) -> PoolInfo:
     """Pool targets from ``sactool.topology.probe()`` (live or recorded), via
     :func:`sactool.hisparse.targets.pool_targets`: the verdict's CXL nodes (capacity = free memory

@@ -147,7 +147,7 @@ def _probe_pool(job: Job, warnings: list):
     from sactool.host.machine import machine_block
     from sactool.host.sysfs import SysfsReader
     from sactool.topology import probe
-    from sactool.tune.pool import pool_info
+    from sactool.tune.pool import gpu_warnings, pool_info
 
     o = job.o
     if o.fleet_share is not None:  # tune --fleet: this host's share of a shared pool, from the record
@@ -159,6 +159,7 @@ def _probe_pool(job: Job, warnings: list):
         return o.fleet_share.machine, pool
     reader = SysfsReader(o.sysfs_root)
     topo = probe(reader)
+    warnings.extend(gpu_warnings(topo))
     machine = machine_block(reader)
     pool = pool_info(topo, reader, pool_bytes=o.pool_bytes)
     if not topo.live and o.bench is None:
