@@ -7,8 +7,13 @@ at the same point, before anything expensive where possible):
 1. options: every rank's options must be identical (node, sizes, seeds, preset, …) — refused
    otherwise, before measuring;
 2. local checks: the node exists here and holds memory, CPUs, free memory for this machine's ranks;
-3. placement: each rank maps and verifies its own buffer on the node (ranks of one machine split
-   its CPU node's CPUs; when there are fewer CPUs than ranks they share them, and the record says so);
+   for a devdax device (``--node daxX.Y``), the ranks of one machine each take their own aligned,
+   disjoint slice of it (:func:`dax_slices`: the rank plan's one rule, the one serve and the
+   plug-in follow) and the buffer must fit the slice; each rank knows its place from the exchange
+   (ranks grouped by machine, MPI's ``COMM_TYPE_SHARED`` local rank);
+3. placement: each rank maps and verifies its own buffer on the node or its slice of the device
+   (ranks of one machine split its CPU node's CPUs; when there are fewer CPUs than ranks they share
+   them, and the record says so);
 4. the sweep: for k = 1, 2, 4, … N the first k ranks of the activation order (round-robin over
    hosts, so 2 active ranks are on 2 hosts when there are 2) calibrate together and agree on one
    repetition count (the largest); then the rounds run every (k, configuration) unit in rotated
@@ -33,6 +38,7 @@ from sactool import records
 from sactool.errors import Interrupted, TopologyError, UsageError
 from sactool.fleet.mpi import Fleet, FleetError, FleetInterrupted, Terminated
 from sactool.fleet.record import activation_order, build_record, standard_result, sweep_steps
+from sactool.fleet.daxslice import check_fits_slice, dax_pool_device, fleet_slices
 from sactool.fleet.sweep import sweep_sizes
 
 FLEET_TESTS = ("gather", "latency", "bandwidth", "loaded")
@@ -79,27 +85,43 @@ class _Local:
         self.measures: list = []
         self.warnings: list[dict] = []
         self.info: dict[str, Any] = {}
+        self.dax_slot = None           # devdax: this rank's RankSlot of the device
 
 
 def _resolve(opts, reader) -> dict[str, Any]:
-    """Stage 1 on every rank: the memory node here and the CPUs this process may use near it."""
+    """Stage 1 on every rank: the memory node here (or the devdax device and its facts) and the CPUs
+    this process may use near it. A recorded topology is refused here for a node; for a devdax
+    device only after the ranks' slices are planned (:func:`_prepare`), so the refusal shows them."""
     from sactool.bench import api
     from sactool.memory.nodes import check_memory_node, topology
 
     if len(opts.tests) != 1 or opts.tests[0] not in FLEET_TESTS:
         raise UsageError(f"a fleet bench runs one test, not {opts.command!r}",
                          f"use one of: {', '.join(FLEET_TESTS)} (each contention sweep measures one test)")
-    if opts.dax:
-        raise UsageError("a fleet bench measures a NUMA node (--node N)",
-                         "devdax devices are not swept across ranks yet: bench them one host at a time")
     topo = topology(reader)
+    if opts.dax:
+        from sactool.hisparse.targets import pool_targets
+
+        name = opts.dax.rsplit("/", 1)[-1]
+        dev = next((d for d in topo.dax_devices if d.name == name), None)
+        if dev is None or dev.mode != "devdax":
+            from sactool.memory import map_devdax
+
+            map_devdax(opts.dax, reader=reader)   # the single-host bench's errors: missing, system-ram, unbound
+        (target,) = pool_targets(topo, reader, [name])
+        if not target.capacity_bytes or dev.target_node is None:
+            raise TopologyError(f"{name} reports no size or no target node", "see 'sactool probe'")
+        res = {"topo": topo, "mem": dev.target_node, "dax": target, "cpu_node": target.cpu_node, "node_cpus": ()}
+        if topo.live:
+            res["cpu_node"], res["node_cpus"] = api.resolve_cpus(topo, dev.target_node, opts.cpus)
+        return res
     if not topo.live:
         raise TopologyError(f"the topology comes from a recording ({topo.sysfs_root}), not this system",
                             "sactool bench measures the running machine: drop --sysfs-root")
     mem = opts.node if opts.node is not None else topo.verdict.pool_nodes[0]
     check_memory_node(topo, mem)
     cpu_node, node_cpus = api.resolve_cpus(topo, mem, opts.cpus)
-    return {"topo": topo, "mem": mem, "cpu_node": cpu_node, "node_cpus": tuple(node_cpus)}
+    return {"topo": topo, "mem": mem, "cpu_node": cpu_node, "node_cpus": tuple(node_cpus), "dax": None}
 
 
 def rank_cpus(mine: tuple[int, ...], same_machine: list[tuple[int, ...]], local_rank: int) -> tuple[tuple[int, ...], bool]:
@@ -129,22 +151,30 @@ def _prepare(fleet: Fleet, opts, reader, res: dict, cpus: tuple[int, ...], share
     llc = env.llc_bytes(reader, cpus[0]) or (32 << 20)
     size = opts.size_bytes or api.PRESET_SIZES.get(opts.preset, 1 << 30)
     api._validate(opts, size, llc)
-    _check_fits_all(free_estimate(topo, reader, mem), size, fleet.local_size)
+    if res["dax"] is not None:
+        loc.dax_slot = res["slice"]
+        check_fits_slice(res["slice"], size, res["dax"].capacity_bytes)
+    else:
+        _check_fits_all(free_estimate(topo, reader, mem), size, fleet.local_size)
     if shared:
         loc.warnings.append(records.warning("cpus_shared", f"{fleet.local_size} ranks share the "
                              f"{len(node_cpus)} CPUs of node{cpu_node} on {fleet.machine}",
                              "figures with more active ranks than CPUs include CPU time-sharing "
                                      "(see on_cpu_fraction); use one rank per CPU"))
-    kind = topo.node(mem).kind
+    kind = topo.node(mem).kind if res["dax"] is None else "devdax"
     stand_in = None
-    if topo.verdict.stand_in or kind != "cxl":
+    if res["dax"] is None and (topo.verdict.stand_in or kind != "cxl"):
         stand_in = {"node": f"node{mem}", "kind": kind, "stands_in_for": "cxl",
                     "reason": topo.verdict.reason if topo.verdict.stand_in else f"node{mem} is {kind}, not CXL memory"}
     gather_idx = api._prepare_gather(opts, size, llc) if opts.tests[0] == "gather" else []
     loc.info = {"rank": fleet.rank, "host": fleet.host, "machine": fleet.machine, "local_rank": fleet.local_rank,
                 "memory_node": f"node{mem}", "cpu_node": f"node{cpu_node}", "cpus": list(cpus),
                 "threads": list(threads), "size_bytes": size, "llc_bytes": llc, "stand_in": stand_in,
-                "pool_device": pool_device(topo, reader, mem, fleet.machine), "machine_block": machine_block(reader)}
+                "pool_device": (pool_device(topo, reader, mem, fleet.machine) if res["dax"] is None
+                                else dax_pool_device(topo, reader, res["dax"], fleet.machine)),
+                "machine_block": machine_block(reader)}
+    if res["dax"] is not None:
+        loc.info["dax_slice"] = dict(res["slice"], buffer_bytes=size)
     proto = opts.protocol or PRESETS[opts.preset]
     return loc, (topo, mem, cpus, threads, llc, size, gather_idx, proto)
 
@@ -190,8 +220,16 @@ def _place(loc: _Local, prep, opts) -> None:
     from sactool.memory import allocate
 
     topo, mem, cpus, threads, llc, size, gather_idx, proto = prep
-    loc.buf = allocate(size, node=mem, hugepages=opts.hugepages, prefault_threads=len(cpus), prefault_cpus=cpus,
-                       topo=topo)
+    if loc.dax_slot is not None:     # this rank's own slice of the device, as the plug-in maps a rank's pool
+        from sactool.memory import map_devdax
+        from sactool.memory.placed import PAGE_SIZE, prefault
+
+        loc.buf = map_devdax(opts.dax, size, offset_bytes=loc.dax_slot["offset_bytes"])
+        prefault(loc.buf.mmap, loc.buf.size_bytes, PAGE_SIZE, len(cpus), cpus)
+        loc.buf.verify(4096)
+    else:
+        loc.buf = allocate(size, node=mem, hugepages=opts.hugepages, prefault_threads=len(cpus), prefault_cpus=cpus,
+                           topo=topo)
     bdesc = loc.buf.describe()
     loc.info["buffer"] = bdesc
     loc.warnings.extend(_buffer_warnings(bdesc, opts, mem, size, llc))
@@ -303,15 +341,28 @@ def _prepare_local(fleet: Fleet, opts, reader):
 
     def resolve():
         holder["res"] = _resolve(opts, reader)
-        return (fleet.machine, fleet.local_rank, holder["res"]["node_cpus"])
+        t = holder["res"]["dax"]
+        return (fleet.machine, fleet.local_rank, holder["res"]["node_cpus"],
+                None if t is None else (t.name, t.capacity_bytes, t.align_bytes))
 
     seen = fleet.agree(resolve)
     mine = holder["res"]["node_cpus"]
-    local = [c for m, _, c in sorted((x for x in seen if x[0] == fleet.machine), key=lambda x: x[1])]
+    local = [c for m, _, c, _ in sorted((x for x in seen if x[0] == fleet.machine), key=lambda x: x[1])]
     cpus, shared = rank_cpus(mine, local, fleet.local_rank)
 
     def prep():
-        holder["loc"], holder["prep"] = _prepare(fleet, opts, reader, holder["res"], cpus, shared)
+        res = holder["res"]
+        if res["dax"] is not None:
+            slices = fleet_slices(seen)
+            res["slice"] = slices[fleet.rank]
+            if not res["topo"].live:
+                raise TopologyError(
+                    f"the topology comes from a recording ({res['topo'].sysfs_root}), not this system; the slices "
+                    "the ranks would map: " + "; ".join(
+                        f"rank {r} ({s['machine']}): {s['device']} [{s['offset_bytes']}, "
+                        f"{s['offset_bytes'] + s['size_bytes']})" for r, s in enumerate(slices)),
+                    "sactool bench measures the running machine: drop --sysfs-root")
+        holder["loc"], holder["prep"] = _prepare(fleet, opts, reader, res, cpus, shared)
         return True
 
     fleet.agree(prep)

@@ -124,6 +124,10 @@ def plan(data: dict[str, Any], record_bytes: int, *, path: str | None = None,
     per_host: dict[str, float] = {}
     for r in step["per_rank"]:
         per_host[r["host"]] = per_host.get(r["host"], 0.0) + r["bandwidth_bytes_per_s"] * scale
+    dax = [h["host"] for h in fl["hosts"] if h["pool_device"].get("kind") == "devdax"]
+    if dax:    # tune --fleet splits a NUMA node's capacity; a devdax device is no node to plan
+        raise RecordError(f"{src} measured devdax devices (hosts {', '.join(dax)}); tune --fleet plans a shared NUMA "
+                          "pool", "on each host: sactool tune --bench with a record of that host's devdax device")
     by_key: dict[str, list[dict]] = {}
     for h in fl["hosts"]:
         by_key.setdefault(h["pool_device"]["key"], []).append(h)
