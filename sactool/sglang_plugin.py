@@ -9,8 +9,12 @@ place it on a NUMA node, and it re-execs each rank under ``numactl --membind=<GP
 
 * ``HiSparseCoordinator.__init__``: marks "allocating the HiSparse host pool" (a context variable)
   while the constructor runs; afterwards checks that the host pool SGLang kept
-  (``self.mem_pool_host.kv_buffer``) is the buffer the plug-in placed — if not, it stops the rank
-  (``pool.strict``) or logs at WARNING "host pool NOT on <target>";
+  (``self.mem_pool_host.kv_buffer``) lies in the buffers the plug-in placed — if not, it stops the
+  rank (``pool.strict``) or logs at WARNING "host pool NOT on <target>". The host pools 0.5.23's
+  coordinator builds (``hisparse_coordinator.py``): ``MLATokenToKVPoolHost`` (DSA models: one
+  layer-first tensor), ``HiSparseMHATokenToKVPoolHost`` (MiniMax M3: one ``[2, layers, …]``
+  tensor) and ``DeepSeekV4PagedHostPool`` (DeepSeek-V4, layout ``layer_first``: ``kv_buffer`` is a
+  list of one tensor per layer, one ``allocate`` each) — every tensor of the list is checked;
 * ``pool_host.base.host_memory_budget_bytes``: while marked, answers SGLang's host-memory check
   (``HostKVCache._allocate_host_buffer`` raises "Not enough host memory available" when the pool
   exceeds (MemAvailable − reserve) / ranks per host) for the memory the pool really goes to: the
@@ -21,7 +25,8 @@ place it on a NUMA node, and it re-execs each rank under ``numactl --membind=<GP
   pre-faulted by threads pinned near that node, verified with move_pages) or maps the rank's own
   slice of its DAX device (offset and size from the rank plan, :mod:`sactool.hisparse.rankplan`;
   zero-filled, as the authors' fork does), and returns the same tensor view SGLang's allocator
-  returns. A VMA policy beats the rank's task policy, so this composes with SGLang's GPU-local
+  returns. Several allocations in one constructor (DeepSeek-V4's one per layer) each get their
+  own placement: on the node, or the next aligned stretch of the rank's slice, never overlapping. A VMA policy beats the rank's task policy, so this composes with SGLang's GPU-local
   binding.
 
 It does nothing unless ``SACTOOL_PROFILE`` names a readable profile. If a hook target is missing
@@ -175,7 +180,7 @@ def around_coordinator_init(original: Callable, self: Any, *args: Any, **kwargs:
     """AROUND ``HiSparseCoordinator.__init__``: host-pool allocations inside it are ours; after it,
     the pool SGLang kept must be the one placed (strict: stop; else WARNING "NOT on")."""
     token = _ALLOCATING.set(True)
-    _STATE["placed_in_init"] = None
+    _STATE["placed_in_init"] = []
     try:
         out = original(self, *args, **kwargs)
     finally:
@@ -192,22 +197,37 @@ def _address(t: Any) -> int | None:
     return int(ctypes_.data) if ctypes_ is not None else None
 
 
+def host_tensors(pool: Any) -> list[Any]:
+    """The tensors of a host pool's ``kv_buffer``: one tensor, or a list/tuple of them
+    (``DeepSeekV4PagedHostPool`` with layout ``layer_first``: one per layer); [] when absent."""
+    kv = getattr(pool, "kv_buffer", None)
+    if kv is None:
+        return []
+    return list(kv) if isinstance(kv, (list, tuple)) else [kv]
+
+
 def check_placed(coordinator: Any) -> bool:
-    """Is ``coordinator.mem_pool_host.kv_buffer`` inside the buffer placed during its constructor?"""
+    """Does every tensor of ``coordinator.mem_pool_host.kv_buffer`` lie in a buffer placed during
+    its constructor?"""
     rank, _ = current_rank()
     try:
         target = plans_for(rank).target if rank is not None else "the profile's pool target"
     except Exception:  # the plan itself failed: already reported by the allocation hook
         target = "the profile's pool target"
-    placed = _STATE.get("placed_in_init")
-    kv = getattr(getattr(coordinator, "mem_pool_host", None), "kv_buffer", None)
-    addr = _address(kv) if kv is not None else None
-    ok = placed is not None and addr is not None and placed.address <= addr < placed.address + placed.size_bytes
-    if ok:
+    placed = _STATE.get("placed_in_init") or []
+    tensors = host_tensors(getattr(coordinator, "mem_pool_host", None))
+    addrs = [_address(t) for t in tensors]
+    outside = [a for a in addrs if a is None or not any(b.address <= a < b.address + b.size_bytes for b in placed)]
+    if placed and tensors and not outside:
         return True
-    why = ("the allocation hook did not run or did not place it" if placed is None else
-           f"SGLang's kv_buffer at {addr:#x} is not the placed buffer at {placed.address:#x}" if addr is not None
-           else "the coordinator has no mem_pool_host.kv_buffer to check")
+    if not placed:
+        why = "the allocation hook did not run or did not place it"
+    elif not tensors:
+        why = "the coordinator has no mem_pool_host.kv_buffer to check"
+    else:
+        first = next((a for a in outside if a is not None), None)
+        why = (f"{len(outside)} of SGLang's {len(tensors)} kv_buffer tensor(s) are not in the placed buffers"
+               + (f" (one at {first:#x})" if first is not None else ""))
     msg = f"rank {rank}: host pool NOT on {target}: {why}"
     if _STATE["strict"]:
         _stop(msg)
@@ -234,8 +254,10 @@ def around_budget(original: Callable, *args: Any, **kwargs: Any) -> Any:
     if answer is None:
         return original(*args, **kwargs)
     _STATE["budget_answer"] = answer
-    logger.warning("sactool_cxl: rank %s: SGLang's host-memory check of the %s-byte HiSparse pool answered with "
-                   "%d bytes: %s", rank, requested, answer, source)
+    what = (f"the {requested}-byte HiSparse pool" if requested else
+            "the HiSparse pool (no size passed: the pool compares its total itself)")
+    logger.warning("sactool_cxl: rank %s: SGLang's host-memory check of %s answered with %d bytes: %s",
+                   rank, what, answer, source)
     return answer
 
 
@@ -276,10 +298,12 @@ def around_allocate(original: Callable, self: Any, *args: Any, **kwargs: Any) ->
         return original(self, *args, **kwargs)
     count = math.prod(dims)
     rank, how = current_rank()
-    buf = place_pool(_STATE["profile"], rank, count * element_size(dtype), rank_source=how, strict=_STATE["strict"])
+    before = _STATE.get("placed_in_init") or []
+    buf = place_pool(_STATE["profile"], rank, count * element_size(dtype), rank_source=how, strict=_STATE["strict"],
+                     slice_used=sum(b.size_bytes for b in before if getattr(b, "path", None)))
     if buf is None:
         return original(self, *args, **kwargs)
-    _STATE["placed_in_init"] = buf
+    _STATE["placed_in_init"] = [*before, buf]
     self.dtype, self.dims = dtype, dims      # what SGLang's allocate records
     return view(buf, dims, dtype)
 
@@ -419,9 +443,11 @@ def plans_for(rank: int, reader: Any = None) -> Any:
 
 
 def place_pool(profile: Any, rank: int | None, n_bytes: int, *, rank_source: str = "", strict: bool = False,
-               reader: Any = None) -> Any:
+               reader: Any = None, slice_used: int = 0) -> Any:
     """Allocate the pool of ``rank`` as the profile says; return the PlacedBuffer (kept alive) or
-    None after logging why SGLang's allocator must be used (PlacementStop when ``strict``)."""
+    None after logging why SGLang's allocator must be used (PlacementStop when ``strict``).
+    ``slice_used``: bytes of the rank's devdax slice earlier allocations of the same pool took (the
+    next one maps right after them)."""
     from sactool.errors import SactoolError
 
     fail = _stop if strict else _fallback
@@ -436,7 +462,7 @@ def place_pool(profile: Any, rank: int | None, n_bytes: int, *, rank_source: str
         fail(f"rank {rank}: {getattr(e, 'message', e)}")
         return None
     try:
-        buf = _allocate(plan, n_bytes, reader)
+        buf = _allocate(plan, n_bytes, reader, slice_used)
     except (SactoolError, OSError, ValueError) as e:
         from sactool.units import format_bytes
 
@@ -455,7 +481,7 @@ def place_pool(profile: Any, rank: int | None, n_bytes: int, *, rank_source: str
     return buf
 
 
-def _allocate(plan: Any, n_bytes: int, reader: Any) -> Any:
+def _allocate(plan: Any, n_bytes: int, reader: Any, slice_used: int = 0) -> Any:
     from sactool.host.sysfs import SysfsReader
     from sactool.host.sysfs import parse_cpulist
     from sactool.memory import allocate, map_devdax, map_shared
@@ -476,16 +502,20 @@ def _allocate(plan: Any, n_bytes: int, reader: Any) -> Any:
         slot = plan.slot
         if slot is None or slot.size_bytes is None:
             raise ValueError(f"no slice of {plan.target} is planned for rank {plan.rank} (device size unknown)")
-        if n_bytes > slot.size_bytes:
-            raise ValueError(f"SGLang asks for {n_bytes} bytes, rank {plan.rank}'s slice of {plan.target} holds "
-                             f"{slot.size_bytes} (rank plan)")
         stand = standin_devices().get(plan.target)
+        align = (stand["align_bytes"] if stand else plan.align_bytes) or 1
+        need = -(-n_bytes // align) * align
+        if slice_used + need > slot.size_bytes:
+            raise ValueError(f"SGLang asks for {n_bytes} bytes" + (f" more ({slice_used} of the slice already hold "
+                             "earlier allocations of this pool)" if slice_used else "")
+                             + f", rank {plan.rank}'s slice of {plan.target} holds {slot.size_bytes} (rank plan)")
+        offset = (slot.offset_bytes or 0) + slice_used
         if stand:
             buf = map_shared(stand["path"], os.stat(stand["path"]).st_size, stand["align_bytes"], n_bytes,
-                             offset_bytes=slot.offset_bytes or 0, name=plan.target,
+                             offset_bytes=offset, name=plan.target,
                              note=f"a file standing in for /dev/{plan.target} (${STANDIN_ENV})")
         else:
-            buf = map_devdax(plan.target, n_bytes, offset_bytes=slot.offset_bytes or 0, reader=reader)
+            buf = map_devdax(plan.target, n_bytes, offset_bytes=offset, reader=reader)
         _dontfork(buf)
         buf.prefault_seconds = zero_fill(buf.mmap, buf.size_bytes, plan.prefault_threads, cpus)
         buf.verify(sample)

@@ -346,3 +346,43 @@ def test_strict_stops_at_the_budget_check_when_the_pool_cannot_be_planned(monkey
     with pytest.raises(ValueError, match="Not enough host memory"):
         _coordinator()
     assert "no pool budget, SGLang's host-memory budget applies" in caplog.text
+
+
+# ---- DeepSeek-V4's host pool: one allocation per layer ----------------------------------------
+
+def test_a_per_layer_pool_gets_disjoint_stretches_of_the_slice(monkeypatch, tmp_path, sglang, caplog):
+    """The stand-in coordinator with ``per_layer`` builds what 0.5.23 builds for DeepSeek-V4
+    (``DeepSeekV4PagedHostPool``, layer_first: one allocation per layer, ``kv_buffer`` a list):
+    each layer maps the next aligned stretch of the rank's slice, none overlapping, and the
+    post-constructor check accepts the list; a byte written through layer 3 is in the file there."""
+    caplog.set_level(logging.WARNING, logger="sactool.sglang_plugin")
+    devs = _standin(monkeypatch, tmp_path, n=1)               # one 64 MiB device, 2 ranks: 32 MiB slices
+    monkeypatch.setenv("SACTOOL_PROFILE", str(_write(tmp_path, devdax_profile(ranks=2, devices=1, strict=True))))
+    monkeypatch.setenv("SACTOOL_RANK", "1")
+    assert sp.register() is True
+    sglang.HookRegistry.apply_hooks()
+    coord = _coordinator(per_layer=True, layers=4)           # (2048*2+64)/64 = 65 pages of 656 B per layer
+    layers = coord.mem_pool_host.kv_buffer
+    assert isinstance(layers, list) and len(layers) == 4 and layers[0].shape == (65, 656)
+    placed = sp.placed_pools()
+    assert [p.offset_bytes for p in placed] == [32 * MiB + i * 2 * MiB for i in range(4)]
+    assert [p.address for p in placed] == [t.ctypes.data for t in layers]
+    assert "NOT on" not in caplog.text
+    layers[3][64, 655] = 0x5A
+    with open(devs["dax0.0"]["path"], "rb") as f:
+        f.seek(32 * MiB + 3 * 2 * MiB + 65 * 656 - 1)
+        assert f.read(1) == b"\x5a"
+
+
+def test_a_per_layer_pool_larger_than_the_slice_stops_strict(monkeypatch, tmp_path, sglang, caplog):
+    _standin(monkeypatch, tmp_path, n=1, size=16 * MiB)        # 8 ranks: 2 MiB slices, one layer's worth
+    monkeypatch.setenv("SACTOOL_PROFILE", str(_write(tmp_path, devdax_profile(ranks=8, devices=1))))
+    monkeypatch.setenv("SACTOOL_RANK", "0")
+    assert sp.register() is True
+    sglang.HookRegistry.apply_hooks()
+    _coordinator(per_layer=True, layers=2)                     # layer 1 does not fit: SGLang's allocator, said
+    assert len(sp.placed_pools()) == 1 and "already hold earlier allocations of this pool" in caplog.text
+    assert "1 of SGLang's 2 kv_buffer tensor(s) are not in the placed buffers" in caplog.text
+    sp._STATE["strict"] = True
+    with pytest.raises(sp.PlacementStop, match="already hold earlier allocations"):
+        _coordinator(per_layer=True, layers=2)
