@@ -34,6 +34,8 @@ class GpuGatherFigure:
     full_prefix_us: float | None
     source: str
     detail: str
+    samples: tuple[float, ...] = ()     # bandwidth per measurement round (rotated rounds: paired across widths)
+    widths: tuple[int, ...] = ()        # the CTA widths measured at this record size, top-k and block count
 
 
 def gpu_results(record) -> list[dict]:
@@ -103,4 +105,5 @@ def gpu_gather_figure(record, record_bytes: int, blocks: int, *, threads: int | 
                            float(d["topk_step_us"]), 1e9 / float(d["records_per_s"]),
                            record.data.get("memory_node"), record.data.get("dax_device"), g.get("name"),
                            d.get("ceiling_ratio"), d.get("full_prefix_us"), "measured (GPU)",
-                           "; ".join([detail] + notes))
+                           "; ".join([detail] + notes), tuple(float(v) for v in pick.get("samples") or ()),
+                           tuple(sorted(ths)))

@@ -65,6 +65,9 @@ def render_tune(result) -> None:
     con.print(f"chosen: device_buffer_size {cfg['device_buffer_size']}, host_to_device_ratio "
               f"{cfg['host_to_device_ratio']}, swap_in_block_size {cfg['swap_in_block_size']}, prefetch "
               f"{'on' if s['prefetch'] else 'off'}, placement {s['placement']}")
+    sw = s.get("swap_in")
+    if sw:
+        con.print(f"swap_in_block_size {sw['block_size']}: {sw['why']}", markup=False)
     con.print(f"predicted fetch time per token {_t(s['fetch_time_per_token_s'])} (mean over design contexts); "
               f"GPU {format_bytes(s['gpu_bytes_per_rank'])} per rank (hot buffers "
               f"{format_bytes(s['hot_buffer_bytes_per_rank'])} + indexer keys "

@@ -97,6 +97,14 @@ def _page_provenance(d) -> Provenance:
                           f"node{d.pool.targets[0].node}: {figs}")
 
 
+def _swap_in_provenance(gather) -> Provenance:
+    """Measured (chosen from the GPU record's CTA widths: why, and the figure) or SGLang's default."""
+    sw = gather.info.get("swap_in") or {}
+    if sw.get("source") == "measured":
+        return _p("measured", f"{sw['why']}; figure: {sw.get('figure')}")
+    return _p("default", sw.get("why") or "SGLang 0.5.23's default, not a measurement")
+
+
 def _provenance(d, c, req: int, gather) -> dict[str, Provenance]:
     """Where every settings value came from (all of :func:`settings_fields`)."""
     o, spec, pool, design = d.o, d.spec, d.pool, d.design
@@ -138,7 +146,7 @@ def _provenance(d, c, req: int, gather) -> dict[str, Provenance]:
                                           f"limits; misses from LRU simulation, bandwidth {bench_ref}{stand}"),
         "hisparse.host_to_device_ratio": _p("derived", f"smallest ratio whose host pool holds {req} request(s) of "
                                             f"{max(design)} tokens per rank"),
-        "hisparse.swap_in_block_size": _p("default", "SGLang 0.5.23 default; CTA widths tie in the prediction"),
+        "hisparse.swap_in_block_size": _swap_in_provenance(gather),
         "hisparse.prefetch": _p("default",
                                 "SGLang default on; it only acts on IndexShare layers"),
         "sglang.tested": _p("default", "SGLang range the profile was written for"),
@@ -246,6 +254,7 @@ def _summary(d, c, hs, gather, predictions) -> dict[str, Any]:
                "gather_bandwidth_bytes_per_s": gather.info.get("bandwidth_bytes_per_s"),
                "gather_detail": gather.info.get("detail"),
                "fetch_path": gather.info.get("fetch_path"), "fetch_figure": gather.info.get("fetch_figure"),
+               "swap_in": gather.info.get("swap_in"),
                "hisparse_config": hs.config_json(), "prefetch": hs.prefetch,
                "placement": c.placement.label, "rank_targets": list(c.placement.rank_targets),
                "tp": o.tp, "attn_dp": attn_dp, **{k: predictions[k] for k in (

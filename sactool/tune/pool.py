@@ -7,7 +7,7 @@ measured on it describe DRAM, and everything downstream says so (``stand_in``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 from sactool.errors import RecordError, TopologyError
@@ -174,7 +174,11 @@ def from_bench(paths, record_bytes: int, pool: PoolInfo, machine: dict, *, stric
     recs = [(p, load_bench(p)) for p in bench_paths(paths)]
     warnings = _machine_warnings(recs, machine, strict)
     want = {"record_bytes": record_bytes, "blocks": blocks or 1, "threads": swap_in_block, "topk": top_k}
-    rows = [_target_row(t, _records_of(t, recs, strict, warnings), want) for t in pool.targets]
+    mine = {t.name: _records_of(t, recs, strict, warnings) for t in pool.targets}
+    swap = swap_in_choice(mine, want) if swap_in_block is None else None
+    if swap is not None:
+        want["threads"] = swap.block_size
+    rows = [_target_row(t, mine[t.name], want) for t in pool.targets]
     used_for: dict[str, list[str]] = {}
     for r in rows:
         used_for.setdefault(r["path"], []).append(r["target"])
@@ -189,6 +193,8 @@ def from_bench(paths, record_bytes: int, pool: PoolInfo, machine: dict, *, stric
                               "for the GPU swap-in" + (f" ({why})" if why else ""),
                               "measure the GPU path: sactool bench gpu-gather --node <target> --out F, then tune --bench F"))
     info = _bench_info(recs, rows, pool, record_bytes, blocks)
+    if swap is not None:
+        info["swap_in"] = swap.to_data()
     return GatherInputs(({r["target"]: r["bandwidth_bytes_per_s"] for r in rows},), info, tuple(warnings))
 
 
@@ -225,18 +231,67 @@ def _records_of(t, recs, strict: bool, warnings: list) -> list:
     return [(p, rec)]
 
 
+def _gpu_figure(mine, want: dict, threads: int | None):
+    """(path, record, figure) of the first of ``mine`` with a GPU swap-in figure at ``want``, else
+    (None, None, the reasons none had one)."""
+    from sactool.bench.gpufigure import gpu_gather_figure
+
+    why = []
+    for p, rec in mine:
+        try:
+            return p, rec, gpu_gather_figure(rec, want["record_bytes"], want["blocks"], threads=threads,
+                                             topk=want["topk"])
+        except RecordError as e:
+            why.append(e.message)
+    return None, None, why
+
+
+def swap_in_choice(mine: dict, want: dict):
+    """``swap_in_block_size`` from the GPU swap-in figures of the pool targets' records
+    (:func:`sactool.tune.search.choose_swap_in_block`) at ``want["blocks"]`` requests in flight per
+    rank: per width, µs per top-k step per request = top-k × record bytes ÷ the width's bandwidth
+    (the figure's median, and per rotated round for the tie test), the slowest target deciding.
+    Without any GPU figure: SGLang's default, said to be one."""
+    from sactool.tune.search import choose_swap_in_block, default_swap_in
+
+    per_target = {}
+    for name, recs in mine.items():
+        p, rec, f = _gpu_figure(recs, want, None)
+        if p is None:
+            continue
+        per_target[name] = {w: _gpu_figure([(p, rec)], want, w)[2] for w in f.widths}
+    if not per_target:
+        return default_swap_in("no GPU swap-in record (sactool bench gpu-gather) for the pool; CTA widths "
+                               "tie in the model")
+    widths = set.intersection(*(set(fs) for fs in per_target.values()))
+    if not widths:
+        return default_swap_in("the pool targets' GPU records share no CTA width")
+
+    def us(f, bw: float) -> float:   # one request's top-k step at this width
+        return f.topk * f.record_bytes / bw * 1e6
+
+    step = {w: max(us(fs[w], fs[w].bandwidth_bytes_per_s) for fs in per_target.values()) for w in widths}
+    n = min(len(fs[w].samples) for fs in per_target.values() for w in widths)
+    rounds = {w: [max(us(fs[w], fs[w].samples[i]) for fs in per_target.values()) for i in range(n)]
+              for w in widths}
+    blocks = {fs[w].blocks for fs in per_target.values() for w in widths}
+    where = (f", the slowest of {', '.join(per_target)}" if len(per_target) > 1 else "") + (
+        f", from the GPU record of {', '.join(per_target)} only (CPU proxy elsewhere)"
+        if len(per_target) < len(mine) else "") + (
+        "" if blocks == {want["blocks"]} else f"; nearest measured: {', '.join(map(str, sorted(blocks)))} blocks")
+    choice = choose_swap_in_block(step, rounds, want["blocks"], where=where)
+    return replace(choice, figure="; ".join(f"{name}: {fs[choice.block_size].detail}" if len(per_target) > 1
+                                            else fs[choice.block_size].detail
+                                            for name, fs in per_target.items()))
+
+
 def _target_row(t, mine, want: dict) -> dict:
     """Target ``t``'s figure: a GPU swap-in figure from any of its records, else a CPU gather one."""
     from sactool.bench import gather_figure
-    from sactool.bench.gpufigure import gpu_gather_figure
 
-    gpu_why = []
-    for p, rec in mine:
-        try:
-            f = gpu_gather_figure(rec, want["record_bytes"], want["blocks"], threads=want["threads"], topk=want["topk"])
-        except RecordError as e:
-            gpu_why.append(e.message)
-            continue
+    p, rec, f = _gpu_figure(mine, want, want["threads"])
+    gpu_why = f if p is None else []
+    if p is not None:
         return {"target": t.name, "path": str(p), "figure": "gpu", "bandwidth_bytes_per_s": f.bandwidth_bytes_per_s,
                 "ns_per_record": f.ns_per_record, "blocks": f.blocks, "threads": f.threads_per_block,
                 "topk_step_us": f.topk_step_us, "ceiling_ratio": f.ceiling_ratio, "full_prefix_us": f.full_prefix_us,

@@ -291,12 +291,17 @@ def _gather(job: Job, pool, machine, replicates: int, points: _Points, *, blocks
         g = tune_inputs(o.fleet_share)[1]   # a fleet bench record's CPU gathers: the CPU proxy
         g.info.setdefault("fetch_path", "cpu_proxy")
         g.info.setdefault("fetch_figure", FETCH_FIGURES["cpu_proxy"])
+        g.info.setdefault("swap_in", search.default_swap_in(
+            "a fleet record holds CPU gathers, no GPU swap-in figure; CTA widths tie in the model").to_data())
         return g
-    if o.bench is not None:
+    if o.bench is not None:   # the CTA width is chosen from the record's GPU figures (tune.pool.swap_in_choice)
         return from_bench(o.bench, job.rec_bytes, pool, machine, strict=o.strict, blocks=blocks,
-                          swap_in_block=search.DEFAULT_SWAP_IN_BLOCK, top_k=job.spec.index_topk)
-    return measure_rounds(pool, job.rec_bytes, job.spec.index_topk, replicates, seconds=o.gather_seconds,
-                          done=points.of_kind("gather"), on_point=points.add, progress=job.progress)
+                          top_k=job.spec.index_topk)
+    g = measure_rounds(pool, job.rec_bytes, job.spec.index_topk, replicates, seconds=o.gather_seconds,
+                       done=points.of_kind("gather"), on_point=points.add, progress=job.progress)
+    g.info["swap_in"] = search.default_swap_in("tune measured CPU gathers, no GPU swap-in figure; CTA widths tie "
+                                               "in the model").to_data()
+    return g
 
 
 def _page_size(job: Job, pool, replicates: int, points: "_Points"):
@@ -373,7 +378,7 @@ def _search(d: DesignPoint, placements, gather, sims: _HotBuffer):
     x = search.Inputs(contexts=d.design, concurrency=d.concurrency, deployment=d.dep, targets=d.pool.targets,
                       layers=d.spec.num_layers, record_bytes=d.rec_bytes, indexer_bytes=d.spec.indexer_bytes,
                       top_k=top_k, gpu_budget_bytes=d.budget.bytes_per_gpu, misses=sims.misses,
-                      hit_rate=sims.hits, bandwidth=gather.rounds)
+                      hit_rate=sims.hits, bandwidth=gather.rounds, swap_in=_swap_in(gather))
     if o.exhaustive:
         stage1 = search.all_buffers(top_k)
     else:  # the coarse grid plus the largest sizes that fit (arithmetic only), simulated in one pass
@@ -388,10 +393,20 @@ def _search(d: DesignPoint, placements, gather, sims: _HotBuffer):
                             "lower --concurrency or --context, or raise the GPU budget")
     if not o.exhaustive:   # the CTA widths and prefetch settings of the best size (they tie)
         evals += [search.evaluate(c, x) for c in search.candidates_for([best], x, placements, knobs=True)
-                  if c.swap_in_block_size != search.DEFAULT_SWAP_IN_BLOCK or not c.prefetch]
+                  if c.swap_in_block_size != x.swap_in_block or not c.prefetch]
     chosen, ranked = search.choose(evals)
     space = len(search.all_buffers(top_k)) * 2 * len(search.SWAP_IN_BLOCK_SIZES) * 2 * len(placements)
     return chosen, ranked, evals, space
+
+
+def _swap_in(gather) -> "search.SwapInChoice":
+    """The CTA width choice the gather figures came with (``bench.swap_in`` of the profile)."""
+    d = gather.info.get("swap_in") or {}
+    if not d:
+        return search.default_swap_in("no GPU swap-in figure")
+    return search.SwapInChoice(int(d["block_size"]), d["source"], d["why"], d.get("blocks"),
+                               {int(w): v for w, v in (d.get("us_per_step_per_request") or {}).items()},
+                               d.get("figure") or "")
 
 
 def _write(job: Job, profile) -> Path | None:

@@ -19,8 +19,10 @@ Search (what ``tune`` runs): buffers on a coarse grid (top_k/2 steps from top_k 
 plus the largest page-aligned sizes that fit the design point (found by arithmetic over every
 size, since fitting needs no simulation and misses do not grow with the buffer); for each,
 the smallest ratio that holds the design point and one above it; every placement; and the
-swap-in CTA widths and prefetch switch (which do not enter the cost model: they tie, and the
-engine default is kept). ``scripts/tune-exhaustive`` evaluates every page-aligned size.
+prefetch switch (which does not enter the cost model: it ties, and the engine default is kept).
+The swap-in CTA width is chosen before the search from a GPU swap-in record's widths
+(:func:`choose_swap_in_block`), and the fetch figure is that width's; without a GPU figure every
+width ties and SGLang's 960 is kept. ``scripts/tune-exhaustive`` evaluates every page-aligned size.
 """
 
 from __future__ import annotations
@@ -48,6 +50,69 @@ _T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2
 
 def t95(dof: int) -> float:
     return _T95[dof - 1] if 1 <= dof <= len(_T95) else 1.96
+
+
+@dataclass(frozen=True)
+class SwapInChoice:
+    """``swap_in_block_size`` (threads per swap-in CTA) and where it came from.
+
+    ``source``: ``measured`` (chosen from a GPU swap-in record's widths) or ``default`` (SGLang
+    0.5.23's 960, not a measurement); ``blocks``: the requests in flight per rank the figures are
+    for; ``us_per_step_per_request[w]``: the measured µs one request waits per top-k step at width w
+    (slowest pool target); ``why``: one line."""
+
+    block_size: int
+    source: str
+    why: str
+    blocks: int | None = None
+    us_per_step_per_request: Mapping[int, float] = field(default_factory=dict)
+    figure: str = ""                    # the measured figure the chosen width's number came from
+
+    def to_data(self) -> dict:
+        return {"block_size": self.block_size, "source": self.source, "why": self.why, "blocks": self.blocks,
+                "us_per_step_per_request": {str(w): v for w, v in sorted(self.us_per_step_per_request.items())},
+                "figure": self.figure}
+
+
+def default_swap_in(why: str) -> SwapInChoice:
+    """SGLang's default CTA width, said to be one (no GPU figure to choose by)."""
+    return SwapInChoice(DEFAULT_SWAP_IN_BLOCK, "default",
+                        f"SGLang 0.5.23's default, not a measurement: {why}")
+
+
+def _ties(a: Sequence[float], b: Sequence[float]) -> bool:
+    """Paired rounds ``a``, ``b`` (one sample of each per rotated round): is their difference
+    within its 95% confidence interval (Student t)? One round cannot tell them apart."""
+    d = [x - y for x, y in zip(a, b)]
+    if all(v == 0 for v in d):
+        return True
+    if len(d) < 2:
+        return True
+    return abs(statistics.fmean(d)) <= t95(len(d) - 1) * statistics.stdev(d) / math.sqrt(len(d))
+
+
+def choose_swap_in_block(step_us: Mapping[int, float], rounds_us: Mapping[int, Sequence[float]], blocks: int, *,
+                         where: str = "") -> SwapInChoice:
+    """The CTA width with the least measured µs per top-k step per request (``step_us[w]``, the
+    GPU figure's median) at ``blocks`` requests in flight per rank. ``rounds_us[w]``: the same per
+    measurement round (the protocol rotates configurations within a round, so rounds pair across
+    widths); a width whose paired difference to the fastest is within the 95% interval ties with it,
+    and on a tie SGLang's default (960) is kept — never the noisier mean."""
+    if not step_us:
+        return default_swap_in("the GPU record measured no CTA width here")
+    best = min(sorted(step_us), key=lambda w: step_us[w])
+    tied = [w for w in sorted(step_us) if _ties(rounds_us.get(w, ()), rounds_us.get(best, ()))]
+    pick = DEFAULT_SWAP_IN_BLOCK if DEFAULT_SWAP_IN_BLOCK in tied else best
+    figs = ", ".join(f"{w}: {step_us[w]:.2f}" for w in sorted(step_us))
+    at = f"at {blocks} request{'s' if blocks != 1 else ''} in flight per rank{where}"
+    if pick == best and pick != DEFAULT_SWAP_IN_BLOCK:
+        why = f"least measured µs per top-k step per request {at} ({figs} µs)"
+    elif pick == best:
+        why = f"SGLang's default is also the fastest measured width {at} ({figs} µs)"
+    else:
+        why = (f"SGLang's default: the fastest measured width, {best}, is within the measurement's noise of it "
+               f"{at} ({figs} µs)")
+    return SwapInChoice(pick, "measured", why, blocks, dict(step_us))
 
 
 @dataclass(frozen=True)
@@ -85,6 +150,19 @@ class Inputs:
     misses: Mapping[int, Sequence[Mapping[int, float]]]
     hit_rate: Mapping[int, Sequence[Mapping[int, float]]]
     bandwidth: Sequence[Mapping[str, float]]
+    swap_in: SwapInChoice | None = None     # measured: the one CTA width searched; None/default: widths tie
+
+    @property
+    def swap_in_block(self) -> int:
+        return self.swap_in.block_size if self.swap_in is not None else DEFAULT_SWAP_IN_BLOCK
+
+    @property
+    def swap_in_widths(self) -> tuple[int, ...]:
+        """The widths the knob stage tries: all of them when none was measured (they tie in the
+        model), else only the measured choice (the bandwidth is that width's figure)."""
+        if self.swap_in is not None and self.swap_in.source == "measured":
+            return (self.swap_in.block_size,)
+        return SWAP_IN_BLOCK_SIZES
 
     @property
     def replicates(self) -> int:
@@ -263,7 +341,7 @@ def candidates_for(buffers: Iterable[int], x: Inputs, placements: Sequence[Place
     """Candidates for ``buffers``: ratios from the smallest that holds the design point up to
     ``ratios_extra`` above it; with ``knobs`` every swap-in width and prefetch setting too."""
     req = x.deployment.requests_per_rank(x.concurrency)
-    swaps = SWAP_IN_BLOCK_SIZES if knobs else (DEFAULT_SWAP_IN_BLOCK,)
+    swaps = x.swap_in_widths if knobs else (x.swap_in_block,)
     prefetches = (True, False) if knobs else (DEFAULT_PREFETCH,)
     out = []
     for b in buffers:
