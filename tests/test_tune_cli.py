@@ -198,3 +198,36 @@ def test_pool_page_size_is_chosen_by_measurement(tmp_path, capsys):
     assert choose({"none": [3.0, 1.0], "thp": [2.0, 2.0]}, {}).kind == "thp"
     assert choose({"none": [3.0, 3.0], "thp": [2.0, 2.0]}, {}).kind == "none"
     assert choose({"none": [1.0, 1.0], "thp": [2.0, 2.1]}, {}).kind == "thp"
+
+
+def test_tune_warnings_are_one_line_per_kind(tmp_path, bench_file, capsys, machine):
+    """Two bench records from another host (two ``bench_other_machine``), two contexts the pool
+    cannot hold (two ``context_does_not_fit``): one stderr line per kind, as bench prints them; the
+    JSON result keeps every warning."""
+    data = json.loads(bench_file.read_text())
+    data["machine"]["hostname"] = "elsewhere"
+    recs = []
+    for name in ("a.json", "b.json"):
+        recs += ["--bench", str(tmp_path / name)]
+        (tmp_path / name).write_text(json.dumps(data))
+    args = ["tune", "--sysfs-root", str(machine("this-machine")), "--context", "4k,64k,128k", "--steps", "6",
+            "--replicates", "1", "--tp", "1", "--pool-bytes", "1GiB", "--gpu-kv-budget", "4GiB", *recs,
+            "--format", "json", "--out", str(tmp_path / "p.yaml")]
+    assert main(args) == 0
+    out, err = capsys.readouterr()
+    kept = [w["code"] for w in json.loads(out)["warnings"]]
+    assert kept.count("bench_other_machine") == 2 and kept.count("context_does_not_fit") == 2
+    lines = " ".join(err.split()).split("warning: ")[1:]   # rich wraps lines at the terminal width
+    assert len(lines) == len(set(kept)), err
+    ctx = [ln for ln in lines if "tokens" in ln and "fits" in ln]
+    assert len(ctx) == 1 and "65536" in ctx[0] and "131072" in ctx[0]     # both contexts, one line
+    other = [ln for ln in lines if "elsewhere" in ln]
+    assert len(other) == 1 and "a.json" in other[0] and "b.json" in other[0]
+    # the same message repeated (each host of a fleet) is one line saying how often
+    from sactool.records import warning
+    from sactool.render.tune import warning_lines
+
+    same = [warning("stand_in", "node0 stands in", "DRAM figures")] * 3
+    assert warning_lines(same) == [("stand_in", "node0 stands in (3 times)", "DRAM figures")]
+    many = [warning("x", f"m{i}") for i in range(5)]
+    assert warning_lines(many) == [("x", "m0; and 4 more of this kind (x: see --format json)", None)]

@@ -40,10 +40,30 @@ def progress_reporter() -> tuple[Callable[[str, int, int], None], Callable[[], N
     return cb, close
 
 
+def warning_lines(warnings, shown: int = 3) -> list[tuple[str, str, str | None]]:
+    """(code, message, hint), one per warning kind, as bench groups its warnings: a kind given
+    once keeps its line; the same message several times (each host of a fleet, say) is one line
+    saying how often; up to ``shown`` different messages of one kind are joined into one line,
+    more give the first and how many others there are. The result's ``warnings`` (``--format
+    json``) keep every one."""
+    groups: dict[str, list[dict]] = {}
+    for w in warnings:
+        groups.setdefault(w["code"], []).append(w)
+    out = []
+    for code, ws in groups.items():
+        msgs = list(dict.fromkeys(w["message"] for w in ws))
+        if len(msgs) > shown:
+            msg = f"{msgs[0]}; and {len(msgs) - 1} more of this kind ({code}: see --format json)"
+        else:
+            msg = "; ".join(msgs) + (f" ({len(ws)} times)" if len(ws) > 1 and len(msgs) == 1 else "")
+        out.append((code, msg, ws[0].get("hint")))
+    return out
+
+
 def render_warnings(warnings) -> None:
     con = stderr_console()
-    for w in warnings:
-        con.print(f"warning: {w['message']}" + (f" ({w['hint']})" if w.get("hint") else ""), markup=False)
+    for _, msg, hint in warning_lines(warnings):
+        con.print(f"warning: {msg}" + (f" ({hint})" if hint else ""), markup=False)
 
 
 def render_tune(result) -> None:
