@@ -231,3 +231,43 @@ def test_tune_warnings_are_one_line_per_kind(tmp_path, bench_file, capsys, machi
     assert warning_lines(same) == [("stand_in", "node0 stands in (3 times)", "DRAM figures")]
     many = [warning("x", f"m{i}") for i in range(5)]
     assert warning_lines(many) == [("x", "m0; and 4 more of this kind (x: see --format json)", None)]
+
+
+def node0_llc() -> int:
+    """The last-level cache of node 0's first CPU as the kernel reports it (bench's 32 MiB when
+    it reports none), the bound tune's --gather-size rule uses."""
+    from sactool.bench.env import llc_bytes
+    from sactool.host.sysfs import SysfsReader
+    from sactool.memory.nodes import topology
+
+    reader = SysfsReader()
+    return llc_bytes(reader, topology(reader).node(0).cpus[0]) or (32 << 20)
+
+
+def test_gather_size_too_small_to_measure_is_refused_before_any_work(tmp_path, capsys):
+    out = tmp_path / "p.yaml"
+    # smaller than one top-k step of distinct records: refused with the options, before the probe
+    assert main(["tune", *FAST_ARGS, "--gather-size", "1MiB", "--out", str(out)]) == 2
+    o, err = capsys.readouterr()
+    assert o == "" and err.startswith("error: --gather-size 1.00 MiB is too small to measure a gather: one top-k "
+                                      "step reads 2048 distinct 656 B records") and "hint: use --gather-size" in err
+    assert len(err.strip().splitlines()) == 2   # one error line, one hint line
+    # inside the last-level cache of the CPUs that would gather: it would measure the cache
+    assert main(["tune", *FAST_ARGS, "--gather-size", f"{node0_llc()}B", "--out", str(out)]) == 2
+    o, err = capsys.readouterr()
+    assert o == "" and "last-level cache" in err and "measure the cache, not the pool" in err and "hint: " in err
+    assert not out.exists() and not list(tmp_path.glob("*.points.jsonl"))
+    assert main(["tune", *FAST_ARGS, "--gather-size", "64", "--out", str(out)]) == 2   # the one size parser: a unit
+    assert "has no unit" in capsys.readouterr().err
+
+
+def test_gather_size_sizes_the_quick_gathers(tmp_path, capsys):
+    """A buffer of 2x the cache: measured (warned: under 8x the cache), recorded in the profile."""
+    out = tmp_path / "p.yaml"
+    size = 2 * node0_llc()
+    rc = main(["tune", "--context", "4k", "--steps", "4", "--replicates", "1", "--tp", "1", "--pool-bytes", "1GiB",
+               "--gpu-kv-budget", "10GiB", "--gather-size", f"{size}B", "--out", str(out)])
+    assert rc == 0, capsys.readouterr().err
+    p = load_profile(out)
+    assert p.bench["buffer_bytes"] == size and p.bench["source"] == "quick"
+    assert "gather_size_cache" in {w["code"] for w in p.predictions["warnings"]}

@@ -34,6 +34,10 @@ POOL_BYTES_HELP = ("Pool bytes per target (node or DAX device), e.g. 256GiB; def
                    "reclaimable page cache, or the device's size.")
 
 
+GATHER_SIZE_HELP = ("Buffer of tune's own quick gathers on the pool node, with its unit (default 256MiB, 8x a "
+                    "32 MiB cache); smaller on a node that cannot hold it, larger than its CPUs' last-level cache.")
+
+
 def tune(
     ctx: typer.Context,
     model: str = typer.Option("deepseek-v3.2", "--model", "-m", help="Model name or path to a config.json."),
@@ -66,6 +70,7 @@ def tune(
         None, "--fleet", help="Fleet bench record (mpirun … sactool bench gather --out): one profile per host, "
         "each for its share of the shared pool; --out is then a directory (default profiles/<model>/)."),
     pool_bytes: Optional[str] = typer.Option(None, "--pool-bytes", help=POOL_BYTES_HELP),
+    gather_size: Optional[str] = typer.Option(None, "--gather-size", help=GATHER_SIZE_HELP),
     fmt=FormatOpt,
     quiet: bool = QuietOpt,
 ) -> None:
@@ -84,6 +89,7 @@ def tune(
         kv_dtype=kv_dtype, bench=(tuple(bench) if len(bench) > 1 else bench[0]) if bench else None, trace=trace, strict=strict, out=out, force=force, resume=resume,
         steps=steps, replicates=replicates, seed=seed, sysfs_root=sysfs_root,
         pool_bytes=parse_size(pool_bytes, what="--pool-bytes") if pool_bytes else None,
+        gather_size_bytes=parse_size(gather_size, what="--gather-size") if gather_size else None,
         given=_given(ctx, {"context": "contexts", "concurrency": "concurrency", "tp": "tp", "attn_dp": "attn-dp",
                            "gpu": "gpu", "kv_dtype": "kv-dtype", "pool_bytes": "pool-bytes"}))
     from sactool.fleet.mpi import detect

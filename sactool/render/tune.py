@@ -35,7 +35,8 @@ def progress_reporter() -> tuple[Callable[[str, int, int], None], Callable[[], N
 
     def close() -> None:
         unhook()
-        prog.stop()
+        if tasks:   # a display never started prints nothing (no blank line before an early error)
+            prog.stop()
 
     return cb, close
 

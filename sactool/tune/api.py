@@ -41,7 +41,16 @@ def _check_options(o: TuneOptions, spec) -> tuple[str, int, int]:
         raise UsageError("--steps must be >= 2 and --replicates >= 1")
     if o.seed < 0:   # numpy seeds are >= 0: refuse now, not after measuring
         raise UsageError(f"--seed {o.seed} must be >= 0", "e.g. --seed 0")
-    return kv, dp, spec.record_bytes(kv)
+    rec = spec.record_bytes(kv)
+    if o.gather_size_bytes is not None and o.gather_size_bytes < spec.index_topk * rec:
+        from sactool.units import format_bytes
+
+        # one top-k step draws index_topk distinct records: a smaller buffer cannot hold them
+        raise UsageError(f"--gather-size {format_bytes(o.gather_size_bytes)} is too small to measure a gather: "
+                         f"one top-k step reads {spec.index_topk} distinct {rec} B records "
+                         f"({format_bytes(spec.index_topk * rec)})",
+                         "use --gather-size of at least 8x the last-level cache, e.g. 256MiB (the default)")
+    return kv, dp, rec
 
 
 def _check_output(path: Path, o: TuneOptions) -> Path:

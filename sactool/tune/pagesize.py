@@ -77,7 +77,8 @@ def choose(figures: dict[str, list[float]], skipped: dict[str, str]) -> PageChoi
 
 def measure(node: int, kinds: Sequence[str], record_bytes: int, top_k: int, rounds: int, *, seconds: float,
             done: Sequence[dict], on_point: Callable[[dict], None],
-            progress: Callable[[str, int, int], None] | None = None) -> dict[str, list[float]]:
+            progress: Callable[[str, int, int], None] | None = None,
+            size_bytes: int = BUFFER_BYTES) -> dict[str, list[float]]:
     """``rounds`` quick gathers per kind on ``node``, interleaved over kinds (resumable points)."""
     from sactool.bench import gather_figure, run_quick_gather
 
@@ -88,7 +89,7 @@ def measure(node: int, kinds: Sequence[str], record_bytes: int, top_k: int, roun
         for k in kinds:
             p = have.get((r, k))
             if p is None:
-                rec = run_quick_gather(node, record_bytes, top_k, seconds=seconds, hugepages=k)
+                rec = run_quick_gather(node, record_bytes, top_k, seconds=seconds, hugepages=k, size_bytes=size_bytes)
                 fig = gather_figure(rec, record_bytes)
                 p = {"kind": "pagesize", "round": r, "page_kind": k, "node": node,
                      "bandwidth_bytes_per_s": fig.bandwidth_bytes_per_s,

@@ -332,9 +332,16 @@ def _bench_info(recs, rows, pool: PoolInfo, record_bytes: int, blocks: int | Non
             "design_blocks": blocks, "targets": rows}
 
 
+def _gib(n: int) -> str:
+    from sactool.units import format_bytes
+
+    return format_bytes(n)
+
+
 def measure_rounds(pool: PoolInfo, record_bytes: int, top_k: int, rounds: int, *, seconds: float,
                    done: Sequence[dict], on_point: Callable[[dict], None],
-                   progress: Callable[[str, int, int], None] | None = None) -> GatherInputs:
+                   progress: Callable[[str, int, int], None] | None = None,
+                   size_bytes: int | None = None) -> GatherInputs:
     """``rounds`` short gather measurements on every pool node, interleaved (A B A B …) so drift
     hits every target alike. ``done``: points from an earlier run (``--resume``)."""
     from sactool.bench import gather_figure, run_quick_gather
@@ -351,7 +358,7 @@ def measure_rounds(pool: PoolInfo, record_bytes: int, top_k: int, rounds: int, *
         for t in pool.targets:
             p = have.get((r, t.name))
             if p is None:
-                rec = run_quick_gather(t.node, record_bytes, top_k, seconds=seconds)
+                rec = run_quick_gather(t.node, record_bytes, top_k, seconds=seconds, size_bytes=size_bytes)
                 fig = gather_figure(rec, record_bytes)
                 p = {"kind": "gather", "round": r, "target": t.name, "bandwidth_bytes_per_s": fig.bandwidth_bytes_per_s,
                      "ns_per_record": fig.ns_per_record, "threads": fig.threads, "source": fig.source,
@@ -367,9 +374,11 @@ def measure_rounds(pool: PoolInfo, record_bytes: int, top_k: int, rounds: int, *
     info = {"source": "quick", "path": None, "digest": None,
             "memory_node": ", ".join(t.name for t in pool.targets), "stand_in": pool.stand_in,
             "record_bytes": record_bytes, "threads": last.get("threads"), "rounds": rounds,
+            "buffer_bytes": size_bytes,
             "bandwidth_bytes_per_s": sorted(bws)[len(bws) // 2],
             "bandwidth_samples_bytes_per_s": bws, "figure_source": last.get("source"),
-            "detail": (last.get("detail") or "") + f"; {rounds} rounds interleaved over targets",
+            "detail": (last.get("detail") or "") + f"; {rounds} rounds interleaved over targets"
+                      + (f", {_gib(size_bytes)} buffer" if size_bytes else ""),
             "fetch_path": "cpu_proxy", "fetch_figure": FETCH_FIGURES["cpu_proxy"]}
     warn = warning("cpu_proxy", "tune measured CPU gathers: the pool's fetch throughput is a CPU proxy for the GPU swap-in",
                  "measure the GPU path: sactool bench gpu-gather --node <target> --out F, then tune --bench F")

@@ -91,6 +91,7 @@ def execute(job: Job) -> TuneResult:
     machine, pool = _probe_pool(job, warnings)
     fit = _Fit(job, budget, pool)
     design, concurrency = fit.design_point(contexts, warnings)
+    _check_gather_size(job, pool, warnings)
     points = _Points(job, [t.name for t in pool.targets])
     gather = _gather(job, pool, machine, replicates, points, blocks=fit.dep.requests_per_rank(concurrency))
     warnings += list(gather.warnings)
@@ -256,6 +257,7 @@ class _Points:
         self.key = digest(json.dumps({"model": job.spec.name, "kv": job.kv, "steps": o.steps, "seed": o.seed,
                                       "trace": digest(Path(o.trace).read_bytes()) if o.trace else None,
                                       "gather_seconds": o.gather_seconds,
+                                      **({"gather_size": o.gather_size_bytes} if o.gather_size_bytes else {}),
                                       "bench": [str(b) for b in bench_paths(o.bench)] or None,
                                       "fleet": o.fleet_share.profile_block() if o.fleet_share else None,
                                       "targets": target_names}, sort_keys=True))[:23]
@@ -275,6 +277,50 @@ class _Points:
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             append_jsonl(self.path, {**p, "key": self.key})
+
+
+def gather_bytes(o) -> int:
+    """The buffer of tune's own quick gathers: ``--gather-size``, else 256 MiB."""
+    from sactool.tune.options import DEFAULT_GATHER_BYTES
+
+    return o.gather_size_bytes or DEFAULT_GATHER_BYTES
+
+
+def _check_gather_size(job: Job, pool, warnings: list) -> None:
+    """Before measuring: a quick-gather buffer inside the last-level cache of the CPUs that gather
+    would measure the cache, not the pool (refused, exit 2); one under 8x it is partly cache hits
+    (warned). ``--gather-size`` without tune's own gathers is not used (warned)."""
+    from sactool.errors import UsageError
+    from sactool.units import format_bytes
+
+    o = job.o
+    if o.bench is not None or o.fleet_share is not None:
+        if o.gather_size_bytes is not None:
+            warnings.append(warning("gather_size_unused", "--gather-size sizes tune's own quick gathers; the "
+                                    "fetch figures come from the bench record, so it is not used",
+                                    "drop --gather-size, or --bench to measure here"))
+        return
+    if pool.mode != "numa":
+        return
+    from sactool.bench.env import llc_bytes
+    from sactool.host.sysfs import SysfsReader
+    from sactool.memory.nodes import topology
+
+    reader = SysfsReader(o.sysfs_root)
+    node = pool.targets[0].cpu_node
+    cpus = topology(reader).node(node).cpus if node is not None else ()
+    llc = (llc_bytes(reader, cpus[0]) if cpus else None) or (32 << 20)   # bench's fallback when unreported
+    size = gather_bytes(o)
+    if size <= llc:
+        raise UsageError(f"--gather-size {format_bytes(size)} fits in the {format_bytes(llc)} last-level cache of "
+                         f"node{node}'s CPUs: the quick gather would measure the cache, not the pool",
+                         f"use --gather-size of at least {format_bytes(8 * llc)} (8x the cache), or measure with "
+                         "'sactool bench gather --out F' and pass --bench F")
+    if size < 8 * llc:
+        warnings.append(warning("gather_size_cache", f"the {format_bytes(size)} quick-gather buffer is under 8x "
+                                f"the {format_bytes(llc)} last-level cache of node{node}'s CPUs: part of its reads "
+                                "hit the cache, so the fetch figure may be high",
+                                f"use --gather-size {format_bytes(8 * llc)} or more where the node holds it"))
 
 
 def _gather(job: Job, pool, machine, replicates: int, points: _Points, *, blocks: int):
@@ -298,7 +344,8 @@ def _gather(job: Job, pool, machine, replicates: int, points: _Points, *, blocks
         return from_bench(o.bench, job.rec_bytes, pool, machine, strict=o.strict, blocks=blocks,
                           top_k=job.spec.index_topk)
     g = measure_rounds(pool, job.rec_bytes, job.spec.index_topk, replicates, seconds=o.gather_seconds,
-                       done=points.of_kind("gather"), on_point=points.add, progress=job.progress)
+                       done=points.of_kind("gather"), on_point=points.add, progress=job.progress,
+                       size_bytes=gather_bytes(o))
     g.info["swap_in"] = search.default_swap_in("tune measured CPU gathers, no GPU swap-in figure; CTA widths tie "
                                                "in the model").to_data()
     return g
@@ -324,9 +371,10 @@ def _page_size(job: Job, pool, replicates: int, points: "_Points"):
 
     reader = SysfsReader(o.sysfs_root)
     node = pool.targets[0].node
-    kinds, skipped = available(topology(reader), reader, node)
+    kinds, skipped = available(topology(reader), reader, node, size_bytes=gather_bytes(o))
     figures = measure(node, kinds, job.rec_bytes, job.spec.index_topk, replicates, seconds=o.gather_seconds,
-                      done=points.of_kind("pagesize"), on_point=points.add, progress=job.progress)
+                      done=points.of_kind("pagesize"), on_point=points.add, progress=job.progress,
+                      size_bytes=gather_bytes(o))
     return choose(figures, skipped)
 
 
