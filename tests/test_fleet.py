@@ -264,3 +264,49 @@ def test_sweep_steps_take_the_rounds_every_active_rank_finished():
     assert [(e["active_ranks"], [len(r["raw"]) for r in e["per_rank"]]) for e in steps] == [
         (1, [2]), (2, [1, 1]), (3, [1, 1, 1])]
     assert steps[1]["speedup_vs_one_rank"] == pytest.approx(2.0)  # twice the bytes in the same time
+
+
+def test_tune_fleet_simulates_each_set_of_inputs_once(tmp_path, fast_bench_record, monkeypatch, capsys):
+    """Three hosts whose tunes have the same model, contexts, workload and candidate buffers (they
+    differ in pool share and bandwidth only): the first host runs the hot-buffer simulations, the
+    others reuse them — counted at the real simulation function (a counting wrapper around it) and
+    in each result. The fleet record is built by the test (the numbers of _fleet_record, in the
+    file layout of a fleet bench record): test_fleet_mpi measures a real one under mpirun."""
+    import json
+
+    from sactool.cli import main
+    from sactool.hisparse import hotbuffer
+    from sactool.profile import load_profile
+
+    data = json.loads(fast_bench_record.read_text())
+    data.update(_fleet_record(top=4, world=4))
+    rec = tmp_path / "fleet.json"
+    rec.write_text(json.dumps(data))
+    real, calls = hotbuffer.simulate_many, []
+    monkeypatch.setattr(hotbuffer, "simulate_many", lambda *a, **k: calls.append(len(a[1])) or real(*a, **k))
+    args = ["tune", "--fleet", str(rec), "--context", "4k,8k", "--steps", "6", "--replicates", "2", "--tp", "1",
+            "--gpu-kv-budget", "4GiB", "--concurrency", "1", "--format", "json", "--out", str(tmp_path / "p")]
+    assert main(args) == 0, capsys.readouterr().err
+    hosts = json.loads(capsys.readouterr().out)["hosts"]
+    sims = [h["result"]["hotbuffer_simulations"] for h in hosts]
+    passes = 2 * 2   # contexts x replicates: one pass each gives every buffer size asked
+    assert [h["host"] for h in hosts] == ["a", "b", "c"]
+    assert sims[0] == {"run": passes, "reused": 0} and sims[1] == sims[2] == {"run": 0, "reused": passes}
+    assert len(calls) == passes                       # not 3 x passes
+    # the same inputs give the same misses: every host's hit rates are the first host's
+    one = [h["result"]["summary"]["per_context"] for h in hosts]
+    assert one[0] and all([r["hit_rate"] for r in o] == [r["hit_rate"] for r in one[0]] for o in one)
+    for h in "abc":
+        assert load_profile(tmp_path / "p" / f"{h}.yaml").fleet["host"] == h
+    # a plain tune (no fleet) runs its own simulations and says nothing about sharing
+    calls.clear()
+    assert main(["tune", "--sysfs-root", str(_tree(tmp_path)), "--bench", str(fast_bench_record), "--context", "4k",
+                 "--steps", "6", "--replicates", "1", "--tp", "1", "--gpu-kv-budget", "4GiB",
+                 "--out", str(tmp_path / "one.yaml")]) == 0
+    assert len(calls) == 1 and "reused" not in capsys.readouterr().out
+
+
+def _tree(tmp_path):
+    from fixtures.trees import unpack
+
+    return unpack("this-machine", tmp_path / "tree")

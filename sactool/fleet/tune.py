@@ -41,9 +41,12 @@ def tune_fleet(options, fleet_path: Path, progress=None):
         for host, p in paths.items():
             if p.exists():
                 raise ExistsError(f"{p} already exists (host {host})", "pass --force to overwrite the fleet's profiles")
-    results = []
+    from sactool.tune.simcache import HotBufferCache
+
+    results, cache = [], HotBufferCache()   # hosts with the same simulation inputs simulate once
     for share in shares:
-        results.append(tune(replace(options, out=paths[share.host], fleet_share=share), progress=progress))
+        results.append(tune(replace(options, out=paths[share.host], fleet_share=share, hotbuffer_cache=cache),
+                            progress=progress))
     return results, warnings
 
 

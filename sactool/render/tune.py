@@ -126,7 +126,10 @@ def render_tune(result) -> None:
     con.print(a)
     con.print("engine constraints (not tuned): " + "; ".join(
         f"{e['setting']}={e['value']}" for e in s["engine_constraints"]), markup=False)
-    con.print(f"{result.evaluated} candidates evaluated of {result.space}; {result.elapsed_s:.1f} s")
+    sims = getattr(result, "simulations", None) or {}
+    shared = (f"; hot-buffer simulations: {sims.get('run', 0)} run, {sims.get('reused', 0)} reused from an earlier "
+              "host's identical inputs" if sims.get("reused") else "")
+    con.print(f"{result.evaluated} candidates evaluated of {result.space}; {result.elapsed_s:.1f} s{shared}")
     if result.path:
         con.print(f"profile: {result.path}", markup=False)
 

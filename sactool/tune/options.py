@@ -53,6 +53,8 @@ class TuneOptions:
     given: frozenset[str] = field(default_factory=frozenset)
     fleet_share: Any = None                             # sactool.fleet.split.HostShare: pool and bandwidth
     #                                                     from a fleet bench record instead of this machine
+    hotbuffer_cache: Any = None                         # sactool.tune.simcache.HotBufferCache: simulations
+    #                                                     shared by tunes with the same inputs (tune --fleet)
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,7 @@ class TuneResult:
     elapsed_s: float
     chosen_objective_s: float
     best_objective_s: float
+    simulations: dict[str, int] = field(default_factory=dict)   # hot-buffer passes: run, reused (shared cache)
 
     def to_data(self) -> dict[str, Any]:
         from sactool.records import to_data
@@ -75,4 +78,5 @@ class TuneResult:
                 "summary": to_data(self.summary), "alternatives": to_data(self.alternatives),
                 "candidates_evaluated": self.evaluated, "candidate_space": self.space,
                 "warnings": to_data(self.warnings), "elapsed_s": round(self.elapsed_s, 3),
+                "hotbuffer_simulations": dict(self.simulations),
                 "profile": self.profile.to_data()}

@@ -107,7 +107,7 @@ def execute(job: Job) -> TuneResult:
     return TuneResult(profile=profile, path=written, summary=summary, alternatives=tuple(alternatives),
                       evaluated=len(evals), space=space, warnings=tuple(warnings),
                       elapsed_s=time.perf_counter() - job.t0, chosen_objective_s=chosen.mean_s,
-                      best_objective_s=ranked[0].mean_s)
+                      best_objective_s=ranked[0].mean_s, simulations=dict(sims.counts))
 
 
 def _workload(job: Job, warnings: list) -> tuple[tuple[int, ...], int, Any]:
@@ -383,6 +383,7 @@ class _HotBuffer:
 
     def __init__(self, job: Job, design, replicates: int, trace, points: _Points):
         self.job, self.design, self.replicates, self.trace, self.points = job, design, replicates, trace, points
+        self.counts = {"run": 0, "reused": 0}   # simulation passes: run here, answered by a shared cache
         self.misses: dict[int, list[dict[int, float]]] = {c: [{} for _ in range(replicates)] for c in design}
         self.hits: dict[int, list[dict[int, float]]] = {c: [{} for _ in range(replicates)] for c in design}
         for p in points.of_kind("sim"):
@@ -399,6 +400,15 @@ class _HotBuffer:
         spec, o = self.job.spec, self.job.o
         return generate_topk(ctx, o.steps, spec.num_layers, spec.index_topk, seed=o.seed + rep)
 
+    def _count(self, cache, run: list[int], got: dict) -> None:
+        """Simulation passes run here and passes answered by the cache (another host's)."""
+        self.counts["run" if run else "reused"] += 1
+        if cache is not None:
+            cache.runs += bool(run)
+            cache.reused += not run
+            cache.buffers_run += len(run)
+            cache.buffers_reused += len(got)
+
     def simulate(self, buffers: list[int], label: str) -> None:
         import numpy as np
 
@@ -407,14 +417,24 @@ class _HotBuffer:
         top_k, progress = self.job.spec.index_topk, self.job.progress
         todo = [(c, r) for c in self.design for r in range(self.replicates)
                 if any(b not in self.misses[c][r] for b in buffers)]
+        cache = self.job.o.hotbuffer_cache   # tune --fleet: shared by its hosts (tune/simcache.py)
         for i, (c, r) in enumerate(todo):
             want = [b for b in buffers if b not in self.misses[c][r]]
-            res = simulate_many(self._indices(c, r), want, context_tokens=c)
-            pt = {}
-            for b, hb in zip(want, res):
+            idx = self._indices(c, r)
+            key = cache.key(idx, c) if cache is not None else None
+            got = cache.get(key, want) if cache is not None else {}
+            run = [b for b in want if b not in got]
+            new = {}
+            for b, hb in zip(run, simulate_many(idx, run, context_tokens=c) if run else ()):
                 m = misses_per_token(np.asarray(hb.misses))
-                pt[str(b)] = [m, 1.0 - m / top_k]
-                self.misses[c][r][b], self.hits[c][r][b] = m, 1.0 - m / top_k
+                new[b] = (m, 1.0 - m / top_k)
+            self._count(cache, run, got)
+            if cache is not None:
+                cache.put(key, new)
+            pt = {}
+            for b, (m, h) in {**got, **new}.items():
+                pt[str(b)] = [m, h]
+                self.misses[c][r][b], self.hits[c][r][b] = m, h
             self.points.add({"kind": "sim", "context": c, "rep": r, "buffers": pt})
             if progress:
                 progress(label, i + 1, len(todo))
