@@ -420,12 +420,12 @@ class _HotBuffer:
         cache = self.job.o.hotbuffer_cache   # tune --fleet: shared by its hosts (tune/simcache.py)
         for i, (c, r) in enumerate(todo):
             want = [b for b in buffers if b not in self.misses[c][r]]
-            idx = self._indices(c, r)
-            key = cache.key(idx, c) if cache is not None else None
+            idx, kw = self._indices(c, r), {"context_tokens": c}   # the simulation's inputs besides the sizes
+            key = cache.key(idx, kw) if cache is not None else None
             got = cache.get(key, want) if cache is not None else {}
             run = [b for b in want if b not in got]
             new = {}
-            for b, hb in zip(run, simulate_many(idx, run, context_tokens=c) if run else ()):
+            for b, hb in zip(run, simulate_many(idx, run, **kw) if run else ()):
                 m = misses_per_token(np.asarray(hb.misses))
                 new[b] = (m, 1.0 - m / top_k)
             self._count(cache, run, got)

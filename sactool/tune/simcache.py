@@ -2,10 +2,10 @@
 
 ``tune --fleet`` tunes one profile per host; hosts with the same model, contexts, workload and
 candidate buffer sizes would each run the same LRU simulations. The key is the simulation's exact
-input — a digest of the top-k index array (whatever the workload model or trace made it), its
-context tokens — and each buffer size's result is kept under it, so a host reuses what an earlier
-host simulated and simulates only the sizes it adds. Identical inputs give identical results (the
-simulation is deterministic), so sharing changes no figure.
+input: a digest of the top-k index array (whatever the workload model or trace made it) and every
+other argument of the call (context tokens, ...). Each buffer size's result is kept under it, so a
+host reuses what an earlier host simulated and simulates only the sizes it adds. Identical inputs
+give identical results (the simulation is deterministic), so sharing changes no figure.
 """
 
 from __future__ import annotations
@@ -27,12 +27,17 @@ class HotBufferCache:
     buffers_reused: int = 0
 
     @staticmethod
-    def key(indices, context_tokens: int) -> str:
+    def key(indices, kwargs: dict) -> str:
+        """The index array's bytes, dtype and shape, and every other argument of the simulation
+        call (``kwargs``: the same mapping the call is made with, so an argument added there is
+        in the key too)."""
+        import json
+
         import numpy as np
 
         a = np.ascontiguousarray(indices)
         h = hashlib.blake2b(digest_size=16)
-        h.update(f"{a.dtype.str}{a.shape}{int(context_tokens)}".encode())
+        h.update(f"{a.dtype.str}{a.shape}{json.dumps(kwargs, sort_keys=True, default=str)}".encode())
         h.update(a.view(np.uint8).reshape(-1))
         return h.hexdigest()
 
