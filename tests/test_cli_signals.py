@@ -54,7 +54,7 @@ def _small_gather_size() -> str:
 
 
 @pytest.mark.parametrize("sig,after_point_s", [(signal.SIGINT, 0.0), (signal.SIGINT, 0.4), (signal.SIGINT, 0.9),
-                                               (signal.SIGTERM, 0.4)])
+                                               (signal.SIGTERM, 0.4), (signal.SIGTERM, 0.9)])
 def test_ctrl_c_during_tune_quick_gather_is_an_interrupt(tmp_path, sig, after_point_s):
     prof = tmp_path / "p.yaml"
     points = tmp_path / "p.yaml.points.jsonl"
