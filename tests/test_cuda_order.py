@@ -64,6 +64,19 @@ def test_cuda_numbering_follows_cuda_rules(sac_gpus):
     assert cuda_devices(gpus, {}, order_if_unset=None).known is False
 
 
+def test_an_nvidia_gpu_bound_to_another_driver_is_no_cuda_device(sac_gpus):
+    """The CUDA driver enumerates only the GPUs it is bound to: GPU 0000:19:00.0 given to vfio-pci
+    (a VM's) is skipped, so CUDA device 1 is 0000:1a:00.0; links built like the kernel's."""
+    import os
+
+    root = sac_gpus([0, 0, 1, 1])
+    os.symlink("../../../../bus/pci/drivers/vfio-pci", root / "sys/devices/pci0000:17/0000:17:01.0/0000:19:00.0/driver")
+    gpus = probe(SysfsReader(root)).gpus
+    assert [g.driver for g in gpus] == [None, "vfio-pci", None, None]
+    v = cuda_devices(gpus, {})
+    assert _bus(v) == ["0000:18:00.0", "0000:1a:00.0", "0000:1b:00.0"] and v.sockets(0, 3) == (0, 1, 1)
+
+
 def _dry_run(capsys, monkeypatch, profile, root, **env):
     for k in CUDA_VARS:
         monkeypatch.delenv(k, raising=False)

@@ -11,7 +11,9 @@ Rules (CUDA C++ Programming Guide, "CUDA Environment Variables"):
   (``0,2,-1,1`` shows devices 0 and 2). An empty value shows none. A UUID cannot be matched to a
   PCI function without NVML (sysfs does not carry it): the mapping is then unknown from that entry on.
 * Only NVIDIA GPUs (PCI vendor 0x10de) are CUDA devices; an AMD Instinct or Intel GPU is not,
-  whatever its class.
+  whatever its class. The CUDA driver enumerates only GPUs bound to it: an NVIDIA GPU whose
+  ``driver`` link names another driver (``vfio-pci`` for a VM) is no CUDA device of this host; one
+  whose driver is unknown (a recording without the link) is counted.
 
 ``sactool serve`` sets ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` for SGLang when it is unset (SGLang 0.5.23
 warns without it: ``platforms/cuda.py`` ``reindex_device_id``), so the plan it checks — the socket
@@ -43,7 +45,12 @@ def pci_key(bdf: str) -> tuple[int, ...]:
 
 
 def is_cuda(g: GpuDevice) -> bool:
+    """An NVIDIA GPU (a CUDA device when the nvidia driver has it, :func:`cuda_devices`)."""
     return (g.vendor or "").lower() == CUDA_VENDOR
+
+
+def _enumerated(g: GpuDevice) -> bool:
+    return g.driver is None or g.driver == "nvidia"
 
 
 @dataclass(frozen=True)
@@ -79,7 +86,7 @@ def cuda_devices(gpus: Sequence[GpuDevice], environ: Mapping[str, str], *,
     """CUDA device ids over ``gpus`` (probe's list) under ``environ``'s CUDA_DEVICE_ORDER and
     CUDA_VISIBLE_DEVICES. ``order_if_unset``: the order a process gets when the variable is unset
     (PCI_BUS_ID where ``sactool serve`` sets it; None: CUDA's own default, FASTEST_FIRST)."""
-    cuda = sorted((g for g in gpus if is_cuda(g)), key=lambda g: pci_key(g.pci_device))
+    cuda = sorted((g for g in gpus if is_cuda(g) and _enumerated(g)), key=lambda g: pci_key(g.pci_device))
     others = tuple(g for g in gpus if not is_cuda(g))
     order = environ.get(ORDER_VAR) or order_if_unset or "FASTEST_FIRST"
     visible = environ.get(VISIBLE_VAR)
