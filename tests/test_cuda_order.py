@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.trees import MI300X, add_gpus
+from fixtures.trees import MI300X, add_gpus, add_nvidia_info
 from sactool.cli import main
 from sactool.hisparse.hostpool import GPU_NODES_ENV, rank_plan
 from sactool.host.sysfs import SysfsReader
@@ -56,7 +56,8 @@ def test_cuda_numbering_follows_cuda_rules(sac_gpus):
     assert _bus(v) == [pci[3]] and v.sockets(0, 2) is None
     assert _bus(cuda_devices(gpus, {"CUDA_VISIBLE_DEVICES": ""})) == []
     for env, says in [({"CUDA_DEVICE_ORDER": "FASTEST_FIRST"}, "speed heuristic"),
-                      ({"CUDA_VISIBLE_DEVICES": "1,GPU-8932f937"}, "is a UUID"),
+                      ({"CUDA_VISIBLE_DEVICES": "1,GPU-8932f937"}, "gives no UUID for every GPU"),
+                      ({"CUDA_VISIBLE_DEVICES": "MIG-8932f937"}, "MIG instance"),
                       ({"CUDA_VISIBLE_DEVICES": "1,1"}, "named twice")]:
         v = cuda_devices(gpus, env)
         assert not v.known and says in v.why and v.sockets(0, 1) is None, env
@@ -75,6 +76,26 @@ def test_an_nvidia_gpu_bound_to_another_driver_is_no_cuda_device(sac_gpus):
     assert [g.driver for g in gpus] == [None, "vfio-pci", None, None]
     v = cuda_devices(gpus, {})
     assert _bus(v) == ["0000:18:00.0", "0000:1a:00.0", "0000:1b:00.0"] and v.sockets(0, 3) == (0, 1, 1)
+
+
+def test_uuid_entries_and_excluded_gpus_follow_the_nvidia_drivers_file(sac_gpus):
+    """Built /proc/driver/nvidia/gpus/<bdf>/information files (the driver's format): a UUID or a
+    unique prefix of one names its GPU; a GPU the driver excludes is no CUDA device."""
+    root = sac_gpus([0, 0, 1, 1])
+    bdfs = ["0000:18:00.0", "0000:19:00.0", "0000:1a:00.0", "0000:1b:00.0"]
+    uuids = ["GPU-8932f937-d72c-4106-c12f-20bd9faed9f6", "GPU-8932aaaa-0000-0000-0000-000000000001",
+             "GPU-1111f937-d72c-4106-c12f-20bd9faed9f6", "GPU-2222f937-d72c-4106-c12f-20bd9faed9f6"]
+    for b, u in zip(bdfs, uuids):
+        add_nvidia_info(root, b, u, excluded=b == bdfs[3])
+    gpus = probe(SysfsReader(root)).gpus
+    assert [(g.uuid, g.excluded) for g in gpus] == [(u, b == bdfs[3]) for b, u in zip(bdfs, uuids)]
+    v = cuda_devices(gpus, {"CUDA_VISIBLE_DEVICES": f"GPU-1111,{uuids[0]}"})
+    assert v.known and _bus(v) == [bdfs[2], bdfs[0]] and v.sockets(0, 2) == (1, 0)
+    assert _bus(cuda_devices(gpus, {})) == bdfs[:3]                # the excluded GPU is not enumerated
+    for entry, says in [("GPU-8932", "matches more than one GPU's UUID"), ("GPU-ffff", "matches no GPU's UUID"),
+                        ("GPU-2222", "matches no GPU's UUID")]:
+        v = cuda_devices(gpus, {"CUDA_VISIBLE_DEVICES": entry})
+        assert not v.known and says in v.why, entry
 
 
 def _dry_run(capsys, monkeypatch, profile, root, **env):

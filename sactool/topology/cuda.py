@@ -8,12 +8,16 @@ Rules (CUDA C++ Programming Guide, "CUDA Environment Variables"):
 * ``CUDA_VISIBLE_DEVICES``: a comma-separated sequence of integer indices (into that order) or
   UUIDs (``GPU-…``, ``MIG-…``); only the devices named are visible, "enumerated in the order of
   the sequence", and at the first invalid index it and every later entry are hidden
-  (``0,2,-1,1`` shows devices 0 and 2). An empty value shows none. A UUID cannot be matched to a
-  PCI function without NVML (sysfs does not carry it): the mapping is then unknown from that entry on.
+  (``0,2,-1,1`` shows devices 0 and 2). An empty value shows none. A UUID entry (``GPU-…``, or
+  "enough digits from the beginning of the GPU UUID to uniquely identify that GPU") is matched
+  against the UUID the NVIDIA driver prints for each GPU (``/proc/driver/nvidia/gpus/<bdf>/
+  information``, read by probe); without that file, or for a MIG instance, the mapping is unknown
+  from that entry on.
 * Only NVIDIA GPUs (PCI vendor 0x10de) are CUDA devices; an AMD Instinct or Intel GPU is not,
   whatever its class. The CUDA driver enumerates only GPUs bound to it: an NVIDIA GPU whose
-  ``driver`` link names another driver (``vfio-pci`` for a VM) is no CUDA device of this host; one
-  whose driver is unknown (a recording without the link) is counted.
+  ``driver`` link names another driver (``vfio-pci`` for a VM), or that the driver excludes
+  ("GPU Excluded: Yes", ``NVreg_ExcludedGpus``), is no CUDA device of this host; one whose driver
+  is unknown (a recording without the link) is counted.
 
 ``sactool serve`` sets ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` for SGLang when it is unset (SGLang 0.5.23
 warns without it: ``platforms/cuda.py`` ``reindex_device_id``), so the plan it checks — the socket
@@ -50,7 +54,7 @@ def is_cuda(g: GpuDevice) -> bool:
 
 
 def _enumerated(g: GpuDevice) -> bool:
-    return g.driver is None or g.driver == "nvidia"
+    return (g.driver is None or g.driver == "nvidia") and not g.excluded
 
 
 @dataclass(frozen=True)
@@ -102,14 +106,24 @@ def cuda_devices(gpus: Sequence[GpuDevice], environ: Mapping[str, str], *,
         return CudaDevices((), order, visible, True, f"{VISIBLE_VAR} is set and empty: CUDA shows no GPU", others)
     out: list[GpuDevice] = []
     for entry in (e.strip() for e in visible.split(",")):
-        if entry.upper().startswith(("GPU-", "MIG-")):
+        if entry.upper().startswith("MIG-"):
             return CudaDevices(tuple(out), order, visible, False,
-                               f"{VISIBLE_VAR}={visible}: entry {entry} is a UUID, which sysfs cannot match to a "
-                               "PCI function (no NVML here); use indices", others)
-        try:
-            i = int(entry)
-        except ValueError:
-            i = -1
+                               f"{VISIBLE_VAR}={visible}: entry {entry} is a MIG instance, whose GPU sactool does "
+                               "not look up; use GPU indices", others)
+        if entry.upper().startswith("GPU-"):
+            hits = [k for k, g in enumerate(cuda) if g.uuid and g.uuid.lower().startswith(entry.lower())]
+            if len(hits) != 1:
+                why = ("matches more than one GPU's UUID" if hits else
+                       "cannot be matched: the NVIDIA driver's /proc/driver/nvidia/gpus/<bdf>/information gives "
+                       "no UUID for every GPU" if any(g.uuid is None for g in cuda) else "matches no GPU's UUID")
+                return CudaDevices(tuple(out), order, visible, False,
+                                   f"{VISIBLE_VAR}={visible}: entry {entry} {why}; use indices", others)
+            i = hits[0]
+        else:
+            try:
+                i = int(entry)
+            except ValueError:
+                i = -1
         if not 0 <= i < len(cuda):
             return CudaDevices(tuple(out), order, visible, True,
                                f"{VISIBLE_VAR}={visible}: entry {entry!r} is not one of the {len(cuda)} NVIDIA GPU "

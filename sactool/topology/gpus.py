@@ -58,18 +58,33 @@ def read_gpus(r: SysfsReader, nodes: list[NumaNode]) -> tuple[list[GpuDevice], s
         cpu, why = _socket(name, numa, hb, hb_node, local, nodes)
         links = path_links(r, path)  # the GPU's own link first, then up to its root port
         dev = r.hex(f"{path}/device")
+        uuid, excluded = _nvidia_info(r, name) if vendor == 0x10DE else (None, None)
         gpus.append(GpuDevice(
             pci_device=name, vendor=f"{vendor:#06x}", vendor_name=GPU_VENDORS[vendor],
             device=None if dev is None else f"{dev:#06x}", pci_class=f"{cls:#08x}",
             class_name=GPU_CLASSES[cls >> 8], driver=r.basename_of_link(f"{path}/driver"),
             numa_node=numa, local_cpus=tuple(local), host_bridge=hb, cpu_node=cpu, cpu_node_evidence=why,
-            link=read_link(r, path), narrowest_link=narrowest(links), path_links=links,
+            link=read_link(r, path), narrowest_link=narrowest(links), path_links=links, uuid=uuid, excluded=excluded,
         ))
     scan = (f"{len(names)} PCI devices in {PCI_DEVICES}, display class 0x0300/0x0302/0x0380, processing "
             "accelerator 0x1200 of AMD")
     if skipped:
         scan += "; not GPUs (vendor makes no compute GPU of that class): " + ", ".join(skipped)
     return gpus, scan
+
+
+def _nvidia_info(r: SysfsReader, name: str) -> tuple[str | None, bool | None]:
+    """(UUID, excluded) from the NVIDIA driver's ``/proc/driver/nvidia/gpus/<bdf>/information``
+    ("GPU UUID: \t GPU-…", "GPU Excluded:\t Yes|No", nv-procfs.c); (None, None) without it."""
+    text = r.text(f"proc/driver/nvidia/gpus/{name}/information")
+    uuid = excluded = None
+    for line in (text or "").splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "GPU UUID" and value.strip():
+            uuid = value.strip()
+        elif key.strip() == "GPU Excluded" and value.strip() in ("Yes", "No"):
+            excluded = value.strip() == "Yes"
+    return uuid, excluded
 
 
 def _socket(name: str, numa: int | None, hb: str | None, hb_node: int | None, local: tuple[int, ...],

@@ -36,6 +36,9 @@ class GpuDevice:
     ``cpu_node``: the CPU node (socket) it hangs off — its ``numa_node`` when that node has CPUs,
     else its host bridge's, else the node whose CPUs are its ``local_cpulist``; ``cpu_node_evidence``
     says which. ``link`` is its own; ``narrowest_link`` the lowest ceiling on its path to the root port.
+    ``uuid``/``excluded``: what the NVIDIA driver prints for it (open-gpu-kernel-modules
+    ``nv-procfs.c``, ``nv_procfs_read_gpu_info``: "GPU UUID: \t %s", "GPU Excluded:\t Yes|No");
+    None without the driver's file.
     """
 
     pci_device: str                  # 0000:62:00.0
@@ -53,6 +56,8 @@ class GpuDevice:
     link: PcieLink | None
     narrowest_link: PcieLink | None
     path_links: tuple[PcieLink, ...] = ()
+    uuid: str | None = None          # NVIDIA: "GPU UUID:" of /proc/driver/nvidia/gpus/<bdf>/information
+    excluded: bool | None = None     # NVIDIA: "GPU Excluded:" there (NVreg_ExcludedGpus: no CUDA device)
 
 
 @dataclass(frozen=True)
