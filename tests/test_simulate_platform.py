@@ -155,3 +155,13 @@ def test_inputs_read_from_the_authors_logs_follow_their_arithmetic():
     # the DRAM-HiSparse step table: 4 contexts x 7 batches, the 128K c = 8 point = 43.77 ms (tbt_p50)
     pts = {(q.context_tokens, q.requests_per_rank): q.step_time_s for q in p.gpu.dram_step_points}
     assert len(pts) == 28 and pts[(131072, 1)] == 0.04377 and p.gpu.dram_step_buffer == 6144
+
+
+def test_logged_absolute_ttft_is_consistent_with_the_run_sets():
+    """validation.ttft_s: the run-set mean is the request-weighted mean of the first burst (64) and
+    the rest (128-request SAC/DRAM run sets, 512-request RDMA ones), as in round2.per_request."""
+    v = load_platform(PLATFORM).validation["ttft_s"]
+    assert v["concurrency"] == 64
+    for pl, n in (("sac", 128), ("dram", 128), ("rdma", 512)):
+        for ctx, x in v[pl].items():
+            assert x["mean"] == pytest.approx((64 * x["first_wave"] + (n - 64) * x["later"]) / n, abs=0.002), (pl, ctx)

@@ -83,6 +83,34 @@ def render_simulation(res, *, explain: bool = False, sensitivity=None) -> None:
         con.print(f"[dim]note: {n}[/dim]")
 
 
+def _render_ttft_vs_logs(res, con) -> None:
+    """Absolute TTFT, model vs the platform's logged figures (validation.ttft_s): whole run set,
+    first burst, the rest — a ratio can be off because either of its sides is."""
+    from rich.table import Table
+
+    logs = (res.validation or {}).get("ttft_s") or {}
+    if not logs:
+        return
+    t = Table(title="TTFT (s), model vs the authors' logs: run set mean | first burst | later requests")
+    for col in ("context", "conc", "placement", "model", "logs", "model - logs"):
+        t.add_column(col, justify="right")
+    rows = 0
+    for p in res.points:
+        place = logs.get(p.placement) or {}
+        ref = place.get(p.context_tokens) or place.get(str(p.context_tokens))
+        if not p.fits or not ref or p.concurrency != logs.get("concurrency"):
+            continue
+        rows += 1
+        b = p.breakdown
+        m = (p.ttft_mean_s, b.get("first_wave_ttft_s", 0.0), b.get("later_ttft_s", 0.0))
+        r = (ref.get("mean"), ref.get("first_wave"), ref.get("later"))
+        t.add_row(format_tokens(p.context_tokens), str(p.concurrency), NAMES[p.placement],
+                  " | ".join(f"{x:.2f}" for x in m), " | ".join("-" if x is None else f"{x:.2f}" for x in r),
+                  " | ".join("-" if y is None else f"{(x - y) / y:+.0%}" for x, y in zip(m, r)))
+    if rows:
+        con.print(t)
+
+
 def drivers(res, context: int, concurrency: int) -> list[tuple[str, dict[str, float | None]]]:
     """Rows (driver, {placement: value}) for one point; values in seconds or bytes."""
     pts = {p.placement: p for p in res.points
@@ -148,7 +176,10 @@ HARNESS_TEXT = {
                  "requests leave in one burst, each completion sends the next, each run set has its own request "
                  "count; throughput = output tokens / round duration, TTFT = first streamed chunk, TBT = mean gap "
                  "between chunks; the server tokenizes POSTs one at a time and holds outputs while it does; ranks "
-                 "run extends and decode steps in lockstep; the RDMA pool fetches each full prefix after the "
+                 "run extends and decode steps in lockstep, under SGLang's overlap scheduler: an iteration "
+                 "receives, fetches (RDMA), launches the next forward, then processes the previous one, so a "
+                 "batch's first tokens come out one iteration after its launch (after that iteration's fetches) "
+                 "and its requests enter staging then; the RDMA pool fetches each full prefix after the "
                  "request's first token, one after the other per rank, stalling decode",
     "steady": "harness steady: closed loop with first arrivals spread over one request lifetime; throughput "
               "over the saturated window",
@@ -159,6 +190,7 @@ def render_explain(res, con) -> None:
     from rich.table import Table
 
     con.print(HARNESS_TEXT.get(res.inputs.get("harness", "steady"), ""))
+    _render_ttft_vs_logs(res, con)
     ovh = res.inputs.get("hisparse_overhead_by_requests_per_rank_s") or {}
     for ctx, tab in sorted(ovh.items(), key=lambda kv: int(kv[0])):
         con.print(f"HiSparse per-step cost at {format_tokens(int(ctx))} (measured DRAM step - compute - modelled "

@@ -102,6 +102,9 @@ class Breakdown:
     fetch_after_first_token_s: float = 0.0
     pool_bytes_per_token: float = 0.0
     nic_bytes_per_request: float = 0.0
+    # TTFT means over the first burst (the first ``concurrency`` requests, dispatch order) and the rest
+    first_wave_ttft_s: float = 0.0
+    later_ttft_s: float = 0.0
 
 
 @dataclass

@@ -41,6 +41,14 @@ from sactool.hisparse.cost import fetch_bytes_per_token, rdma_full_prefix_bytes
 FIRST, FINISH = 0, 1
 
 
+@dataclass
+class _Launched:
+    """A forward on the GPU whose results the scheduler processes one iteration later."""
+    ext: dict[int, list[int]]            # rank -> requests it extends (first tokens)
+    end: float                           # when the GPU finishes it
+    done: list[tuple[int, float | None]]  # finishing requests: (request, own step end inside a block)
+
+
 @dataclass(frozen=True)
 class HarnessInputs:
     frontend_s: float          # tokenization time of one request (per-prompt-token time × context)
@@ -73,6 +81,7 @@ class _Harness:
         self.first_t: dict[int, float] = {}
         self.fin_t: dict[int, float] = {}
         self.fetch_wait: dict[int, float] = {}
+        self.done_t: dict[int, float] = {}              # its extend processed: first token out of the scheduler
         self.admit_wait: dict[int, float] = {}
         self.capped: set[int] = set()
         self.issued = 0
@@ -91,6 +100,7 @@ class _Harness:
         self.dec_total = 0                              # decode-step tokens (what TBT is made of)
         self.pool_bytes = 0.0
         self.comp_cache: dict[int, float] = {}
+        self.pend: _Launched | None = None              # launched, its results not processed yet
 
     # ---- client and front-end ------------------------------------------------------------
     def post(self, t: float) -> None:
@@ -164,7 +174,7 @@ class _Harness:
             end = max(at, self.nic_free[n]) + _nic_time(sc, self.kv_bytes)
             self.nic_free[n] = end
             ready[r] = end + self.conv
-            self.fetch_wait[i] = ready[r] - self.ext_end[i]
+            self.fetch_wait[i] = ready[r] - self.done_t[i]
             self.running[r].append(i)
             self.age[i] = 0
             if j + 1 < len(self.unfetched[r]):
@@ -172,14 +182,15 @@ class _Harness:
         self.unfetched = [[] for _ in range(R)]
         F = max(ready)
         self.sums[3] += (F - T) * n_run_before
-        for i in fetched:     # from its first token (the extend) to its first decode step
-            self.sums[3] += F - self.ext_end[i]
+        for i in fetched:     # from its first token (the extend processed) to its first decode step
+            self.sums[3] += F - self.done_t[i]
         return F
 
     def batches(self, T: float) -> tuple[dict[int, list[int]], list[int]]:
         """Requests received at T extend (while the KV capacity admits them); the others decode."""
         ext: dict[int, list[int]] = {}
-        resident = sum(len(x) for x in self.running) + sum(len(x) for x in self.unfetched)
+        resident = (sum(len(x) for x in self.running) + sum(len(x) for x in self.unfetched)
+                    + (sum(len(x) for x in self.pend.ext.values()) if self.pend else 0))
         for r in range(self.sc.ranks):
             take = []
             while self.inbox[r] and resident < self.sc.limit:
@@ -211,46 +222,72 @@ class _Harness:
             dt, comp, ovh, swap = _step_time(self.sc, counts, rec, mx, [], self.comp_cache)
         return dt, comp, ovh, swap, counts, rec, warm
 
-    def tokens(self, ext, dec, F: float, D: float, k: int) -> None:
-        """First tokens of the extended requests; ``k`` decode tokens of the decoding ranks."""
-        E, out = F + D * k, self.sc.output_tokens
-        for r, reqs in ext.items():
+    def launch(self, ext, dec, G: float, D: float, k: int) -> _Launched:
+        """Put a forward on the GPU from ``G``: ``k`` decode steps of the decoding ranks, or one
+        extend. The tokens exist now (the next batch is built on them); they come out when the
+        scheduler processes this batch, one iteration later (``complete``)."""
+        E, out = G + D * k, self.sc.output_tokens
+        for reqs in ext.values():
             for i in reqs:
-                self.ext_start[i], self.ext_end[i] = F, E
+                self.ext_start[i], self.ext_end[i] = G, E
                 self.made[i] = 1
                 self.tok_total += 1
-                heapq.heappush(self.pending, (E, FIRST, i))
-                if out == 1:
-                    heapq.heappush(self.pending, (E, FINISH, i))
-                elif self.rdma:
-                    self.unfetched[r].append(i)
-                else:
-                    self.running[r].append(i)
-                    self.age[i] = 0
+        done: list[tuple[int, float | None]] = []
         for r in dec:
             keep = []
             for i in self.running[r]:
                 self.made[i] += k
                 self.age[i] += k
                 if self.made[i] >= out:
-                    heapq.heappush(self.pending, (F + D * (k - (self.made[i] - out)), FINISH, i))
+                    over = self.made[i] - out
+                    done.append((i, G + D * (k - over) if over else None))
                 else:
                     keep.append(i)
             self.running[r] = keep
+        return _Launched(ext, E, done)
+
+    def complete(self, b: _Launched, t: float) -> None:
+        """The scheduler processes a launched batch at ``t`` (not before the GPU finished it): its
+        tokens go to the front-end; its extended requests enter staging, so an RDMA rank fetches
+        them in its next iteration and a SAC/DRAM rank decodes them from its next batch."""
+        out = self.sc.output_tokens
+        for r, reqs in b.ext.items():
+            for i in reqs:
+                self.done_t[i] = t
+                heapq.heappush(self.pending, (t, FIRST, i))
+                if out == 1:
+                    heapq.heappush(self.pending, (t, FINISH, i))
+                elif self.rdma:
+                    self.unfetched[r].append(i)
+                else:
+                    self.running[r].append(i)
+                    self.age[i] = 0
+        for i, own in b.done:
+            heapq.heappush(self.pending, (own if own is not None else t, FINISH, i))
 
     def iteration(self, T: float) -> float:
-        """One scheduler iteration from T; returns the time the next one starts."""
+        """One iteration of SGLang's overlap scheduler (``event_loop_overlap``; the authors' runs
+        leave ``disable_overlap_schedule=False``) from T: receive, fetch (RDMA), build and launch
+        the next batch, then process the previous one. Returns when the next iteration starts:
+        right after processing the previous batch, i.e. while the one just launched still runs."""
         self.frontend(T)
         self.receive(T)
         F = self.fetch_phase(T)
         ext, dec = self.batches(T)
+        pend = self.pend
         if not ext and not dec:
+            if pend is not None:           # nothing new to launch: wait for the GPU, process it
+                t = max(F, pend.end)
+                self.complete(pend, t)
+                self.pend = None
+                return t
             nxt = self.next_event_after(F)
             return F if F > T else nxt
         dt, comp, ovh, swap, counts, rec, warm = self.decode_step(dec)
         D = max(dt, self.hx.extend_s if ext else 0.0)
         k = 1      # identical decode steps can be taken at once until the next event
-        if not ext and not warm and F == T and not any(self.inbox):
+        if (not ext and not warm and F == T and not any(self.inbox)
+                and (pend is None or not pend.ext)):
             k = max(1, min(self.sc.output_tokens - self.made[i] for r in dec for i in self.running[r]))
             nxt = self.next_event_after(T)
             if not math.isinf(nxt):
@@ -267,8 +304,13 @@ class _Harness:
             self.dec_total += n_dec * k
         for r in ext:   # running requests of an extending rank do not decode this iteration
             self.sums[4] += D * len(self.running[r])
-        self.tokens(ext, dec, F, D, k)
-        return F + D * k
+        G = max(F, pend.end) if pend is not None else F     # the GPU takes it when it is free
+        launched = self.launch(ext, dec, G, D, k)
+        t = G if pend is not None else F                   # process the previous batch
+        if pend is not None:
+            self.complete(pend, t)
+        self.pend = launched
+        return t
 
     def run(self) -> RunResult:
         for _ in range(min(self.sc.concurrency, self.sc.requests)):
@@ -299,4 +341,7 @@ class _Harness:
         bd.fetch_after_first_token_s = sum(self.fetch_wait.values()) / n if self.fetch_wait else 0.0
         bd.pool_bytes_per_token = self.pool_bytes / max(1, self.tok_total)
         bd.nic_bytes_per_request = self.kv_bytes if self.rdma else 0.0
+        c = min(self.sc.concurrency, n)
+        bd.first_wave_ttft_s = sum(ttft[:c]) / c
+        bd.later_ttft_s = sum(ttft[c:]) / (n - c) if n > c else 0.0
         return RunResult(ttft, tbt, N * out / makespan if makespan > 0 else 0.0, makespan, 0, bd)
