@@ -12,6 +12,9 @@ Layout (YAML, ``kind: profile``)::
     request:  {...}         # what the user asked tune for (contexts, concurrency, GPU, budget)
     predictions: {...}      # what tune predicts for the chosen settings (hit rate, bytes, …)
     bench: {...} | null     # the bench record the fetch costs came from (path, digest, node)
+    workload: {...} | null  # what the hot-buffer misses were simulated on: the workload model (which
+                            # per-layer profile, or the random layer spread) or a --trace; null in a
+                            # profile written before schema 2 (not recorded)
     provenance: {"hisparse.device_buffer_size": {source, detail}, ...}
     fleet: {...}            # only from tune --fleet: this host's share of a shared pool, its bandwidth
                             # when every host fetches at once, and the fleet record they came from
@@ -38,7 +41,9 @@ from sactool.errors import RecordError
 from sactool.records import atomic_write, dumps, header, load_structured, upgrade
 
 KIND = "profile"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: the ``workload`` block (where the hot-buffer figures came from); a schema-1 profile is
+upgraded with ``workload: null`` (not recorded)."""
 
 PLACEMENTS = ("plugin", "numactl", "none")
 POOL_MODES = ("numa", "devdax")
@@ -154,6 +159,7 @@ class Profile:
     predictions: dict[str, Any] = field(default_factory=dict)
     bench: dict[str, Any] | None = None
     provenance: dict[str, Provenance] = field(default_factory=dict)
+    workload: dict[str, Any] | None = None   # what tune's hot-buffer simulation ran on (None: not recorded)
     fleet: dict[str, Any] | None = None   # tune --fleet: this host's share of a shared pool and its sources
     kind: str = KIND
     schema_version: int = SCHEMA_VERSION
@@ -170,7 +176,7 @@ class Profile:
 
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         order = ["kind", "schema_version", "sactool_version", "created_at", "machine", "model", "pool",
-                 "hisparse", "sglang", "request", "predictions", "bench", "provenance"]
+                 "hisparse", "sglang", "request", "predictions", "bench", "workload", "provenance"]
         out = {k: to_data(d[k]) for k in order}
         if self.fleet is not None:  # written only by tune --fleet
             out["fleet"] = to_data(self.fleet)
@@ -395,7 +401,14 @@ def _build(cls, data: Any, section: str):
     return cls(**kw)
 
 
-_UPGRADES: dict[int, Any] = {}  # schema n -> n+1 steps land here when the schema changes
+def _upgrade_1_to_2(record: dict[str, Any]) -> dict[str, Any]:
+    """Schema 1 had no ``workload`` block: which workload its hot-buffer figures came from is not
+    recorded (null), not guessed."""
+    record.setdefault("workload", None)
+    return record
+
+
+_UPGRADES: dict[int, Any] = {1: _upgrade_1_to_2}  # schema n -> n+1 steps, applied in order
 
 
 def from_data(data: dict[str, Any], *, source: str = "profile") -> Profile:
@@ -429,6 +442,8 @@ def from_data(data: dict[str, Any], *, source: str = "profile") -> Profile:
         raise _err("bench", "must be a mapping or null")
     if data.get("fleet") is not None and not isinstance(data["fleet"], Mapping):
         raise _err("fleet", "must be a mapping or null")
+    if data.get("workload") is not None and not isinstance(data["workload"], Mapping):
+        raise _err("workload", "must be a mapping or null")
     prof = Profile(
         model=_build(ModelRef, data["model"], "model"),
         pool=pool,
@@ -439,12 +454,27 @@ def from_data(data: dict[str, Any], *, source: str = "profile") -> Profile:
         predictions=dict(data.get("predictions") or {}),
         bench=dict(data["bench"]) if data.get("bench") else None,
         fleet=dict(data["fleet"]) if data.get("fleet") else None,
+        workload=dict(data["workload"]) if data.get("workload") else None,
         provenance=prov,
         schema_version=data["schema_version"],
         sactool_version=str(data.get("sactool_version", "")),
         created_at=str(data.get("created_at", "")),
     )
     return validate(prof)
+
+
+def workload_summary(block: Mapping[str, Any] | None) -> str:
+    """One line saying what a profile's hot-buffer figures were simulated on (its ``workload``)."""
+    if not block:
+        return "not recorded (a profile written before schema 2)"
+    if block.get("source") == "trace":
+        return f"trace {block.get('trace')} ({block.get('steps')} steps, model {block.get('trace_model')})"
+    runs = f"{block.get('steps')} steps x {len(block.get('seeds') or ())} seeds"
+    if block.get("model_profile"):
+        return (f"workload model, {block['model_profile']} per-layer targets ({block.get('targets')}); "
+                f"revisit knobs assumed; {runs}")
+    return (f"workload model, random per-layer spread (no per-layer profile for {block.get('model')}); "
+            f"revisit knobs assumed; {runs}")
 
 
 def load_profile(path: str | os.PathLike[str]) -> Profile:

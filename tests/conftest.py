@@ -47,6 +47,22 @@ def fast_bench_record(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def dsv32_128k_workload():
+    """DeepSeek-V3.2's workload model at 128K (``workload.layers.model_workload``, the one tune and
+    simulate use), 1000 decode steps, seed 0, generated once: its per-layer union and its first 16
+    steps (the whole 500 MB trace is not kept)."""
+    from sactool.workload import DSV32_STEPS, locality_stats
+    from sactool.workload.layers import model_workload
+
+    wl = model_workload("deepseek-v3.2", 61, 2048)
+    x = wl.generate(131072, DSV32_STEPS, seed=0)
+    out = {"workload": wl, "context": 131072, "steps": DSV32_STEPS, "seed": 0,
+           "layer_union": locality_stats(x, 131072).layer_union, "head": x[:16].copy()}
+    del x
+    return out
+
+
 @pytest.fixture
 def example_profile():
     """``example_profile(name)``: a shipped example profile (profiles/examples/<name>.yaml), loaded."""

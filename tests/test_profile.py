@@ -50,18 +50,47 @@ def test_newer_schema_is_refused(tmp_path):
 
 
 def test_upgrade_steps_run_in_order(tmp_path, monkeypatch):
-    # an older record goes through each step; here a fake v1 -> v2 step fills a field
+    # an older record goes through each step; here a fake v2 -> v3 step fills a field
     import sactool.profile as prof
 
     d = _data(tmp_path)
-    assert from_data(d).schema_version == 1   # the current schema is the first one: nothing to upgrade
+    assert from_data(d).schema_version == prof.SCHEMA_VERSION == 2   # current: nothing to upgrade
     old = dict(d, schema_version=0)
     with pytest.raises(RecordError):        # no valid schema_version < 1 exists
         from_data(old)
-    monkeypatch.setattr(prof, "SCHEMA_VERSION", 2)
-    monkeypatch.setattr(prof, "_UPGRADES", {1: lambda r: {**r, "request": {"upgraded": True}}})
+    monkeypatch.setattr(prof, "SCHEMA_VERSION", 3)
+    monkeypatch.setattr(prof, "_UPGRADES", {**prof._UPGRADES, 2: lambda r: {**r, "request": {"upgraded": True}}})
     up = prof.from_data(dict(d, schema_version=1))
-    assert up.request == {"upgraded": True} and up.schema_version == 2
+    assert up.request == {"upgraded": True} and up.schema_version == 3
+
+
+def test_schema_1_profile_without_workload_block_is_accepted(tmp_path, capsys):
+    """Profiles written before the workload block (schema 1) load, validate and show, with the
+    workload 'not recorded' rather than guessed."""
+    from sactool.cli import main
+
+    d = _data(tmp_path)
+    d.pop("workload", None)
+    d["schema_version"] = 1
+    v1 = tmp_path / "v1.yaml"
+    v1.write_text(yaml.safe_dump(d))
+    p = load_profile(v1)
+    assert p.schema_version == 2 and p.workload is None
+    assert main(["profile", "validate", str(v1)]) == 0
+    assert main(["profile", "show", str(v1)]) == 0
+    o, _ = capsys.readouterr()
+    assert "hit rates from: not recorded (a profile written before schema 2)" in o
+    d["workload"] = "per-layer"               # present but not a mapping: refused, named
+    with pytest.raises(RecordError, match="workload: must be a mapping or null"):
+        from_data(dict(d, schema_version=2))
+
+
+def test_workload_block_round_trips(tmp_path):
+    from sactool.workload.layers import model_workload
+
+    block = {**model_workload("deepseek-v3.2", 61, 2048).to_data(), "steps": 8, "seeds": [0]}
+    q = load_profile(save_profile(_profile(workload=block), tmp_path / "w.yaml"))
+    assert q.workload == block and q.to_data()["workload"]["model_profile"] == "deepseek-v3.2"
 
 
 @pytest.mark.parametrize("section, field, value, text", [

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sactool.workload import WorkloadParams, generate_topk, locality_stats
+from sactool.workload import WorkloadParams
 from sactool.workload.layers import factors_for, layer_targets, layer_unions
 from sactool.workload.params import DSV32_LOCALITY, DSV32_STEPS
 
@@ -33,17 +33,17 @@ def test_factors_grow_with_the_target_union():
     assert f == sorted(f) and f[0] > 0
 
 
-def test_model_per_layer_union_at_128k_matches_the_profile():
-    """Each of the 61 layers, model vs the authors' profile, 128K prompt, 1000 decode steps."""
-    ctx = 131072
-    x = generate_topk(ctx, DSV32_STEPS, 61, 2048, seed=0, params=WorkloadParams(layer_targets="deepseek-v3.2"))
-    st = locality_stats(x, ctx)
-    del x
-    real = np.array(layer_targets(ctx, 61))
-    ratio = st.layer_union / real
+def test_model_per_layer_union_at_128k_matches_the_profile(dsv32_128k_workload):
+    """Each of the 61 layers, model vs the authors' profile, 128K prompt, 1000 decode steps: the
+    trace of ``model_workload`` (the one tune and simulate use, conftest)."""
+    w = dsv32_128k_workload
+    assert w["workload"].params == WorkloadParams(layer_targets="deepseek-v3.2")
+    model = np.asarray(w["layer_union"])
+    real = np.array(layer_targets(w["context"], 61))
+    ratio = model / real
     table = "\n".join(f"layer {i:2d}: model {m:.3f} real {r:.3f} ({q - 1:+.1%})"
-                      for i, (m, r, q) in enumerate(zip(st.layer_union, real, ratio)))
+                      for i, (m, r, q) in enumerate(zip(model, real, ratio)))
     assert np.all(np.abs(ratio - 1) <= 0.20), table
     # layers keep their identity: the model's ranking of layers is the profile's
-    assert np.corrcoef(st.layer_union, real)[0, 1] > 0.99
-    assert int(np.argmax(st.layer_union)) == 17 and int(np.argmin(st.layer_union)) == 1
+    assert np.corrcoef(model, real)[0, 1] > 0.99
+    assert int(np.argmax(model)) == 17 and int(np.argmin(model)) == 1

@@ -32,6 +32,9 @@ def render_profile(p, path) -> None:
         con.print(f"predicted fetch time per token {pr['fetch_time_per_token_s'] * 1e3:.3f} ms at concurrency "
                   f"{pr.get('design_concurrency')}; GPU {format_bytes(pr.get('gpu_bytes_per_rank'))} per rank; "
                   f"pool {format_bytes(pr.get('host_pool_bytes'))} in all", markup=False)
+    from sactool.profile import workload_summary
+
+    con.print(f"hit rates from: {workload_summary(p.workload)}", markup=False)
     b = p.bench or {}
     if b.get("bandwidth_bytes_per_s"):
         fig = b.get("fetch_figure") or ("CPU gather (a CPU proxy for the GPU swap-in; profile predates the label)")

@@ -94,6 +94,9 @@ def render_tune(result) -> None:
               f"{format_bytes(s['hot_buffer_bytes_per_rank'])} + indexer keys "
               f"{format_bytes(s['index_key_bytes_per_rank'])}) of {format_bytes(s['gpu_kv_budget_bytes'])}; "
               f"pool {format_bytes(s['host_pool_bytes_per_rank'])} per rank")
+    from sactool.profile import workload_summary
+
+    con.print(f"hit rates from: {workload_summary(s.get('workload'))}", markup=False)
     t = Table(title=None, show_edge=False)
     for col in ("context", "hit rate", "fetch/token", "fetch time/token", "max concurrency", "profile holds",
                 "RDMA prefix/request"):

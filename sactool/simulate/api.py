@@ -305,12 +305,13 @@ def _inputs(st: "_Setup", contexts, overheads: dict[int, dict[int, float]],
 
 
 def _layer_targets(p: Platform) -> str | None:
-    """The per-layer locality profile that fits the platform's model (None: random layer spread)."""
+    """The per-layer locality profile that fits the platform's model (None: random layer spread);
+    the one rule tune shares (``workload.layers.model_workload``)."""
     from sactool.models import get_model
-    from sactool.workload.layers import DATASETS
+    from sactool.workload.layers import model_workload
 
     spec = get_model(p.model)
-    return spec.name if (spec.name in DATASETS and spec.num_layers == 61 and p.top_k == 2048) else None
+    return model_workload(spec.name, spec.num_layers, p.top_k).layer_targets
 
 
 def _default_miss_fn(opts: SimulationOptions) -> Callable[[int, int], MissProfile]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from sactool.profile import (DSA_PAGE_SIZE_CUDA, HiSparseSettings, PoolSettings, Provenance, SglangSettings,
-                             new_profile, settings_fields)
+                             new_profile, settings_fields, workload_summary)
 from sactool.tune import search
 from sactool.hisparse.capacity import max_requests_per_rank, pages, rank_plan
 from sactool.hisparse.cost import rdma_full_prefix_bytes
@@ -45,6 +45,7 @@ def build_profile(d, *, chosen, ranked, evals, gather):
     predictions = _predictions(d, chosen, ranked, plan, req)
     profile = new_profile(model=d.spec.to_model_ref(), pool=pool_s, hisparse=hs, sglang=sg, machine=d.machine,
                           request=_request(d), predictions=predictions, bench=dict(gather.info), provenance=prov,
+                          workload=getattr(d, "workload", None),
                           fleet=share.profile_block() if share is not None else None)
     return profile, _summary(d, c, hs, gather, predictions), _alternatives(chosen, evals)
 
@@ -143,7 +144,9 @@ def _provenance(d, c, req: int, gather) -> dict[str, Provenance]:
                                  _p("default", "empty: no GPU seen by probe; SGLang finds each GPU's node with NVML")),
         "hisparse.top_k": _p("engine", f"{spec.name} index_topk (SGLang overrides top_k with it)"),
         "hisparse.device_buffer_size": _p(measured, f"least predicted fetch time per token under the GPU and pool "
-                                          f"limits; misses from LRU simulation, bandwidth {bench_ref}{stand}"),
+                                          f"limits; misses from LRU simulation on the "
+                                          f"{workload_summary(getattr(d, 'workload', None))}; bandwidth "
+                                          f"{bench_ref}{stand}"),
         "hisparse.host_to_device_ratio": _p("derived", f"smallest ratio whose host pool holds {req} request(s) of "
                                             f"{max(design)} tokens per rank"),
         "hisparse.swap_in_block_size": _swap_in_provenance(gather),
@@ -257,7 +260,8 @@ def _summary(d, c, hs, gather, predictions) -> dict[str, Any]:
                "swap_in": gather.info.get("swap_in"),
                "hisparse_config": hs.config_json(), "prefetch": hs.prefetch,
                "placement": c.placement.label, "rank_targets": list(c.placement.rank_targets),
-               "tp": o.tp, "attn_dp": attn_dp, **{k: predictions[k] for k in (
+               "tp": o.tp, "attn_dp": attn_dp, "workload": getattr(d, "workload", None),
+               **{k: predictions[k] for k in (
                    "fetch_time_per_token_s", "design_concurrency", "gpu_bytes_per_rank", "hot_buffer_bytes_per_rank",
                    "index_key_bytes_per_rank", "gpu_kv_budget_bytes", "host_pool_bytes_per_rank", "host_pool_bytes",
                    "per_context", "engine_constraints")}}

@@ -76,6 +76,7 @@ class DesignPoint:
     replicates: int
     warnings: list
     page: Any = None                # tune.pagesize.PageChoice: the pool's page kind and its figures
+    workload: dict | None = None    # where the hot-buffer misses came from (the profile's workload block)
 
 
 def execute(job: Job) -> TuneResult:
@@ -87,20 +88,21 @@ def execute(job: Job) -> TuneResult:
     budget = gpus.kv_budget(model_name=job.spec.name, tp=job.o.tp, gpu=job.o.gpu,
                             budget_bytes=job.o.gpu_kv_budget_bytes, weights_bytes=job.o.weights_bytes)
     contexts, replicates, trace = _workload(job, warnings)
+    model_wl = _model_workload(job)
     _check_one_request(job, budget, contexts)
     machine, pool = _probe_pool(job, warnings)
     fit = _Fit(job, budget, pool)
     design, concurrency = fit.design_point(contexts, warnings)
     _check_gather_size(job, pool, warnings)
-    points = _Points(job, [t.name for t in pool.targets])
+    points = _Points(job, [t.name for t in pool.targets], model_wl)
     gather = _gather(job, pool, machine, replicates, points, blocks=fit.dep.requests_per_rank(concurrency))
     warnings += list(gather.warnings)
     page = _page_size(job, pool, replicates, points)
     d = DesignPoint(o=job.o, spec=job.spec, kv=job.kv, attn_dp=job.attn_dp, rec_bytes=job.rec_bytes, budget=budget,
                     pool=pool, machine=machine, dep=fit.dep, contexts=contexts, design=design,
                     concurrency=concurrency, cap_kw=fit.cap_kw, replicates=replicates, warnings=warnings,
-                    page=page)
-    sims = _HotBuffer(job, design, replicates, trace, points)
+                    page=page, workload=_workload_block(job, model_wl, trace, replicates))
+    sims = _HotBuffer(job, design, replicates, trace, points, model_wl)
     chosen, ranked, evals, space = _search(d, fit.placements, gather, sims)
     profile, summary, alternatives = build_profile(d, chosen=chosen, ranked=ranked, evals=evals, gather=gather)
     written = _write(job, profile)
@@ -129,6 +131,27 @@ def _workload(job: Job, warnings: list) -> tuple[tuple[int, ...], int, Any]:
         warnings.append(warning("trace_context", f"--trace replays its own context "
                                 f"({trace.context_tokens} tokens); --context is ignored", ""))
     return (trace.context_tokens,), 1, trace
+
+
+def _model_workload(job: Job):
+    """The workload model of this model: per-layer targets where a profile fits, else the random
+    spread (the rule simulate shares, ``workload.layers.model_workload``)."""
+    from sactool.workload.layers import model_workload
+
+    spec = job.spec
+    return model_workload(spec.name, spec.num_layers, spec.index_topk)
+
+
+def _workload_block(job: Job, model_wl, trace, replicates: int) -> dict[str, Any]:
+    """The profile's ``workload`` block: what the hot-buffer misses were simulated on."""
+    o = job.o
+    if trace is not None:
+        return {"source": "trace", "trace": str(o.trace), "trace_model": trace.meta.get("model"),
+                "trace_source": trace.meta.get("source"), "steps": trace.steps, "layers": trace.layers,
+                "context_tokens": trace.context_tokens, "mode": "colocated",
+                "detail": f"--trace {o.trace}: its own top-k selections, replayed once"}
+    return {**model_wl.to_data(), "steps": o.steps, "seeds": [o.seed + r for r in range(replicates)],
+            "mode": "colocated"}
 
 
 def _check_one_request(job: Job, budget, contexts) -> None:
@@ -248,7 +271,7 @@ class _Fit:
 class _Points:
     """The resumable evaluation points file: what an earlier, interrupted run finished."""
 
-    def __init__(self, job: Job, target_names: list[str]):
+    def __init__(self, job: Job, target_names: list[str], model_wl):
         from sactool.records import digest, read_jsonl
         from sactool.tune.pool import bench_paths
 
@@ -260,7 +283,8 @@ class _Points:
                                       **({"gather_size": o.gather_size_bytes} if o.gather_size_bytes else {}),
                                       "bench": [str(b) for b in bench_paths(o.bench)] or None,
                                       "fleet": o.fleet_share.profile_block() if o.fleet_share else None,
-                                      "targets": target_names}, sort_keys=True))[:23]
+                                      "targets": target_names,
+                                      "layer_targets": model_wl.layer_targets}, sort_keys=True))[:23]
         self.done: list[dict] = []
         if self.path is not None:
             if o.resume:
@@ -381,9 +405,10 @@ def _page_size(job: Job, pool, replicates: int, points: "_Points"):
 class _HotBuffer:
     """Misses and hit rates per context, replicate and buffer size, simulated once each."""
 
-    def __init__(self, job: Job, design, replicates: int, trace, points: _Points):
+    def __init__(self, job: Job, design, replicates: int, trace, points: _Points, model_wl):
         self.job, self.design, self.replicates, self.trace, self.points = job, design, replicates, trace, points
         self.counts = {"run": 0, "reused": 0}   # simulation passes: run here, answered by a shared cache
+        self.model_wl = model_wl                # workload.layers.ModelWorkload
         self.misses: dict[int, list[dict[int, float]]] = {c: [{} for _ in range(replicates)] for c in design}
         self.hits: dict[int, list[dict[int, float]]] = {c: [{} for _ in range(replicates)] for c in design}
         for p in points.of_kind("sim"):
@@ -395,10 +420,8 @@ class _HotBuffer:
     def _indices(self, ctx: int, rep: int):
         if self.trace is not None:
             return self.trace.indices
-        from sactool.workload import generate_topk
-
-        spec, o = self.job.spec, self.job.o
-        return generate_topk(ctx, o.steps, spec.num_layers, spec.index_topk, seed=o.seed + rep)
+        o = self.job.o
+        return self.model_wl.generate(ctx, o.steps, seed=o.seed + rep)
 
     def _count(self, cache, run: list[int], got: dict) -> None:
         """Simulation passes run here and passes answered by the cache (another host's)."""
