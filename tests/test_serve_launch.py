@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -125,7 +126,8 @@ def test_bad_inputs_have_distinct_exit_codes_and_launch_nothing(node0_pinned, no
     corrupt = tmp_path / "corrupt.yaml"
     corrupt.write_text("kind: profile\nschema_version: [\n")
     newer = tmp_path / "newer.yaml"
-    newer.write_text(good.read_text().replace("schema_version: 1", "schema_version: 99"))
+    newer.write_text(re.sub(r"(?m)^schema_version: \d+$", "schema_version: 99", good.read_text()))
+    assert "schema_version: 99" in newer.read_text()      # a no-op rewrite would launch the stand-in
     absent = node0_pinned("absent.yaml")
     absent.write_text(absent.read_text().replace("nodes:\n  - 0", "nodes:\n  - 7"))
     huge = node0_profile_file("huge.yaml")                # unpinned: this machine's free-memory rule
