@@ -175,6 +175,13 @@ def format_bytes(n: float | int | None) -> str:
     return f"{n:.2f} EiB"  # pragma: no cover
 
 
+def format_size_arg(n: int) -> str:
+    """A size as one types it for ``--size``: ``268435456`` → ``"256MiB"`` (whole MiB, rounded up;
+    GiB when it is a whole number of GiB)."""
+    mib = -(-int(n) // (1 << 20))
+    return f"{mib // 1024}GiB" if mib and mib % 1024 == 0 else f"{mib}MiB"
+
+
 def format_rate(bytes_per_s: float | None) -> str:
     """Bandwidth in decimal GB/s, as MLC and STREAM print it."""
     if bytes_per_s is None:

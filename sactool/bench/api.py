@@ -14,8 +14,8 @@ from sactool import records
 from sactool.bench import record as R
 from sactool.bench.protocol import PRESETS, Protocol
 from sactool.errors import TopologyError, UsageError
-from sactool.host.sysfs import SysfsReader
-from sactool.units import format_bytes
+from sactool.host.sysfs import SysfsReader, format_cpulist
+from sactool.units import format_bytes, format_size_arg
 
 TESTS = ("latency", "mlp", "loaded", "gather", "bandwidth", "convert")
 """All tests, in the order ``all`` runs them (write/copy bandwidth and the RDMA layout conversion
@@ -69,7 +69,7 @@ def resolve_cpus(topo, mem_node: int, cpus: tuple[int, ...] | None) -> tuple[int
     if cpus:
         bad = [c for c in cpus if c not in allowed]
         if bad:
-            raise UsageError(f"CPU {bad[0]} is not available to this process (allowed: {sorted(allowed)})",
+            raise UsageError(f"CPU {bad[0]} is not available to this process (allowed: {format_cpulist(allowed)})",
                              "pick CPUs from 'sactool probe' that this process may run on")
         owner = next((n.id for n in topo.nodes if cpus[0] in n.cpus), None)
         return (owner if owner is not None else -1), tuple(cpus)
@@ -169,7 +169,7 @@ def run_bench(opts: BenchOptions, *, reader: SysfsReader | None = None, progress
     stand_in = _stand_in(opts, topo, mem, warnings)
     busy = env.busy_fraction(reader, cpus)
     if busy is not None and busy > 0.25:
-        warnings.append(records.warning("cpus_busy", f"CPUs {list(cpus)} were {busy:.0%} busy before measuring",
+        warnings.append(records.warning("cpus_busy", f"CPUs {format_cpulist(cpus)} were {busy:.0%} busy before measuring",
                               "other work shares these CPUs: expect noise; rerun when the machine is idle"))
     gather_idx = _prepare_gather(opts, size, llc) if "gather" in opts.tests else []
     if progress:
@@ -282,8 +282,9 @@ def _buffer_warnings(bdesc: dict, opts: BenchOptions, mem: int, size: int, llc: 
                          "transparent huge pages", "random access also misses the TLB: latency and gathers read "
                          "slower (check /sys/kernel/mm/transparent_hugepage/enabled)"))
     if size // 2 < 4 * llc and any(t in opts.tests for t in ("latency", "mlp", "loaded")):
-        out.append(records.warning("small_buffer", f"each chase chain covers {size // 2} bytes, less than 4× the "
-                         f"{llc}-byte last-level cache", "use --size of at least 8× the LLC"))
+        out.append(records.warning("small_buffer", f"each chase chain covers {format_bytes(size // 2)} (half the "
+                         f"buffer), less than 4× the {format_bytes(llc)} last-level cache",
+                         f"use --size {format_size_arg(8 * llc)} or more (8× the LLC)"))
     return out
 
 

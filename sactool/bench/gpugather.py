@@ -40,7 +40,7 @@ from sactool.bench import record as R
 from sactool.bench.protocol import PRESETS, Config, Protocol, run_protocol
 from sactool.errors import SactoolError, TopologyError, UsageError
 from sactool.host.sysfs import SysfsReader
-from sactool.units import format_bytes
+from sactool.units import format_bytes, format_size_arg
 
 DEFAULT_BLOCKS = (1, 2, 4, 8, 16, 32, 64)
 """Requests in flight (one CTA each) swept by default: 1 … 64 (issue 14)."""
@@ -516,12 +516,14 @@ def _plan(o: GpuGatherOptions, gpu, sim: bool, topo, mem, reader, warnings: list
     region_records = o.context_tokens + steps_max
     for rb in o.record_bytes:
         if size // rb < max(o.blocks) * region_records:
-            raise UsageError(f"--size {size} holds {size // rb} records of {rb} B, fewer than {max(o.blocks)} "
-                             f"requests × {region_records}-record prefixes",
-                             "use a larger --size, fewer --blocks or a shorter --context")
+            raise UsageError(f"--size {format_bytes(size)} holds {size // rb} records of {rb} B, fewer than "
+                             f"{max(o.blocks)} requests × {region_records}-record prefixes",
+                             f"use --size {format_size_arg(max(o.blocks) * region_records * rb)} or more, fewer "
+                             "--blocks or a shorter --context")
     if l2 and size < 4 * l2:
-        warnings.append(records.warning("small_buffer", f"the buffer ({size} B) is less than 4× the GPU's L2 ({l2} B)",
-                              "GPU L2 may serve repeated reads: use a larger --size"))
+        warnings.append(records.warning("small_buffer", f"the buffer ({format_bytes(size)}) is less than 4× the "
+                              f"GPU's L2 ({format_bytes(l2)})",
+                              f"GPU L2 may serve repeated reads: use --size {format_size_arg(4 * l2)} or more"))
     if mem is not None and topo is not None and mem in topo.node_ids and not o.dax and not sim:
         from sactool.memory.nodes import check_fits, free_estimate
 

@@ -1,0 +1,54 @@
+"""What a newcomer trips over on the SAC machine walkthrough (README followed literally): messages
+in the README's units, help without Python type names, a profile shown in its own spelling."""
+
+from __future__ import annotations
+
+import re
+
+
+def test_small_buffer_warning_speaks_iec_units_and_names_a_size():
+    """bench latency --size 64MiB with a 32 MiB LLC: the warning said '33554432 bytes, less than 4× the
+    33554432-byte last-level cache — use --size of at least 8× the LLC'."""
+    from sactool.bench.api import BenchOptions, _buffer_warnings
+
+    bdesc = {"verified_fraction": 1.0, "hugepage_fraction": 1.0}
+    (w,) = _buffer_warnings(bdesc, BenchOptions(tests=("latency",)), 0, 64 << 20, 32 << 20)
+    text = w["message"] + " " + w["hint"]
+    assert w["code"] == "small_buffer"
+    assert not re.search(r"\d{6,}", text), text
+    assert "32.00 MiB" in text and "--size 256MiB" in text, text
+
+
+def test_unavailable_cpu_error_lists_cpus_as_a_cpulist():
+    """bench --cpus 7 said 'allowed: [0, 1]' (a Python list) where --cpus takes '0-1'."""
+    import os
+
+    import pytest
+
+    from sactool.bench.api import resolve_cpus
+    from sactool.errors import UsageError
+    from sactool.host.sysfs import format_cpulist
+
+    with pytest.raises(UsageError) as ei:
+        resolve_cpus(None, 0, (4095,))
+    assert f"(allowed: {format_cpulist(sorted(os.sched_getaffinity(0)))})" in ei.value.message
+    assert "[" not in ei.value.message
+
+
+def test_gpu_gather_size_messages_speak_iec_units():
+    """gpu-gather's too-small --size said '--size 1048576 holds 1597 records…' and its L2 warning
+    '(67108864 B) … (52428800 B)'."""
+    from types import SimpleNamespace
+
+    import pytest
+
+    from sactool.bench.gpugather import GpuGatherOptions, _plan
+    from sactool.errors import UsageError
+
+    gpu = SimpleNamespace(l2_bytes=50 << 20)
+    with pytest.raises(UsageError) as ei:
+        _plan(GpuGatherOptions(size_bytes=1 << 20, blocks=(4,), record_bytes=(656,), steps=1), gpu, False,
+              None, None, None, [], None)
+    text = ei.value.message + " " + ei.value.hint
+    assert "--size 1.00 MiB holds" in text and not re.search(r"\d{7,}", text), text
+    assert re.search(r"--size \d+MiB", ei.value.hint), ei.value.hint
