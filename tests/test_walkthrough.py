@@ -52,3 +52,35 @@ def test_gpu_gather_size_messages_speak_iec_units():
     text = ei.value.message + " " + ei.value.hint
     assert "--size 1.00 MiB holds" in text and not re.search(r"\d{7,}", text), text
     assert re.search(r"--size \d+MiB", ei.value.hint), ei.value.hint
+
+
+def test_profile_show_spells_values_as_the_yaml_file_does(capsys, monkeypatch):
+    """profile show printed Python reprs — None, True, ['dax0.0', 'dax1.0'] — for values the user
+    edits in YAML as null, true, [dax0.0, dax1.0]."""
+    from sactool.cli import main
+
+    monkeypatch.setenv("COLUMNS", "200")
+    rc = main(["profile", "show", "profiles/examples/sac-8rank-devdax.yaml"])
+    assert rc == 0
+    rows = {}
+    for line in capsys.readouterr().out.splitlines():
+        cells = [c.strip() for c in re.split(r"[│┃]", line)]
+        if len(cells) >= 2 and cells[0].startswith(("pool.", "hisparse.", "sglang.")):
+            rows[cells[0]] = cells[1]
+    assert rows["pool.strict"] == "true" and rows["pool.stand_in"] == "false"
+    assert rows["pool.capacity_bytes"] == "null" and rows["hisparse.prefetch"] == "true"
+    assert rows["pool.dax_devices"] == "[dax0.0, dax1.0]"
+    assert rows["pool.gpu_local_nodes"] == "[0, 0, 0, 0, 1, 1, 1, 1]"
+
+
+def test_profile_show_fetch_time_is_spelled_as_tune_prints_it(capsys, tmp_path):
+    """tune printed 'predicted fetch time per token 751 µs', profile show of the same file '0.751 ms'."""
+    import yaml
+
+    from sactool.cli import main
+
+    doc = yaml.safe_load(open("profiles/examples/sac-8rank-devdax.yaml"))
+    doc.setdefault("predictions", {})["fetch_time_per_token_s"] = 751e-6
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(doc))
+    assert main(["profile", "show", str(tmp_path / "p.yaml")]) == 0
+    assert "predicted fetch time per token 751 µs at concurrency" in capsys.readouterr().out

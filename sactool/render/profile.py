@@ -9,6 +9,7 @@ from sactool.units import format_bytes
 def render_profile(p, path) -> None:
     """The settings with their provenance, then the main predictions."""
     from rich.table import Table
+    from rich.text import Text
 
     con = stdout_console()
     con.print(f"[bold]{path}[/bold]  {p.kind} v{p.schema_version}, sactool {p.sactool_version}, "
@@ -24,12 +25,14 @@ def render_profile(p, path) -> None:
             key = f"{sect}.{name}"
             prov = p.provenance.get(key)
             v = getattr(obj, name)
-            t.add_row(key, str(list(v) if isinstance(v, tuple) else v), prov.source if prov else "-",
+            t.add_row(key, Text(_yaml_value(name, v)), prov.source if prov else "-",
                       prov.detail if prov else "")
     con.print(t)
     pr = p.predictions or {}
     if pr.get("fetch_time_per_token_s") is not None:
-        con.print(f"predicted fetch time per token {pr['fetch_time_per_token_s'] * 1e3:.3f} ms at concurrency "
+        from sactool.render.tune import _t as fetch_time  # the same figure as tune's summary, spelled alike
+
+        con.print(f"predicted fetch time per token {fetch_time(pr['fetch_time_per_token_s'])} at concurrency "
                   f"{pr.get('design_concurrency')}; GPU {format_bytes(pr.get('gpu_bytes_per_rank'))} per rank; "
                   f"pool {format_bytes(pr.get('host_pool_bytes'))} in all", markup=False)
     from sactool.profile import workload_summary
@@ -49,6 +52,21 @@ def render_profile(p, path) -> None:
                   + (f" (shared with {', '.join(others)})" if others else "")
                   + f"; gather {(f.get('bandwidth_bytes_per_s') or 0) / 1e9:.2f} GB/s with {f.get('active_ranks')} "
                   f"ranks fetching at once; from {f.get('record')} ({f.get('bandwidth_source')})", markup=False)
+
+
+def _yaml_value(name: str, v) -> str:
+    """A setting as the profile's YAML spells it (null, true, [dax0.0, dax1.0]), a size also in IEC units."""
+    import yaml
+
+    if isinstance(v, tuple):
+        v = list(v)
+    if isinstance(v, str):
+        return v
+    text = yaml.safe_dump(v, default_flow_style=True, width=1 << 20).strip()
+    text = text.removesuffix("...").strip()
+    if name.endswith("_bytes") and isinstance(v, int) and not isinstance(v, bool):
+        text += f" ({format_bytes(v)})"
+    return text
 
 
 def render_valid(p, path, fmt: str = "table") -> None:
