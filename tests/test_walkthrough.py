@@ -84,3 +84,16 @@ def test_profile_show_fetch_time_is_spelled_as_tune_prints_it(capsys, tmp_path):
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(doc))
     assert main(["profile", "show", str(tmp_path / "p.yaml")]) == 0
     assert "predicted fetch time per token 751 µs at concurrency" in capsys.readouterr().out
+
+
+def test_alternative_against_a_chosen_one_that_fetches_nothing_names_its_time():
+    """tune --context 2k on sac2s 20-devdax: the chosen buffer holds every context (0 µs), an
+    alternative needs 15 µs per token, and 'why it lost' said '+0.0% fetch time per token'."""
+    from sactool.hisparse.placement import round_robin
+    from sactool.tune.search import Candidate, Evaluation, reason_lost
+
+    rr = round_robin(8, ["dax0.0", "dax1.0"])
+    chosen = Evaluation(Candidate(3072, 1, 960, True, rr), True, (), (0.0, 0.0, 0.0), 150 << 20, 120 << 20)
+    other = Evaluation(Candidate(2048, 1, 960, True, rr), True, (), (15e-6, 15e-6, 15e-6), 100 << 20, 120 << 20)
+    why = reason_lost(other, chosen)
+    assert "0.0%" not in why and "+15 µs fetch time per token" in why, why

@@ -296,17 +296,19 @@ def reason_lost(e: Evaluation, chosen: Evaluation) -> str:
             diffs.append("placement gives the same per-target load")
         diffs.append(_resource_note(e, chosen) or "engine default preferred")
         return "identical prediction: " + "; ".join(diffs)
-    rel = cmp.delta_s / chosen.mean_s * 100 if chosen.mean_s else 0.0
+    # a chosen candidate without misses (every context fits its hot buffer) fetches nothing: no
+    # relative figure exists, so the difference is said in µs
+    rel = f"{cmp.delta_s / chosen.mean_s * 100:+.1f}%" if chosen.mean_s else f"{cmp.delta_s * 1e6:+.0f} µs"
     if math.isinf(cmp.ci_s):
         ci = "one measurement round"
-    else:   # a chosen candidate without misses (every context fits its hot buffer) fetches nothing
-        ci = f"± {cmp.ci_s / chosen.mean_s * 100:.1f}%" if chosen.mean_s else f"± {cmp.ci_s:.3g} s"
+    else:
+        ci = f"± {cmp.ci_s / chosen.mean_s * 100:.1f}%" if chosen.mean_s else f"± {cmp.ci_s * 1e6:.0f} µs"
     if not cmp.significant:
         note = _resource_note(e, chosen) or "engine default preferred"
-        return f"not significant ({rel:+.1f}%, {ci}); {note}"
+        return f"not significant ({rel}, {ci}); {note}"
     if cmp.ci_s == 0:
-        return f"{rel:+.1f}% fetch time per token (more misses on the same pool targets)"
-    return f"{rel:+.1f}% fetch time per token (significant, {ci})"
+        return f"{rel} fetch time per token (more misses on the same pool targets)"
+    return f"{rel} fetch time per token (significant, {ci})"
 
 
 def _resource_note(e: Evaluation, chosen: Evaluation) -> str:
