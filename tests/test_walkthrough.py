@@ -97,3 +97,26 @@ def test_alternative_against_a_chosen_one_that_fetches_nothing_names_its_time():
     other = Evaluation(Candidate(2048, 1, 960, True, rr), True, (), (15e-6, 15e-6, 15e-6), 100 << 20, 120 << 20)
     why = reason_lost(other, chosen)
     assert "0.0%" not in why and "+15 µs fetch time per token" in why, why
+
+
+import pytest  # noqa: E402
+
+
+@pytest.mark.parametrize("argv,option,want", [
+    (["tune"], "--bench", "<path>"),
+    (["tune"], "--seed", "<int>"),
+    (["simulate"], "--set", "<field=value>"),
+    (["bench", "gpu-gather"], "--placement", "<strict|best-effort>"),
+])
+def test_help_metavars_are_what_one_types(capsys, monkeypatch, argv, option, want):
+    """tune --help showed '--bench <list[Path]>' and '--seed <int range> [x>=0]', simulate '--set
+    <list[str]>' (Python type names), gpu-gather '--placement <str>' without its two choices."""
+    from sactool.cli import main
+
+    monkeypatch.setenv("COLUMNS", "200")
+    try:
+        main([*argv, "--help"])
+    except SystemExit:
+        pass
+    line = next(l for l in capsys.readouterr().out.splitlines() if re.search(rf"\s{re.escape(option)}\s", l))
+    assert want in line and "list[" not in line and "range" not in line, line

@@ -33,14 +33,14 @@ def gpu_gather(
                                           "(default 256,512,960,1024)."),
     record_bytes: Optional[str] = typer.Option(None, "--record-bytes", "-r", help="Record sizes (default 656,1152)."),
     topk: Optional[str] = typer.Option(None, "--topk", "-k", help="Records per request per step (default 2048)."),
-    pattern: Optional[str] = typer.Option(None, "--pattern", help="Index patterns: uniform, clustered, trace "
+    pattern: Optional[str] = typer.Option(None, "--pattern", metavar="<list>", help="Index patterns: uniform, clustered, trace "
                                           "(default all three)."),
     trace: Optional[Path] = typer.Option(None, "--trace", help="Trace for the 'trace' pattern: a workload .npz or an "
                                          "index file (.npy/text). Default: the DSA workload model."),
     context: int = typer.Option(32768, "--context", help="Prefix length per request, tokens (records)."),
     full_prefix: bool = typer.Option(True, "--full-prefix/--no-full-prefix", help="Also time the bulk copy of each "
                                      "request's whole prefix."),
-    placement: str = typer.Option("strict", "--placement", help="strict (mbind + verified, as 'bench'), or "
+    placement: str = typer.Option("strict", "--placement", metavar="<strict|best-effort>", help="strict (mbind + verified, as 'bench'), or "
                                   "best-effort (first-touch where the kernel lacks mbind/move_pages; the record says so)."),
     hugepages: Hugepages = typer.Option(Hugepages("thp"), "--hugepages", help="thp, none, or a hugetlb pool."),
     preset: Preset = typer.Option(Preset("default"), "--preset", case_sensitive=False, help="Protocol."),

@@ -51,7 +51,7 @@ def simulate(
     hotbuffer_steps: int = typer.Option(
         128, "--hotbuffer-steps", help="Decode steps simulated for hot-buffer misses per context."),
     overrides: Optional[List[str]] = typer.Option(
-        None, "--set", help="Override a platform field, e.g. --set nic.count=4 (repeatable)."),
+        None, "--set", metavar="<field=value>", help="Override a platform field, e.g. --set nic.count=4 (repeatable)."),
     explain: bool = flag("--explain", help="Attribute each ratio to its drivers, and rerun the model with each "
                                            "input at ±50% to show the three each ratio is most sensitive to."),
     convert_bench: Optional[Path] = typer.Option(

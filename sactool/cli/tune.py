@@ -55,7 +55,7 @@ def tune(
     kv_dtype: KvDtype = typer.Option(KvDtype("fp8"), "--kv-dtype", case_sensitive=False,
                                      help="KV cache dtype: fp8 (656 B records) or bf16 (1152 B)."),
     bench: Optional[List[Path]] = typer.Option(
-        None, "--bench", help="Bench record from 'sactool bench gpu-gather --out' (GPU figures) or 'sactool bench "
+        None, "--bench", metavar="<path>", help="Bench record from 'sactool bench gpu-gather --out' (GPU figures) or 'sactool bench "
         "--out' (CPU proxy); repeat it for one record per pool target."),
     trace: Optional[Path] = typer.Option(None, "--trace", help="Replay a real top-k trace (.npz)."),
     strict: bool = flag("--strict", help="Refuse bench records from another machine or node."),
@@ -64,7 +64,7 @@ def tune(
     resume: bool = flag("--resume", help="Continue an interrupted tune from its points file."),
     steps: int = typer.Option(128, "--steps", help="Decode steps simulated per context and seed."),
     replicates: int = typer.Option(3, "--replicates", help="Workload seeds = interleaved measurement rounds."),
-    seed: int = typer.Option(0, "--seed", min=0, help="First workload seed."),
+    seed: int = typer.Option(0, "--seed", min=0, metavar="<int>", help="First workload seed."),
     sysfs_root: Optional[Path] = SysfsRootOpt,
     fleet: Optional[Path] = typer.Option(
         None, "--fleet", help="Fleet bench record (mpirun … sactool bench gather --out): one profile per host, "
