@@ -120,3 +120,24 @@ def test_help_metavars_are_what_one_types(capsys, monkeypatch, argv, option, wan
         pass
     line = next(l for l in capsys.readouterr().out.splitlines() if re.search(rf"\s{re.escape(option)}\s", l))
     assert want in line and "list[" not in line and "range" not in line, line
+
+
+def test_probe_of_a_devdax_sac_box_names_the_devices_tune_and_serve_use(capsys, monkeypatch, machine):
+    """sac2s 20-devdax (the SAC shape: two devdax devices, one per socket): probe's verdict said only
+    'KV pool (stand-in): node1 … figures describe DRAM' while tune and serve plan dax0.0 and dax1.0."""
+    from sactool.cli import main
+
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["probe", "--sysfs-root", str(machine("sac2s__20-devdax"))]) == 0
+    out = capsys.readouterr().out
+    line = next(l for l in out.splitlines() if l.startswith("devdax pool"))
+    assert "dax0.0 (512.00 MiB, socket node0)" in line and "dax1.0 (512.00 MiB, socket node1)" in line, line
+    assert "tune and serve" in line
+
+
+def test_probe_without_devdax_has_no_devdax_pool_line(capsys, monkeypatch, machine):
+    from sactool.cli import main
+
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["probe", "--sysfs-root", str(machine("sac2s__30-system-ram"))]) == 0
+    assert "devdax pool" not in capsys.readouterr().out

@@ -165,6 +165,7 @@ def _pool_verdict(topo: Topology, c) -> None:
     label = "KV pool (stand-in)" if v.stand_in else "KV pool"
     nodes = ", ".join(f"node{i}" for i in v.pool_nodes) or "none"
     c.print(f"[bold]{label}: {nodes}[/] — {esc(v.reason)}")
+    _devdax_pool(topo, c)
     if v.pool:
         p = Table(title="Pool locality (threads for each pool node run on its CPU node)", title_justify="left")
         for col in ("pool node", "CPU node", "SLIT CPU→node", "from", "evidence"):
@@ -173,6 +174,21 @@ def _pool_verdict(topo: Topology, c) -> None:
             p.add_row(f"node{loc.node}", _cpu_cell(loc), "-" if loc.distance is None else str(loc.distance),
                       loc.source, esc(loc.evidence))
         c.print(p)
+
+
+def _devdax_pool(topo: Topology, c) -> None:
+    """Where no CXL node exists but devdax devices do (the SAC shape), tune and serve put the pool on
+    the devices (tune/pool.py: devdax wins over a stand-in node): say so next to the stand-in verdict."""
+    dax = [d for d in topo.dax_devices if d.mode == "devdax" and d.size_bytes]
+    if not topo.verdict.stand_in or not dax:
+        return
+    cells = []
+    for d in dax:
+        cpu = topo.dax_locality(d.name).cpu_node
+        cells.append(f"{d.name} ({_b(d.size_bytes)}, socket {'?' if cpu is None else f'node{cpu}'})")
+    c.print(f"devdax pool: {', '.join(cells)} — tune and serve place the KV pool on these devices (each rank "
+            f"maps its slice); the stand-in node is only for node benches ('sactool bench --node {dax[0].name}' "
+            "measures a device)", markup=False)
 
 
 def _cpu_cell(loc) -> str:
