@@ -141,3 +141,28 @@ def test_probe_without_devdax_has_no_devdax_pool_line(capsys, monkeypatch, machi
     monkeypatch.setenv("COLUMNS", "200")
     assert main(["probe", "--sysfs-root", str(machine("sac2s__30-system-ram"))]) == 0
     assert "devdax pool" not in capsys.readouterr().out
+
+
+def test_tune_context_table_headers_are_whole_at_80_columns():
+    """README's first command at an 80-column terminal: the headers read 'fetch/to…', 'concurre…',
+    'prefix/r…' and '798.43 KiB' broke over two lines."""
+    import io
+
+    from rich.console import Console
+
+    from sactool.render.tune import _context_table
+
+    rows = [{"context_tokens": 16384, "hit_rate": 0.99, "fetch_bytes_per_token": 817592,
+             "fetch_time_per_token_s": 593e-6, "max_concurrency": 24, "profile_holds": 8,
+             "rdma_full_prefix_bytes_per_request": 655_622_144},
+            {"context_tokens": 131072, "hit_rate": None, "max_concurrency": 0,
+             "rdma_full_prefix_bytes_per_request": 5_116_000_000}]
+    t, beyond = _context_table({"per_context": rows})
+    buf = io.StringIO()
+    Console(file=buf, width=80, color_system=None).print(t)
+    text = buf.getvalue()
+    assert "…" not in text, text
+    assert max(len(l) for l in text.splitlines()) <= 80
+    for word in ("concurrency", "/request", "798.43 KiB", "625.25 MiB", "593 µs"):
+        assert word in text, (word, text)
+    assert [r["context_tokens"] for r in beyond] == [131072]

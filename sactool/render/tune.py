@@ -67,6 +67,33 @@ def render_warnings(warnings) -> None:
         con.print(f"warning: {msg}" + (f" ({hint})" if hint else ""), markup=False)
 
 
+CONTEXT_COLUMNS = ("context", "hit\nrate", "fetch\n/token", "fetch time\n/token", "max\nconcurrency",
+                   "profile\nholds", "RDMA prefix\n/request")
+"""Headers of the per-context table, broken where a narrow terminal may break them: at 80 columns
+single-line headers were cut to 'fetch/to…', 'concurre…', 'prefix/r…'."""
+
+
+def _context_table(s: dict):
+    """(table, rows beyond the profile): one row per requested context length."""
+    from rich.table import Table
+
+    t = Table(title=None, show_edge=False, pad_edge=False)
+    for col in CONTEXT_COLUMNS:
+        t.add_column(col, justify="right", no_wrap=True)
+    beyond = []
+    for row in s["per_context"]:
+        if row.get("hit_rate") is None:   # not in the profile: fewer than the design concurrency fit
+            t.add_row(format_tokens(row["context_tokens"]), "-", "-", "-", str(row["max_concurrency"]), "-",
+                      format_bytes(row["rdma_full_prefix_bytes_per_request"]))
+            beyond.append(row)
+            continue
+        t.add_row(format_tokens(row["context_tokens"]), format_percent(row["hit_rate"]),
+                  format_bytes(row["fetch_bytes_per_token"]), _t(row["fetch_time_per_token_s"]),
+                  str(row["max_concurrency"]), str(row["profile_holds"]),
+                  format_bytes(row["rdma_full_prefix_bytes_per_request"]))
+    return t, beyond
+
+
 def render_tune(result) -> None:
     """The short summary: what was chosen, what it predicts, why the others lost, the path."""
     from rich.table import Table
@@ -97,21 +124,7 @@ def render_tune(result) -> None:
     from sactool.profile import workload_summary
 
     con.print(f"hit rates from: {workload_summary(s.get('workload'))}", markup=False)
-    t = Table(title=None, show_edge=False)
-    for col in ("context", "hit rate", "fetch/token", "fetch time/token", "max concurrency", "profile holds",
-                "RDMA prefix/request"):
-        t.add_column(col, justify="right")
-    beyond = []
-    for row in s["per_context"]:
-        if row.get("hit_rate") is None:   # not in the profile: fewer than the design concurrency fit
-            t.add_row(format_tokens(row["context_tokens"]), "-", "-", "-", str(row["max_concurrency"]), "-",
-                      format_bytes(row["rdma_full_prefix_bytes_per_request"]))
-            beyond.append(row)
-            continue
-        t.add_row(format_tokens(row["context_tokens"]), format_percent(row["hit_rate"]),
-                  format_bytes(row["fetch_bytes_per_token"]), _t(row["fetch_time_per_token_s"]),
-                  str(row["max_concurrency"]), str(row["profile_holds"]),
-                  format_bytes(row["rdma_full_prefix_bytes_per_request"]))
+    t, beyond = _context_table(s)
     con.print(t)
     for row in beyond:
         n, ctx, c = row["max_concurrency"], format_tokens(row["context_tokens"]), s["design_concurrency"]
