@@ -166,3 +166,19 @@ def test_tune_context_table_headers_are_whole_at_80_columns():
     for word in ("concurrency", "/request", "798.43 KiB", "625.25 MiB", "593 µs"):
         assert word in text, (word, text)
     assert [r["context_tokens"] for r in beyond] == [131072]
+
+
+def test_a_cxl_node_is_never_freer_than_its_size(machine):
+    """tune --sysfs-root sac2s-30-system-ram said 'pool: node2 (513.09 MiB free)' for a 512 MiB node:
+    the 16.4 MiB that /proc/meminfo counts free but no node reports (deferred page init, a boot-time
+    DRAM matter) was added to the kmem-onlined CXL nodes too."""
+    from sactool.host.sysfs import SysfsReader
+    from sactool.memory.nodes import free_estimate
+    from sactool.topology import probe
+
+    reader = SysfsReader(machine("sac2s__30-system-ram"))
+    topo = probe(reader)
+    for nid in (2, 3):
+        est = free_estimate(topo, reader, nid)
+        assert est.bytes == 524288 * 1024 and "no node reports" not in est.source, est
+    assert free_estimate(topo, reader, 0).bytes == (1919572 + 16840) * 1024  # a CPU node keeps the correction

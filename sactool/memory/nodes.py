@@ -69,7 +69,9 @@ def free_estimate(topo, reader: SysfsReader, nid: int) -> FreeEstimate:
     node = topo.node(nid)
     est, source = node.mem_free_bytes, f"node{nid}/meminfo MemFree"
     proc = reader.kv("proc/meminfo") or {}
-    if est is not None and "MemFree" in proc:
+    # deferred struct-page init leaves boot-time DRAM out of its node's MemFree; memory onlined later
+    # (a CXL region through kmem: a CPU-less node) is fully counted, so it gets none of the difference
+    if est is not None and "MemFree" in proc and node.has_cpu:
         unreported = proc["MemFree"] - sum(n.mem_free_bytes or 0 for n in topo.nodes)
         if unreported > 0:
             est += unreported
