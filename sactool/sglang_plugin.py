@@ -277,8 +277,10 @@ def pool_budget(plan: Any, reader: Any = None) -> tuple[int | None, str]:
     f = memnodes.free_estimate(memnodes.topology(reader), reader, plan.node)
     if f.bytes is None:
         return None, ""
+    from sactool.units import format_bytes
+
     margin = f.margin_bytes
-    return max(f.bytes - margin, 0), f"free memory of {plan.target}: {f.source}, minus {margin} bytes kept back"
+    return max(f.bytes - margin, 0), f"free memory of {plan.target}: {f.source}, minus {format_bytes(margin)} kept back"
 
 
 def _bind_allocate_args(args: tuple, kwargs: dict) -> tuple[tuple, Any, str]:

@@ -182,3 +182,15 @@ def test_a_cxl_node_is_never_freer_than_its_size(machine):
         est = free_estimate(topo, reader, nid)
         assert est.bytes == 524288 * 1024 and "no node reports" not in est.source, est
     assert free_estimate(topo, reader, 0).bytes == (1919572 + 16840) * 1024  # a CPU node keeps the correction
+
+
+def test_capacity_source_names_the_margin_in_iec_units(machine):
+    """serve --dry-run on sac2s 30-system-ram: '513.09 MiB free (node2/meminfo MemFree …, minus
+    16106127 bytes kept back)' — the only raw byte count in the sentence."""
+    from sactool.hisparse.targets import pool_targets
+    from sactool.host.sysfs import SysfsReader
+    from sactool.topology import probe
+
+    reader = SysfsReader(machine("sac2s__30-system-ram"))
+    (t,) = pool_targets(probe(reader), reader, ["node2"])
+    assert "minus 15.36 MiB kept back" in t.capacity_source and not re.search(r"\d{6,}", t.capacity_source), t

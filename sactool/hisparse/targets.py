@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from sactool.errors import TopologyError
+from sactool.units import format_bytes
 from sactool.hisparse.rankplan import Target
 
 
@@ -56,7 +57,7 @@ def pool_targets(topo, reader, names: Sequence[str], *, capacity_bytes: int | No
             cap, src = None, f.source
             if f.bytes is not None:
                 margin = f.margin_bytes
-                cap, src = max(f.bytes - margin, 0), f"{f.source}, minus {margin} bytes kept back"
+                cap, src = max(f.bytes - margin, 0), f"{f.source}, minus {format_bytes(margin)} kept back"
             if capacity_bytes is not None:
                 cap, src = capacity_bytes, pinned_source
             cpu, ev = numa_cpu_node(topo, nid)

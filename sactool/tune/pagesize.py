@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from sactool.units import format_bytes
+
 KINDS = ("none", "thp", "2MB", "1GB")
 BUFFER_BYTES = 256 << 20            # run_quick_gather's default buffer (≥ 8x a 32 MiB L3)
 DEFAULT_KIND = "thp"
@@ -54,7 +56,7 @@ def available(topo, reader, node: int, size_bytes: int = BUFFER_BYTES) -> tuple[
         if free >= size_bytes:
             kinds.append(kind)
         else:
-            skipped[kind] = (f"node{node} has {free} bytes of free {kind} hugetlb pages, {size_bytes} needed "
+            skipped[kind] = (f"node{node} has {format_bytes(free)} of free {kind} hugetlb pages, {format_bytes(size_bytes)} needed "
                              f"(nodeN/hugepages/hugepages-{size // 1024}kB/free_hugepages)")
     return kinds, skipped
 
