@@ -194,3 +194,12 @@ def test_capacity_source_names_the_margin_in_iec_units(machine):
     reader = SysfsReader(machine("sac2s__30-system-ram"))
     (t,) = pool_targets(probe(reader), reader, ["node2"])
     assert "minus 15.36 MiB kept back" in t.capacity_source and not re.search(r"\d{6,}", t.capacity_source), t
+
+
+def test_tune_summary_does_not_call_a_dax_device_free():
+    """tune on sac2s 20-devdax printed 'pool: dax0.0 (512.00 MiB free)': a devdax device is no node
+    with free memory; its capacity is its size."""
+    from sactool.render.tune import _pool_cell
+
+    assert _pool_cell({"name": "dax0.0", "capacity_bytes": 512 << 20}) == "dax0.0 (512.00 MiB device size)"
+    assert _pool_cell({"name": "node2", "capacity_bytes": 512 << 20}) == "node2 (512.00 MiB free)"

@@ -94,13 +94,19 @@ def _context_table(s: dict):
     return t, beyond
 
 
+def _pool_cell(p: dict) -> str:
+    """A pool target with its capacity: a node's is free memory, a DAX device's its size."""
+    what = "free" if p["name"].startswith("node") else "device size"
+    return f"{p['name']} ({format_bytes(p['capacity_bytes'])} {what})"
+
+
 def render_tune(result) -> None:
     """The short summary: what was chosen, what it predicts, why the others lost, the path."""
     from rich.table import Table
 
     s = result.summary
     con = stdout_console()
-    pool = ", ".join(f"{p['name']} ({format_bytes(p['capacity_bytes'])} free)" for p in s["pool"])
+    pool = ", ".join(_pool_cell(p) for p in s["pool"])
     con.print(f"[bold]{s['model']}[/bold]  kv {s['kv_cache_dtype']} ({s['record_bytes']} B records x "
               f"{s['layers']} layers)  tp {s['tp']} attn-dp {s['attn_dp']}  design concurrency "
               f"{s['design_concurrency']}")
