@@ -203,3 +203,20 @@ def test_tune_summary_does_not_call_a_dax_device_free():
 
     assert _pool_cell({"name": "dax0.0", "capacity_bytes": 512 << 20}) == "dax0.0 (512.00 MiB device size)"
     assert _pool_cell({"name": "node2", "capacity_bytes": 512 << 20}) == "node2 (512.00 MiB free)"
+
+
+def test_system_ram_hint_names_both_devices_of_the_sac_profile(capsys, machine):
+    """serve --dry-run of sac-8rank-devdax.yaml on sac2s 30-system-ram hinted 'pool.nodes [2]' and
+    'daxctl reconfigure-device --mode=devdax dax0.0' though the profile's dax1.0 is node3 too."""
+    import pytest
+
+    from sactool.errors import TopologyError
+    from sactool.hisparse.targets import pool_targets
+    from sactool.host.sysfs import SysfsReader
+    from sactool.topology import probe
+
+    reader = SysfsReader(machine("sac2s__30-system-ram"))
+    with pytest.raises(TopologyError) as ei:
+        pool_targets(probe(reader), reader, ["dax0.0", "dax1.0"])
+    assert "pool.nodes [2, 3]" in ei.value.hint and "--mode=devdax dax0.0 dax1.0" in ei.value.hint, ei.value.hint
+    assert "dax1.0 is node3" in ei.value.message

@@ -69,11 +69,14 @@ def pool_targets(topo, reader, names: Sequence[str], *, capacity_bytes: int | No
             raise TopologyError(f"DAX device {name} does not exist " + ("here" if topo.live else "in the recording")
                                 + f" (DAX devices: {have})",
                                 "run 'sactool probe' to list DAX devices, and fix pool.dax_devices in the profile")
-        if dev.mode == "system-ram":
+        if dev.mode == "system-ram":   # the hint names every such device of the profile (the SAC box has two)
+            ram = [d for n in names for d in topo.dax_devices if d.name == n and d.mode == "system-ram"]
+            also = "".join(f", {d.name} is node{d.target_node}" for d in ram if d.name != name)
             raise TopologyError(f"DAX device {name} is in system-ram mode (bound to kmem): its memory is "
-                                f"node{dev.target_node}",
-                                f"set pool.mode numa and pool.nodes [{dev.target_node}] in the profile, or "
-                                f"'daxctl reconfigure-device --mode=devdax {name}'")
+                                f"node{dev.target_node}{also}",
+                                f"set pool.mode numa and pool.nodes [{', '.join(str(d.target_node) for d in ram)}] "
+                                f"in the profile, or 'daxctl reconfigure-device --mode=devdax "
+                                f"{' '.join(d.name for d in ram)}'")
         if dev.mode != "devdax":
             raise TopologyError(f"DAX device {name} is not bound to device_dax (driver: {dev.driver or 'none'})",
                                 f"daxctl reconfigure-device --mode=devdax {name}")
