@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import threading
 
 import pytest
 
@@ -111,20 +110,35 @@ def test_cpu_less_node_as_cpu_source(tmp_path):
     assert parse_cpus("node0", topo) == topo.node(0).cpus
 
 
-def test_ctrl_c_keeps_finished_samples(tmp_path, capsys):
+def test_ctrl_c_keeps_finished_samples(tmp_path, capsys, monkeypatch):
+    """A real SIGINT mid-rounds. The moment is bench's own progress line, not a delay: the real
+    progress reporter, whose callback also sends the signal once the third latency sample is done."""
+    import sactool.render.bench as render_bench
+
     out = tmp_path / "partial.json"
-    timer = threading.Timer(6.0, lambda: os.kill(os.getpid(), signal.SIGINT))  # mid-rounds: rigorous runs ~10 s
-    timer.start()
-    try:
-        code = main(["bench", "latency", "--size", "128MiB", "--preset", "rigorous", "--out", str(out),
-                     "--format", "json"])
-    finally:
-        timer.cancel()
+    real = render_bench.progress_reporter
+    sent = []
+
+    def reporter():
+        cb, close = real()
+
+        def cb_then_sigint(desc, done, total):
+            cb(desc, done, total)
+            if desc.startswith("latency: latency/") and done >= 3 and not sent:
+                sent.append(done)
+                os.kill(os.getpid(), signal.SIGINT)
+
+        return cb_then_sigint, close
+
+    monkeypatch.setattr(render_bench, "progress_reporter", reporter)
+    code = main(["bench", "latency", "--size", "128MiB", "--preset", "rigorous", "--out", str(out),
+                 "--format", "json"])
     cap = capsys.readouterr()
-    assert code == ExitCode.INTERRUPTED, cap.err
+    assert sent and code == ExitCode.INTERRUPTED, cap.err
     rec = load_bench(out)
     assert rec.complete is False and any(w["code"] == "interrupted" for w in rec.warnings)
     assert all(r["stats"]["n"] == len(r["samples"]) < 15 for r in rec.results)
+    assert sum(len(r["samples"]) for r in rec.results) >= sent[0]   # every sample taken before it is kept
     assert json.loads(cap.out)["complete"] is False
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.progress import Child
 from sactool.data import paper_platform
 
 REPO = Path(__file__).resolve().parent.parent
@@ -53,67 +54,103 @@ def _small_gather_size() -> str:
     return f"{2 * node0_llc()}B"
 
 
-@pytest.mark.parametrize("sig,after_point_s", [(signal.SIGINT, 0.0), (signal.SIGINT, 0.4), (signal.SIGINT, 0.9),
-                                               (signal.SIGTERM, 0.4), (signal.SIGTERM, 0.9)])
-def test_ctrl_c_during_tune_quick_gather_is_an_interrupt(tmp_path, sig, after_point_s):
+def _points(path: Path, kind: str) -> int:
+    return path.read_text().count(f'"{kind}"') if path.exists() else 0
+
+
+# The moments are points on disk, not delays: once the journal holds the n-th point of a kind, the
+# next quick gather (or page-size gather) is being set up or measured when the signal comes.
+@pytest.mark.parametrize("sig,kind,n", [(signal.SIGINT, "gather", 1), (signal.SIGINT, "gather", 2),
+                                        (signal.SIGINT, "pagesize", 1), (signal.SIGTERM, "gather", 1),
+                                        (signal.SIGTERM, "gather", 2)],
+                         ids=["SIGINT-after-gather-1", "SIGINT-after-gather-2", "SIGINT-after-pagesize-1",
+                              "SIGTERM-after-gather-1", "SIGTERM-after-gather-2"])
+def test_ctrl_c_during_tune_quick_gather_is_an_interrupt(tmp_path, sig, kind, n):
     prof = tmp_path / "p.yaml"
     points = tmp_path / "p.yaml.points.jsonl"
     # one rank, 4K contexts, the pool pinned (--pool-bytes: the plan does not follow live free
     # memory) and a small quick-gather buffer (--gather-size), so every node can measure it
     p = start(["tune", "--context", "4k", "--steps", "4", "--replicates", "3", "--tp", "1", "--gpu-kv-budget", "10GiB",
                "--pool-bytes", "1GiB", "--gather-size", _small_gather_size(), "--out", prof])
-    # the first gather round is on disk: the next quick gather is running now
-    if not wait_for(lambda: points.exists() and points.read_text().count('"gather"') >= 1 or p.poll() is not None):
+    if not wait_for(lambda: _points(points, kind) >= n or p.poll() is not None, timeout=300):
         p.kill()
-        pytest.fail("no gather point within 60 s")
+        pytest.fail(f"no {kind} point {n} within 300 s")
     if p.poll() is not None:
         code, _, err = finish(p)
-        pytest.fail(f"tune ended before its second gather round: {code} {err}")
-    time.sleep(after_point_s)
+        pytest.fail(f"tune ended before its {kind} point {n + 1}: {code} {err}")
+    seen = {k: _points(points, k) for k in ("gather", "pagesize")}
     p.send_signal(sig)
-    code, out, err = finish(p)
+    code, out, err = finish(p, timeout=300)
     assert code == (130 if sig == signal.SIGINT else 143), err
     assert ("interrupted" in err or "terminated" in err) and "no gather results" not in err and not prof.exists()
     kept = [json.loads(ln) for ln in points.read_text().splitlines() if ln.strip()]
     assert all(k["kind"] != "gather" or k["bandwidth_bytes_per_s"] > 0 for k in kept)
+    # every point finished before the signal is still there
+    assert all(sum(k["kind"] == kd for k in kept) >= c for kd, c in seen.items()), (seen, kept)
 
 
-def test_quick_gather_interrupted_raises_instead_of_returning_a_partial_figure():
-    """In-process: a real SIGINT while ``run_quick_gather`` measures."""
-    import threading
+def test_quick_gather_interrupted_raises_instead_of_returning_a_partial_figure(monkeypatch):
+    """In-process: a real SIGINT while ``run_quick_gather`` measures. The moment is the protocol's
+    own progress (its first round sample done), not a delay: the real ``run_protocol`` runs, with
+    a progress callback that sends the signal once rounds have begun."""
+    from sactool.bench import protocol, run_quick_gather, runner
 
-    from sactool.bench import run_quick_gather
+    sent = []
 
-    t = threading.Timer(1.5, lambda: os.kill(os.getpid(), signal.SIGINT))
-    t.start()
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            run_quick_gather(0, 656, 2048, threads=1, size_bytes=64 << 20, seconds=8.0)
-    finally:
-        t.cancel()
+    def measuring_then_sigint(configs, proto, *, progress=None, **kw):
+        def prog(desc, done, total):
+            if not desc.startswith("calibrated") and done >= 1 and not sent:
+                sent.append((done, total))
+                os.kill(os.getpid(), signal.SIGINT)
+            if progress:
+                progress(desc, done, total)
+
+        return protocol.run_protocol(configs, proto, progress=prog, **kw)
+
+    monkeypatch.setattr(runner, "run_protocol", measuring_then_sigint)
+    with pytest.raises(KeyboardInterrupt):
+        run_quick_gather(0, 656, 2048, threads=1, size_bytes=64 << 20, seconds=8.0)
+    assert sent and sent[0][0] < sent[0][1], sent    # it came mid-rounds, with rounds left to measure
 
 
 # ---------------------------------------------------------------------------------------------
 # item 3: SIGTERM keeps finished results, like SIGINT
 # ---------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("sig,delay", [(signal.SIGTERM, 2.5), (signal.SIGTERM, 4.5), (signal.SIGTERM, 6.5),
-                                       (signal.SIGINT, 4.5)])
-def test_signal_during_bench_all_keeps_finished_results(tmp_path, sig, delay):
+# The moments are the child's own progress line (its stderr is a terminal: fixtures.progress),
+# never a delay: "before work" = it builds the latency test's chains, nothing measured yet;
+# "mid-measurement" = the latency test has taken its first round samples; "between finished
+# results" = the latency and MLP tests are done and the loaded-latency test calibrates.
+BEFORE_WORK = r"building pointer-chase chains"
+MID_MEASUREMENT = r"latency: latency/\S+ [^\d\n]*(\d+)/\d+"
+BETWEEN_RESULTS = r"loaded: calibrated"
+
+
+@pytest.mark.parametrize("sig,moment", [(signal.SIGTERM, BEFORE_WORK), (signal.SIGTERM, MID_MEASUREMENT),
+                                        (signal.SIGTERM, BETWEEN_RESULTS), (signal.SIGINT, MID_MEASUREMENT)],
+                         ids=["SIGTERM-before-work", "SIGTERM-mid-measurement", "SIGTERM-between-results",
+                              "SIGINT-mid-measurement"])
+def test_signal_during_bench_all_keeps_finished_results(tmp_path, sig, moment):
     out = tmp_path / "all.json"
-    p = start(["bench", "all", *SMALL, "--out", out])
-    time.sleep(delay)
-    p.send_signal(sig)
-    code, _, err = finish(p)
-    if code == 0:          # finished before the signal (very fast machine): the record is complete
-        assert json.loads(out.read_text())["complete"] is True
-        return
+    child = Child(["bench", "all", *SMALL, "--out", out])
+    seen = child.wait_for(moment)
+    child.send_signal(sig)
+    code, _, err = child.finish()
     assert code == 128 + sig, err
     assert ("SIGTERM" if sig == signal.SIGTERM else "interrupted") in err
-    if delay < 4 and not out.exists():   # so early that nothing was measured yet: nothing to keep
-        return
     data = json.loads(out.read_text())
     assert data["complete"] is False and any(w["code"] == "interrupted" for w in data["warnings"])
     assert "kept" in err
+    rounds = data["protocol"]["rounds"]
+    by_test: dict[str, list] = {}
+    for r in data["results"]:
+        by_test.setdefault(r["test"], []).append(r)
+    if moment == BEFORE_WORK:            # nothing was measured yet: nothing to keep, and nothing made up
+        assert data["results"] == [] and "0 finished results kept" in err, err
+    elif moment == MID_MEASUREMENT:      # every latency sample the bar had counted is in the record
+        assert sum(len(r["samples"]) for r in by_test["latency"]) >= int(seen.group(1)) >= 1
+    else:                                # the two finished tests are there whole
+        assert by_test["latency"] and by_test["mlp"]
+        assert all(len(r["samples"]) == rounds for t in ("latency", "mlp") for r in by_test[t])
 
 
 # ---------------------------------------------------------------------------------------------

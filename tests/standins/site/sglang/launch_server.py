@@ -15,6 +15,11 @@ import time
 def main() -> int:
     keep = {k: v for k, v in os.environ.items() if k.startswith(("SGLANG_", "SACTOOL_"))}
     rec = {"pid": os.getpid(), "argv": sys.argv[1:], "env": keep}
+    got = []
+    code = int(os.environ.get("STANDIN_SIGNAL_EXIT", "143"))
+    # the handlers first: the record is the test's cue to signal, so it must not come before them
+    signal.signal(signal.SIGTERM, lambda s, f: got.append(s))
+    signal.signal(signal.SIGINT, lambda s, f: got.append(s))
     path = os.environ.get("STANDIN_RECORD")
     if path:
         tmp = path + ".tmp"
@@ -23,11 +28,7 @@ def main() -> int:
         os.replace(tmp, path)
     if "STANDIN_EXIT" in os.environ:
         return int(os.environ["STANDIN_EXIT"])
-    got = []
-    code = int(os.environ.get("STANDIN_SIGNAL_EXIT", "143"))
-    signal.signal(signal.SIGTERM, lambda s, f: got.append(s))
-    signal.signal(signal.SIGINT, lambda s, f: got.append(s))
-    deadline = time.monotonic() + float(os.environ.get("STANDIN_TIMEOUT_S", "30"))
+    deadline = time.monotonic() + float(os.environ.get("STANDIN_TIMEOUT_S", "120"))
     while not got and time.monotonic() < deadline:
         time.sleep(0.02)
     if not got:
