@@ -118,3 +118,14 @@ def _load_sglang_wheel():
 def sglang_wheel():
     """tests/standins/sglang_wheel.py: the cached SGLang 0.5.23 release (source_root, registry_unreachable)."""
     return _load_sglang_wheel()
+
+
+@pytest.fixture
+def python_ctrl_c():
+    """Python's own Ctrl-C handler for an in-process test that sends itself SIGINT: a suite run
+    from a background job starts with SIGINT ignored, and then no KeyboardInterrupt would come."""
+    import signal
+
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)

@@ -110,7 +110,7 @@ def test_cpu_less_node_as_cpu_source(tmp_path):
     assert parse_cpus("node0", topo) == topo.node(0).cpus
 
 
-def test_ctrl_c_keeps_finished_samples(tmp_path, capsys, monkeypatch):
+def test_ctrl_c_keeps_finished_samples(tmp_path, capsys, monkeypatch, python_ctrl_c):
     """A real SIGINT mid-rounds. The moment is bench's own progress line, not a delay: the real
     progress reporter, whose callback also sends the signal once the third latency sample is done."""
     import sactool.render.bench as render_bench

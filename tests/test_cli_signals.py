@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.progress import Child
+from fixtures.progress import BAR, Child, default_sigint
 from sactool.data import paper_platform
 
 REPO = Path(__file__).resolve().parent.parent
@@ -25,11 +25,12 @@ CLI = [sys.executable, "-c", "from sactool.entry import main; main()"]
 
 
 def start(args, env=None, **kw) -> subprocess.Popen:
+    kw.setdefault("preexec_fn", default_sigint)
     return subprocess.Popen(CLI + [str(a) for a in args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=env, **kw)
 
 
-def finish(p: subprocess.Popen, timeout=120):
+def finish(p: subprocess.Popen, timeout=300):
     out, err = p.communicate(timeout=timeout)
     return p.returncode, out, err
 
@@ -89,7 +90,7 @@ def test_ctrl_c_during_tune_quick_gather_is_an_interrupt(tmp_path, sig, kind, n)
     assert all(sum(k["kind"] == kd for k in kept) >= c for kd, c in seen.items()), (seen, kept)
 
 
-def test_quick_gather_interrupted_raises_instead_of_returning_a_partial_figure(monkeypatch):
+def test_quick_gather_interrupted_raises_instead_of_returning_a_partial_figure(monkeypatch, python_ctrl_c):
     """In-process: a real SIGINT while ``run_quick_gather`` measures. The moment is the protocol's
     own progress (its first round sample done), not a delay: the real ``run_protocol`` runs, with
     a progress callback that sends the signal once rounds have begun."""
@@ -157,9 +158,8 @@ def test_signal_during_bench_all_keeps_finished_results(tmp_path, sig, moment):
 # item 4: unwritable output checked before the work; a failed final write loses nothing;
 # two runs racing for one --out
 # ---------------------------------------------------------------------------------------------
-# the work these would do takes well over LONG_WORK_S here (bench all on 1 GiB: ~40 s; this
-# simulate: ~13 s on an idle machine); refusing the output first answers in a second or two
-LONG_WORK_S = 10
+# "Before the work" is an observation, not a time: the child's stderr is a terminal, and a
+# command that works draws its progress bar first; a refused output answers without one.
 LONG_BENCH = ["bench", "all", "--preset", "default"]
 LONG_SIM = ["simulate", "--platform", paper_platform(), "--context",
             "16k,32k,64k,128k", "--concurrency", "8,16,32,64,128,256,512", "--hotbuffer-steps", "512"]
@@ -170,13 +170,18 @@ def test_output_in_a_non_directory_is_refused_before_the_work(tmp_path, argv):
     blocker = tmp_path / "file"
     blocker.write_text("x")
     opt = "--out" if argv[0] == "bench" else "--plot"
-    p = start([*argv, opt, blocker / ("x.json" if opt == "--out" else "x.png")])
-    try:
-        code, out, err = finish(p, timeout=LONG_WORK_S)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        pytest.fail(f"still working after {LONG_WORK_S} s: the output was not checked first")
+    child = Child([*argv, opt, blocker / ("x.json" if opt == "--out" else "x.png")])
+    code, out, err = child.finish()
+    assert not child.worked(), f"the work began before the output was checked:\n{err[-2000:]}"
     assert code == 1 and out == "" and "cannot write" in err and "hint: " in err, err
+
+
+def test_the_work_draws_its_bar_first(tmp_path):
+    """What the two tests above rely on: a command that goes on to work draws its bar."""
+    child = Child([*LONG_SIM, "--plot", tmp_path / "x.png"])
+    child.wait_for(BAR)
+    child.p.kill()
+    child.finish()
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching to an unprivileged user needs root")
@@ -188,15 +193,17 @@ def test_unwritable_directory_refused_before_the_work_as_a_user():
     try:
         os.chmod(top, 0o755)
         env = dict(os.environ, HOME="/nonexistent", NUMBA_CACHE_DIR=str(top / "nc"))
-        cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *CLI, *LONG_BENCH,
-               "--out", str(top / "x.json")]
-        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=LONG_WORK_S, cwd="/")
-        assert r.returncode == 1 and r.stdout == "" and "cannot write" in r.stderr, r.stderr
+        child = Child([*LONG_BENCH, "--out", top / "x.json"], env=env, cwd="/",
+                      prefix=["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"])
+        code, out, err = child.finish()
+        assert not child.worked(), f"the work began before the output was checked:\n{err[-2000:]}"
+        assert code == 1 and out == "" and "cannot write" in err, err
     finally:
         shutil.rmtree(top)
 
 
 def _limit_file_size():
+    default_sigint()
     resource.setrlimit(resource.RLIMIT_FSIZE, (2048, 2048))
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 

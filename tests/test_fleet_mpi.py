@@ -28,6 +28,7 @@ SACTOOL = str(BIN / "sactool")
 pytestmark = pytest.mark.skipif(MPIRUN is None, reason="no mpirun: install the mpi extra (pip install -e '.[mpi]')")
 
 SMALL = ["--node", "0", "--size", "32MiB", "--topk", "256"]
+HANG_GUARD_S = 300   # an overall bound on a run that should end by itself, not a speed expectation
 
 
 def _launcher() -> list[str]:
@@ -50,7 +51,7 @@ def _env(tmp_path, **extra) -> dict[str, str]:
     return {**os.environ, "SACTOOL_CACHE_DIR": cache, **extra}
 
 
-def _run(cmd, tmp_path, timeout=120):
+def _run(cmd, tmp_path, timeout=HANG_GUARD_S):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=tmp_path, env=_env(tmp_path))
 
 
@@ -157,9 +158,10 @@ def test_a_rank_with_a_malformed_option_ends_the_job(tmp_path):
     """That rank exits before MPI starts; the others would wait in MPI_Init for it (Open MPI's
     launcher hung there for minutes): it aborts the job instead."""
     app = ["bench", "gather", "--preset", "fast", "-r", "656", *SMALL]
-    t0 = time.monotonic()
-    p = _run(_mpmd(app, app + ["--bogus"]), tmp_path, timeout=60)
-    assert p.returncode != 0 and time.monotonic() - t0 < 30
+    # the evidence is Open MPI's own report of that rank's abort, not a time: a job left waiting
+    # in MPI_Init would not end by itself (HANG_GUARD_S only keeps the suite from waiting forever)
+    p = _run(_mpmd(app, app + ["--bogus"]), tmp_path, timeout=HANG_GUARD_S)
+    assert p.returncode == 2 and "MPI_ABORT was invoked on rank 1" in p.stderr, p.stderr
     assert "--bogus" in p.stderr
 
 
@@ -195,15 +197,15 @@ def test_a_rank_interrupted_or_killed_stops_all_and_rank0_keeps_finished_steps(t
     env = _env(tmp_path, **({"SACTOOL_FLEET_TIMEOUT": "10"} if sig == signal.SIGSTOP else {}))
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env)
     try:
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + HANG_GUARD_S
         while not out.exists() and p.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert out.exists(), "the first round never finished"
         victim = _rank_pids(p.pid)[1]
         os.kill(victim, sig)
-        t0 = time.monotonic()
-        _, err = p.communicate(timeout=60)
-        stopped_after = time.monotonic() - t0
+        # no hang: the job ends by itself (the guard only bounds a broken run's wait), and why it
+        # ended is asserted below (the agreed interrupt, the fleet timeout's message)
+        _, err = p.communicate(timeout=HANG_GUARD_S)
     finally:
         if p.poll() is None:
             p.kill()
@@ -212,7 +214,6 @@ def test_a_rank_interrupted_or_killed_stops_all_and_rank0_keeps_finished_steps(t
                 os.kill(victim, signal.SIGKILL)  # normally already gone: mpirun's abort killed it
             except (OSError, NameError):
                 pass
-    assert stopped_after < 30  # no hang: the others stop within a bounded time
     rec = json.loads(out.read_text())
     fl = rec["fleet"]
     # rounds interleave the steps: every step is there, with the rounds that finished
