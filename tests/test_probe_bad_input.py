@@ -151,7 +151,7 @@ def test_permission_denied_is_named(tmp_path):
         argv = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", *argv]
     repo = Path(__file__).resolve().parent.parent
     env = dict(os.environ, PYTHONPATH=str(repo))
-    res = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
+    res = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
     assert res.returncode == 0, res.stderr
     msgs = json.loads(res.stdout)
     assert f"{MEM}/serial: permission denied" in msgs

@@ -21,7 +21,7 @@ SACTOOL = str(Path(sys.executable).with_name("sactool"))
 def test_arrival_rate_refused_by_the_command(rate):
     # a real process with a timeout: "nan" used to run for 13 minutes of CPU before being killed
     r = subprocess.run([SACTOOL, "simulate", "--platform", str(paper_platform()), f"--arrival-rate={rate}",
-                        "--context", "32k", "--concurrency", "8"], capture_output=True, text=True, timeout=60)
+                        "--context", "32k", "--concurrency", "8"], capture_output=True, text=True, timeout=300)
     assert r.returncode == ExitCode.USAGE, r.stderr
     assert r.stderr.startswith("error: arrival rate") and "hint:" in r.stderr and r.stdout == ""
 
@@ -50,5 +50,5 @@ def test_platform_file_nan_rate_refused(tmp_path):
 
 def test_concurrency_list_parser():
     r = subprocess.run([SACTOOL, "simulate", "--platform", str(paper_platform()), "--concurrency", "8,x"],
-                       capture_output=True, text=True, timeout=60)
+                       capture_output=True, text=True, timeout=300)
     assert r.returncode == ExitCode.USAGE and "not a list of integers" in r.stderr
