@@ -176,3 +176,31 @@ def test_profile_form_takes_gpu_budget_and_pool_capacity_from_the_profile(tmp_pa
     per_gpu = 5e9 // (4096 * 61 * 656 + 32768 * 61 * 132)       # hot buffer + index keys per request
     assert sac["max_concurrency"] == min(int(60e9 // kv), int(per_gpu) * 8)
     assert any("55.88 GiB: the profile's pool targets" in n for n in data["notes"])  # 60e9 B, IEC (units rule)
+
+
+@pytest.mark.parametrize("width", [512, 768], ids=["measured", "not-measured"])
+def test_profile_form_uses_the_profiles_swap_in_width(tmp_path, capsys, width):
+    """A GPU swap-in record measured 256/512/960/1024 threads per CTA, 1024 the fastest: the
+    simulated SAC placement takes the figure at the profile's hisparse.swap_in_block_size (what
+    SGLang runs), not the fastest; a width the record lacks falls back to the fastest, said."""
+    from test_tune_swap_in import _sweep, gpu_record
+
+    rec = gpu_record(tmp_path / "g.json", _sweep(1024, 1024), "node2")
+    d = yaml.safe_load(PROFILE.read_text())
+    d["bench"] = {"source": "file", "path": str(rec), "memory_node": "node2", "record_bytes": 656, "threads": 1,
+                  "bandwidth_bytes_per_s": 1e9, "stand_in": False, "fetch_path": "gpu"}
+    d["hisparse"]["swap_in_block_size"] = width
+    prof = tmp_path / "p.yaml"
+    prof.write_text(yaml.safe_dump(d))
+    args = ["simulate", "--profile", str(prof), "--context", "32k", "--concurrency", "8", "--output-tokens", "32",
+            "--hotbuffer-steps", "16"]
+    assert main([*args, "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr()[0])
+    at8 = {t: 1e9 * 8 ** 0.5 * (1.2 if t == 1024 else 1.0) for t in (256, 512, 960, 1024)}   # medians at 8 blocks
+    used = width if width in at8 else 1024
+    assert data["inputs"]["paths"]["sac"]["device_bytes_per_s"] == pytest.approx(at8[used])
+    assert main([*args, "--explain"]) == 0
+    out = " ".join(capsys.readouterr()[0].split())
+    assert f"swap-in CTA width {width} threads, the profile's hisparse.swap_in_block_size" in out
+    assert f"8 blocks × {used} threads {at8[used] / 1e9:.2f} GB/s" in out
+    assert ("the GPU record did not measure it" in out) == (width not in at8)

@@ -31,8 +31,24 @@ def _curve_from_figures(record_bytes: int, s_per_record: float, aggregate: float
     return GatherCurve(record_bytes, pts, source, aggregate)
 
 
-def _bench_curve(path: str | None, block: dict | None, record_bytes: int, what: str) -> tuple[GatherCurve, str]:
-    """Gather curve from a bench record file (preferred) or a profile's bench block."""
+def _width_note(what: str, width: int, figs) -> str:
+    """Which CTA width the GPU figures are at: the profile's ``swap_in_block_size`` when the
+    record measured it, else (said) the fastest width the record has at that point."""
+    used = [f"{f.blocks} block{'s' if f.blocks != 1 else ''} × {f.threads_per_block} threads "
+            f"{f.bandwidth_bytes_per_s / 1e9:.2f} GB/s" for f in figs]
+    missing = [f for f in figs if f.threads_per_block != width]
+    head = f"{what}: swap-in CTA width {width} threads, the profile's hisparse.swap_in_block_size (what SGLang runs)"
+    if missing:
+        head += (f"; the GPU record did not measure it (widths {', '.join(map(str, missing[0].widths))}), so its "
+                 "fastest measured width stands in")
+    gpu = figs[0].gpu or "?"
+    return head + f"; figures used (GPU {gpu}, medians): " + ", ".join(used)
+
+
+def _bench_curve(path: str | None, block: dict | None, record_bytes: int, what: str,
+                 swap_in_block: int | None = None) -> tuple[GatherCurve, str, str | None]:
+    """Gather curve from a bench record file (preferred) or a profile's bench block, with a note
+    on the swap-in CTA width of a GPU record's figures (``swap_in_block``: the profile's width)."""
     if path and Path(path).exists():
         from sactool.bench import gather_figure, load_bench
 
@@ -41,17 +57,22 @@ def _bench_curve(path: str | None, block: dict | None, record_bytes: int, what: 
         from sactool.bench.gpufigure import gpu_gather_figure, gpu_results, has_gpu_figures
 
         if has_gpu_figures(rec) and not any(r.get("test") == "gather" for r in rec.results):
-            # a gpu-gather record: one request's rate from 1 block, the aggregate from the most blocks
-            g1 = gpu_gather_figure(rec, record_bytes, 1)
-            gn = gpu_gather_figure(rec, record_bytes, max(int(r["params"]["blocks"]) for r in gpu_results(rec)))
-            src = (f"{what}: GPU swap-in record {path} ({node}), 1 block {g1.ns_per_record:.1f} ns/record, "
-                   f"{gn.blocks} blocks {gn.bandwidth_bytes_per_s / 1e9:.2f} GB/s")
-            return _curve_from_figures(record_bytes, g1.ns_per_record * 1e-9, gn.bandwidth_bytes_per_s, src), node
+            # a gpu-gather record: one request's rate from 1 block, the aggregate from the most
+            # blocks, both at the CTA width SGLang will run (the profile's swap_in_block_size)
+            g1 = gpu_gather_figure(rec, record_bytes, 1, threads=swap_in_block)
+            gn = gpu_gather_figure(rec, record_bytes, max(int(r["params"]["blocks"]) for r in gpu_results(rec)),
+                                   threads=swap_in_block)
+            src = (f"{what}: GPU swap-in record {path} ({node}), 1 block × {g1.threads_per_block} threads "
+                   f"{g1.ns_per_record:.1f} ns/record, {gn.blocks} blocks × {gn.threads_per_block} threads "
+                   f"{gn.bandwidth_bytes_per_s / 1e9:.2f} GB/s")
+            note = _width_note(what, swap_in_block, (g1, gn)) if swap_in_block else None
+            return (_curve_from_figures(record_bytes, g1.ns_per_record * 1e-9, gn.bandwidth_bytes_per_s, src), node,
+                    note)
         one = gather_figure(rec, record_bytes, threads=1)
         agg = gather_figure(rec, record_bytes)
         src = (f"{what}: bench record {path} ({node}), 1 thread {one.ns_per_record:.1f} ns/record, "
                f"{agg.threads} threads {agg.bandwidth_bytes_per_s / 1e9:.2f} GB/s ({agg.source})")
-        return _curve_from_figures(record_bytes, one.ns_per_record * 1e-9, agg.bandwidth_bytes_per_s, src), node
+        return _curve_from_figures(record_bytes, one.ns_per_record * 1e-9, agg.bandwidth_bytes_per_s, src), node, None
     if not block or not block.get("bandwidth_bytes_per_s"):
         raise RecordError(f"{what} has no bench figures", BENCH_HINT)
     bw = float(block["bandwidth_bytes_per_s"])
@@ -61,7 +82,13 @@ def _bench_curve(path: str | None, block: dict | None, record_bytes: int, what: 
     s_rec = record_bytes / bw  # per-request rate unknown without the record: one request gets it all
     src = (f"{what}: profile bench block ({block.get('memory_node')}, {rb} B records, "
            f"{block.get('threads')} threads, {bw / 1e9:.2f} GB/s; per-request rate taken as the same)")
-    return _curve_from_figures(record_bytes, s_rec, bw, src), str(block.get("memory_node"))
+    note = None
+    sw = block.get("swap_in") or {}
+    if swap_in_block and block.get("fetch_path") == "gpu":
+        note = (f"{what}: the bench record is not at hand, so the bench block's figure stands (tune's, at "
+                f"{sw.get('block_size', '?')} threads per CTA); the profile's hisparse.swap_in_block_size is "
+                f"{swap_in_block}")
+    return _curve_from_figures(record_bytes, s_rec, bw, src), str(block.get("memory_node")), note
 
 
 def platform_from_profile(profile_path, base: Platform, *, dram_bench: str | None = None) -> tuple[Platform, list[str]]:
@@ -76,9 +103,12 @@ def platform_from_profile(profile_path, base: Platform, *, dram_bench: str | Non
     kv = prof.sglang.kv_cache_dtype
     rb = spec.record_bytes(kv)
     notes = []
-    cxl, node = _bench_curve(prof.bench.get("path"), prof.bench, rb, f"profile {profile_path}")
+    width = prof.hisparse.swap_in_block_size
+    cxl, node, width_note = _bench_curve(prof.bench.get("path"), prof.bench, rb, f"profile {profile_path}", width)
+    notes += [width_note] if width_note else []
     if dram_bench:
-        dram, _ = _bench_curve(dram_bench, None, rb, f"DRAM bench {dram_bench}")
+        dram, _, width_note = _bench_curve(dram_bench, None, rb, f"DRAM bench {dram_bench}", width)
+        notes += [width_note] if width_note else []
     else:
         dram = cxl
         notes.append(f"no DRAM bench record: the pool's figures ({node}) stand in for local DRAM, so SAC/DRAM "
