@@ -204,3 +204,18 @@ def test_profile_form_uses_the_profiles_swap_in_width(tmp_path, capsys, width):
     assert f"swap-in CTA width {width} threads, the profile's hisparse.swap_in_block_size" in out
     assert f"8 blocks × {used} threads {at8[used] / 1e9:.2f} GB/s" in out
     assert ("the GPU record did not measure it" in out) == (width not in at8)
+
+
+def test_profile_form_without_the_gpu_record_says_whose_width_the_block_is(tmp_path, capsys):
+    d = yaml.safe_load(PROFILE.read_text())
+    d["bench"] = {"source": "file", "path": str(tmp_path / "gone.json"), "memory_node": "node2", "record_bytes": 656,
+                  "threads": 1, "bandwidth_bytes_per_s": 20e9, "stand_in": False, "fetch_path": "gpu",
+                  "swap_in": {"block_size": 960, "source": "measured"}}
+    d["hisparse"]["swap_in_block_size"] = 512
+    prof = tmp_path / "p.yaml"
+    prof.write_text(yaml.safe_dump(d))
+    assert main(["simulate", "--profile", str(prof), *QUICK, "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr()[0])
+    assert data["inputs"]["paths"]["sac"]["device_bytes_per_s"] == 20e9
+    assert any("bench block's figure stands (tune's, at 960 threads per CTA)" in n and "swap_in_block_size is 512" in n
+               for n in data["notes"])
