@@ -35,13 +35,15 @@ def run_quick_gather(node: int | None, record_bytes: int, topk: int, threads: in
 
     One configuration: ``record_bytes`` records, ``topk`` uniform indices per step, ``threads``
     threads (None: all CPUs of the nearest CPU node), the default prefetch distance; buffer
-    ``size_bytes`` (default 256 MiB, ≥ 8× a 32 MiB L3). ``seconds`` bounds the measuring time
+    ``size_bytes`` (default: sized from this machine, :func:`sactool.bench.sizing.derive`: 8× the
+    gathering CPUs' last-level cache, at least 256 MiB, at most what the node holds). ``seconds`` bounds the measuring time
     (imports, placement and kernel load come on top: ~2–3 s here). ``hugepages``: the buffer's
     page kind (thp, none = 4 KiB, 2MB/1GB hugetlb). Returns a full bench record; Ctrl-C raises
     KeyboardInterrupt (a partial measurement is not a figure).
     """
     from sactool.bench.api import BenchOptions, run_bench as _run
     from sactool.bench.protocol import Protocol
+    from sactool.bench.sizing import FLOOR_BYTES
 
     if seconds <= 0:
         from sactool.errors import UsageError
@@ -50,7 +52,7 @@ def run_quick_gather(node: int | None, record_bytes: int, topk: int, threads: in
     rounds = 5
     # warm-up + calibration take about 3 sample lengths on top of the rounds
     proto = Protocol("quick", max(0.005, seconds / (rounds + 4)), rounds, warmup=1)
-    opts = BenchOptions(tests=("gather",), node=node, size_bytes=size_bytes or (256 << 20),
+    opts = BenchOptions(tests=("gather",), node=node, size_bytes=size_bytes, size_floor_bytes=FLOOR_BYTES, size_option="--gather-size",
                         threads=(threads,) if threads else None, record_bytes=(record_bytes,), topk=topk,
                         preset="fast", command="quick-gather", protocol=proto, hugepages=hugepages)
     if threads is None:

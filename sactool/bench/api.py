@@ -13,6 +13,7 @@ from typing import Callable
 from sactool import records
 from sactool.bench import record as R
 from sactool.bench.protocol import PRESETS, Protocol
+from sactool.bench.trust import ON_CPU_MIN  # the one cache-and-noise rule (re-exported here)
 from sactool.errors import TopologyError, UsageError
 from sactool.host.sysfs import SysfsReader, format_cpulist
 from sactool.units import format_bytes, format_size_arg
@@ -22,10 +23,10 @@ TESTS = ("latency", "mlp", "loaded", "gather", "bandwidth", "convert")
 last: they overwrite the chains)."""
 
 PRESET_SIZES = {"fast": 512 << 20, "default": 1 << 30, "rigorous": 4 << 30}
-"""Default buffer per preset; each is ≥ 8× a 32 MiB L3 so each half (one chase chain) is ≥ 4× LLC."""
+"""Smallest default buffer per preset; the default is 8× the measuring CPUs' last-level cache where that
+is larger (each half, one chase chain, ≥ 4× the cache) and what the node holds where it is less
+(:func:`sactool.bench.sizing.derive`)."""
 
-ON_CPU_MIN = 0.9
-"""Median share of a sample its threads were on a CPU below which the result is flagged (policy)."""
 
 HIGH_RSD = 0.10
 """Relative stdev above which a result is flagged (policy: 10%, hyperfine warns on outliers similarly)."""
@@ -54,6 +55,8 @@ class BenchOptions:
     seed: int = 1
     command: str = "all"
     protocol: Protocol | None = None
+    size_floor_bytes: int | None = None     # smallest derived default (None: PRESET_SIZES of the preset)
+    size_option: str = "--size"             # the option that sets size_bytes, for hints
 
 
 Progress = Callable[[str, int, int], None]
@@ -156,16 +159,18 @@ def run_bench(opts: BenchOptions, *, reader: SysfsReader | None = None, progress
                             "sactool bench measures the running machine: drop --sysfs-root")
     mem = _memory_node(opts, topo, reader)
     cpu_node, cpus = resolve_cpus(topo, mem, opts.cpus)
-    llc = env.llc_bytes(reader, cpus[0]) or (32 << 20)
-    size = opts.size_bytes or PRESET_SIZES.get(opts.preset, 1 << 30)
+    warnings: list[dict] = []
+    rule = buffer_rule(opts, topo, reader, mem, cpu_node, cpus)
+    warnings.extend(rule.warnings)
+    size = rule.size_bytes
+    llc = rule.cache.bytes if rule.cache else env.ASSUMED_LLC_BYTES
     _validate(opts, size, llc)
     proto = opts.protocol or PRESETS[opts.preset]
     threads = _thread_sweep(opts, len(cpus))
     if not opts.dax:  # refuse a buffer that cannot fit before building indices and chains
         from sactool.memory.nodes import check_fits, free_estimate
 
-        check_fits(free_estimate(topo, reader, mem), size)
-    warnings: list[dict] = []
+        check_fits(free_estimate(topo, reader, mem), size, option=opts.size_option)
     stand_in = _stand_in(opts, topo, mem, warnings)
     busy = env.busy_fraction(reader, cpus)
     if busy is not None and busy > 0.25:
@@ -187,9 +192,35 @@ def run_bench(opts: BenchOptions, *, reader: SysfsReader | None = None, progress
         "machine": machine_block(reader), "command": opts.command, "tests": list(opts.tests),
         "protocol": proto.to_data(), "memory_node": f"node{mem}",
         "cpu_node": f"node{cpu_node}" if cpu_node >= 0 else None, "cpus": list(cpus), "stand_in": stand_in,
-        "llc_bytes": llc, "buffer": bdesc, "results": results, "warnings": warnings, "complete": complete,
+        "llc_bytes": llc, "buffer_rule": rule.to_data(), "buffer": bdesc, "results": results, "warnings": warnings, "complete": complete,
     })
     return R.from_data(data)
+
+
+def buffer_rule(opts: BenchOptions, topo, reader: SysfsReader, mem: int, cpu_node: int, cpus):
+    """The buffer's size and why (:mod:`sactool.bench.sizing`): ``--size`` as given (warned inside or near
+    the measuring CPUs' last-level cache: bench may measure a cache on purpose), else derived from that
+    cache and node ``mem``'s free memory (a devdax device: its size)."""
+    from sactool.bench import sizing
+
+    cache = sizing.last_level_cache(reader, cpus)
+    where = f"node{cpu_node}'s CPUs" if cpu_node >= 0 else f"CPUs {format_cpulist(cpus)}"
+    room = None
+    if opts.dax:
+        dev = next((d for d in topo.dax_devices if d.name == opts.dax.rsplit("/", 1)[-1]), None)
+        room = dev.size_bytes if dev is not None else None
+    else:
+        from sactool.memory.nodes import free_estimate
+
+        room = free_estimate(topo, reader, mem).room_bytes
+        proc, _ = sizing.process_room(reader)
+        if proc is not None:
+            room = proc if room is None else min(room, proc)
+    if opts.size_bytes:
+        return sizing.check_given(opts.size_bytes, cache, room, where=where, refuse_in_cache=False, code="in_cache",
+                                  option=opts.size_option, what="memory")
+    floor = opts.size_floor_bytes or PRESET_SIZES.get(opts.preset, 1 << 30)
+    return sizing.derive(cache, room, where=where, floor=floor, code="in_cache", option=opts.size_option)
 
 
 def _memory_node(opts: BenchOptions, topo, reader: SysfsReader) -> int:
@@ -262,8 +293,10 @@ def _result_warnings(results: list[dict], mem: int, cpu_node: int, warnings: lis
         r["memory_node"], r["cpu_node"] = f"node{mem}", (f"node{cpu_node}" if cpu_node >= 0 else None)
         oc = r.get("on_cpu_fraction")
         if oc is not None and oc < ON_CPU_MIN:
+            from sactool.bench.trust import descheduled_effect
+
             warnings.append(records.warning("descheduled", f"{r['key']}: its threads ran {oc:.0%} of the sample time "
-                                  "(other processes had the CPUs)", "wall-clock figures are inflated; "
+                                  f"(other processes had the CPUs): {descheduled_effect(r)}",
                                   "on_cpu_samples show the figures on-CPU time gives; rerun when idle"))
         s = r.get("stats")
         if s and s["n"] >= 3 and s["mean"] and s["stdev"] / s["mean"] > HIGH_RSD:

@@ -9,6 +9,10 @@ from sactool.units import parse_kernel_size
 
 CPU_DIR = "sys/devices/system/cpu"
 
+ASSUMED_LLC_BYTES = 32 << 20
+"""Where no CPU reports a cache: the footprint the gather index sets and chain checks are built for
+(a 32 MiB L3, the development machines'); the record's ``buffer_rule`` says the cache was unreported."""
+
 
 def llc_bytes(reader: SysfsReader, cpu: int) -> int | None:
     """Size of the highest cache level of ``cpu`` (``cpuN/cache/indexI/{level,size}``), bytes."""

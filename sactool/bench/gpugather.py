@@ -478,6 +478,9 @@ def run_gpu_gather(o: GpuGatherOptions, *, reader: SysfsReader | None = None, pr
     warnings.extend(_path_warnings(gpu, topo, mem))
     from sactool.host.machine import machine_block
 
+    from sactool.bench.sizing import last_level_cache
+
+    llc = last_level_cache(reader, cpus) if cpus else None   # the CPUs that wrote the host buffer (trust.py)
     data = records.header(R.KIND, R.SCHEMA_VERSION)
     pdata = proto.to_data()
     pdata["clock"] = "wall time (simulator)" if sim else "CUDA events (GPU time of each launch)"
@@ -487,7 +490,7 @@ def run_gpu_gather(o: GpuGatherOptions, *, reader: SysfsReader | None = None, pr
         "tests": ["gpu_gather"] + (["gpu_prefix_copy"] if o.full_prefix else []),
         "protocol": pdata, "memory_node": f"node{mem}" if mem is not None else None,
         "dax_device": o.dax, "cpu_node": f"node{cpu_node}" if cpu_node is not None else None, "cpus": list(cpus),
-        "stand_in": _stand_in(topo, mem, o.dax), "buffer": bdesc,
+        "stand_in": _stand_in(topo, mem, o.dax), "buffer": bdesc, "llc": llc.to_data() if llc else None,
         "gpu": gpu.to_data(), "registration": reg, "path_ceiling": ceiling,
         "context_tokens": o.context_tokens, "results": results, "warnings": warnings, "complete": complete,
     })

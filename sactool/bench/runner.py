@@ -121,5 +121,6 @@ def measure_all(buf, opts, proto: Protocol, cpus, threads, llc: int, gather_idx,
         return True
     except KeyboardInterrupt:
         return False
-    finally:
+    finally:   # every view of the buffer goes with this frame, even one a traceback keeps: close() unmaps
         del words
+        src = ms = chains = None   # noqa: F841

@@ -108,12 +108,15 @@ def latency(words, order_word_idx, cpu: int, variant: str, chase_fn=None, slot: 
     def walk(n: int) -> None:
         pos["at"] = int(chase_fn(words, pos["at"], n))
 
+    on_cpu: list = []    # closures append here, not to the Measure: no cycle holds the buffer
+    extra: list = []
+
     def run(reps: int) -> float:
-        m.cpu.append(run_pinned([cpu], lambda i: _on_cpu(lambda: walk(reps * CHASE_STEPS))))
+        on_cpu.append(run_pinned([cpu], lambda i: _on_cpu(lambda: walk(reps * CHASE_STEPS))))
         return reps * CHASE_STEPS
 
     m = Measure(Config(f"latency/{variant}", run), "latency", {"variant": variant, "chain_lines": len(order_word_idx)},
-                K.KERNEL_SPECS["chase"], "ns", lambda s, w: s * 1e9 / w, _lat_derive)
+                K.KERNEL_SPECS["chase"], "ns", lambda s, w: s * 1e9 / w, _lat_derive, cpu=on_cpu, extra=extra)
     return m
 
 
@@ -122,9 +125,12 @@ def mlp(words, order_word_idx, cpu: int, chains: int, first_slot: int = 0, slots
     slots = slots or chains
     starts = np.array([slot_start(order_word_idx, first_slot + k, slots) for k in range(chains)], dtype=np.uint64)
 
+    on_cpu: list = []    # closures append here, not to the Measure: no cycle holds the buffer
+    extra: list = []
+
     def run(reps: int) -> float:
         # mlp_chase advances ``starts`` in place: the next call continues along the chains
-        m.cpu.append(run_pinned([cpu], lambda i: _on_cpu(lambda: K.mlp_chase(words, starts, reps * MLP_STEPS))))
+        on_cpu.append(run_pinned([cpu], lambda i: _on_cpu(lambda: K.mlp_chase(words, starts, reps * MLP_STEPS))))
         return reps * MLP_STEPS
 
     def derive(s: Stats, m: Measure) -> dict:
@@ -132,7 +138,7 @@ def mlp(words, order_word_idx, cpu: int, chains: int, first_slot: int = 0, slots
                 "bandwidth_bytes_per_s": chains * LINE / (s.median * 1e-9)}
 
     m = Measure(Config(f"mlp/{chains}", run), "mlp", {"chains": chains, "variant": "random"},
-                K.KERNEL_SPECS["mlp"], "ns", lambda s, w: s * 1e9 / w, derive)
+                K.KERNEL_SPECS["mlp"], "ns", lambda s, w: s * 1e9 / w, derive, cpu=on_cpu, extra=extra)
     return m
 
 
@@ -154,8 +160,11 @@ def sequential(words, cpus: list[int], threads: int, op: str) -> Measure:
                 K.seq_copy(words, lo, lo + half, half)
         return (time.thread_time_ns() - t0) / 1e9
 
+    on_cpu: list = []    # closures append here, not to the Measure: no cycle holds the buffer
+    extra: list = []
+
     def run(reps: int) -> float:
-        m.cpu.append(run_pinned(use, lambda i: one(i, reps)))
+        on_cpu.append(run_pinned(use, lambda i: one(i, reps)))
         total_words = sum(((hi - lo) // 2) if op == "copy" else (hi - lo) for lo, hi in parts)
         return reps * total_words * nbytes
 
@@ -163,7 +172,7 @@ def sequential(words, cpus: list[int], threads: int, op: str) -> Measure:
         return {"bandwidth_bytes_per_s": s.median}
 
     m = Measure(Config(f"{op}/{threads}t", run), op, {"threads": threads, "cpus": use},
-                K.KERNEL_SPECS[op], "bytes_per_s", lambda s, w: w / s, derive, threads=threads)
+                K.KERNEL_SPECS[op], "bytes_per_s", lambda s, w: w / s, derive, threads=threads, cpu=on_cpu, extra=extra)
     return m
 
 
@@ -192,8 +201,11 @@ def gather(src_bytes, cpus: list[int], threads: int, record_bytes: int, topk: in
             kern(src, dsts[i], indices, lo, hi)
         return (time.thread_time_ns() - t0) / 1e9
 
+    on_cpu: list = []    # closures append here, not to the Measure: no cycle holds the buffer
+    extra: list = []
+
     def run(reps: int) -> float:
-        m.cpu.append(run_pinned(use, lambda i: one(i, reps)))
+        on_cpu.append(run_pinned(use, lambda i: one(i, reps)))
         return reps * indices.size  # records
 
     def derive(s: Stats, m: Measure) -> dict:
@@ -208,7 +220,7 @@ def gather(src_bytes, cpus: list[int], threads: int, record_bytes: int, topk: in
               "prefetch_distance": prefetch, "index_pattern": pattern, "indices": int(indices.size),
               "steps": int(indices.size // topk), "kernel_compile_seconds": round(compile_s, 4)}
     m = Measure(Config(f"gather/{record_bytes}B/{threads}t/d{prefetch}/{pattern}", run), "gather", params, spec,
-                "bytes_per_s", lambda s, wk: wk * record_bytes / s, derive, threads=threads)
+                "bytes_per_s", lambda s, wk: wk * record_bytes / s, derive, threads=threads, cpu=on_cpu, extra=extra)
     return m
 
 
@@ -232,7 +244,8 @@ def loaded(words, chase_order, cpus: list[int], delay: int | None, slot: int = 0
             pos = lo if end >= hi else end
         return nbytes / (time.perf_counter() - t0)
 
-    m: Measure
+    on_cpu: list = []    # closures append here, not to the Measure: no cycle holds the buffer
+    extra: list = []
 
     def run(reps: int) -> float:
         state["stop"] = False
@@ -247,7 +260,7 @@ def loaded(words, chase_order, cpus: list[int], delay: int | None, slot: int = 0
             return read_loop(i - 1)
 
         out = run_pinned([cpus[0]] + readers, body)
-        m.extra.append(sum(out[1:]))
+        extra.append(sum(out[1:]))
         return reps * CHASE_STEPS
 
     def derive(s: Stats, mm: Measure) -> dict:
@@ -258,7 +271,7 @@ def loaded(words, chase_order, cpus: list[int], delay: int | None, slot: int = 0
     label = "idle" if delay is None else str(delay)
     m = Measure(Config(f"loaded/{label}", run), "loaded",
                 {"inject_delay_iterations": delay, "reader_cpus": readers, "chaser_cpu": cpus[0]},
-                K.KERNEL_SPECS["loaded"], "ns", lambda s, w: s * 1e9 / w, derive)
+                K.KERNEL_SPECS["loaded"], "ns", lambda s, w: s * 1e9 / w, derive, cpu=on_cpu, extra=extra)
     return m
 
 
@@ -346,10 +359,13 @@ def convert(src_bytes, cpus: list[int], threads: int, layers: int, record_bytes:
                 wall[k] += time.perf_counter() - s
         return [(time.thread_time_ns() - c0) / 1e9] + wall
 
+    on_cpu: list = []    # closures append here, not to the Measure: no cycle holds the buffer
+    extra: list = []
+
     def run(reps: int) -> float:
         out = run_pinned(use, lambda i: one(i, reps))
-        m.cpu.append([o[0] for o in out])
-        m.extra.append([max(o[1 + k] for o in out) / reps for k in range(3)])
+        on_cpu.append([o[0] for o in out])
+        extra.append([max(o[1 + k] for o in out) / reps for k in range(3)])
         return reps * tokens * layers * record_bytes
 
     def derive(s: Stats, mm: Measure) -> dict:
@@ -364,5 +380,5 @@ def convert(src_bytes, cpus: list[int], threads: int, layers: int, record_bytes:
               "prefix_bytes": tokens * layers * record_bytes, "index_order": "random permutation",
               "kernel_compile_seconds": round(compile_s, 4)}
     m = Measure(Config(f"convert/{impl}/{record_bytes}B/{layers}L/{threads}t", run), "convert", params,
-                K.KERNEL_SPECS["convert"], "bytes_per_s", lambda s, wk: wk / s, derive, threads=threads)
+                K.KERNEL_SPECS["convert"], "bytes_per_s", lambda s, wk: wk / s, derive, threads=threads, cpu=on_cpu, extra=extra)
     return m

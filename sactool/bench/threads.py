@@ -31,10 +31,16 @@ def run_pinned(cpus: Sequence[int], fn: Callable[[int], float]) -> list[float]:
             barrier.abort()
 
     ts = [threading.Thread(target=work, args=(i,), daemon=True, name=f"sactool-cpu{cpus[i]}") for i in range(n)]
-    for t in ts:
-        t.start()
     interrupted = False
-    for t in ts:
+    started = []
+    try:
+        for t in ts:
+            t.start()
+            started.append(t)
+    except KeyboardInterrupt:   # a signal while starting: the started threads must not outlive the buffer
+        interrupted = True
+        barrier.abort()
+    for t in started:
         while t.is_alive():
             try:
                 t.join(0.05)  # short joins keep the main thread responsive to Ctrl-C

@@ -34,8 +34,9 @@ POOL_BYTES_HELP = ("Pool bytes per target (node or DAX device), e.g. 256GiB; def
                    "reclaimable page cache, or the device's size.")
 
 
-GATHER_SIZE_HELP = ("Buffer of tune's own quick gathers on the pool node, with its unit (default 256MiB, 8x a "
-                    "32 MiB cache); smaller on a node that cannot hold it, larger than its CPUs' last-level cache.")
+GATHER_SIZE_HELP = ("Buffer of tune's own quick gathers on the pool node, with its unit (e.g. 4GiB). Default: 8x the "
+                    "last-level cache of the CPUs that gather (at least 256MiB), or the most the node holds. A "
+                    "size inside that cache is refused.")
 
 
 def tune(

@@ -148,8 +148,10 @@ def _prepare(fleet: Fleet, opts, reader, res: dict, cpus: tuple[int, ...], share
         raise UsageError(f"{max(threads)} threads per rank but this rank has {len(cpus)} CPUs "
                          f"({fleet.local_size} ranks share node{cpu_node}'s {len(node_cpus)})",
                          "pass fewer --threads, or start fewer ranks per machine")
-    llc = env.llc_bytes(reader, cpus[0]) or (32 << 20)
-    size = opts.size_bytes or api.PRESET_SIZES.get(opts.preset, 1 << 30)
+    rule = _buffer_rule(opts, topo, reader, mem, cpu_node, node_cpus, res, fleet.local_size)
+    loc.warnings.extend(rule.warnings)
+    size = rule.size_bytes
+    llc = rule.cache.bytes if rule.cache else env.ASSUMED_LLC_BYTES
     api._validate(opts, size, llc)
     if res["dax"] is not None:
         loc.dax_slot = res["slice"]
@@ -169,7 +171,8 @@ def _prepare(fleet: Fleet, opts, reader, res: dict, cpus: tuple[int, ...], share
     gather_idx = api._prepare_gather(opts, size, llc) if opts.tests[0] == "gather" else []
     loc.info = {"rank": fleet.rank, "host": fleet.host, "machine": fleet.machine, "local_rank": fleet.local_rank,
                 "memory_node": f"node{mem}", "cpu_node": f"node{cpu_node}", "cpus": list(cpus),
-                "threads": list(threads), "size_bytes": size, "llc_bytes": llc, "stand_in": stand_in,
+                "threads": list(threads), "size_bytes": size, "llc_bytes": llc, "buffer_rule": rule.to_data(),
+                "stand_in": stand_in,
                 "pool_device": (pool_device(topo, reader, mem, fleet.machine) if res["dax"] is None
                                 else dax_pool_device(topo, reader, res["dax"], fleet.machine)),
                 "machine_block": machine_block(reader)}
@@ -177,6 +180,27 @@ def _prepare(fleet: Fleet, opts, reader, res: dict, cpus: tuple[int, ...], share
         loc.info["dax_slice"] = dict(res["slice"], buffer_bytes=size)
     proto = opts.protocol or PRESETS[opts.preset]
     return loc, (topo, mem, cpus, threads, llc, size, gather_idx, proto)
+
+
+def _buffer_rule(opts, topo, reader, mem: int, cpu_node: int, node_cpus, res: dict, ranks_here: int):
+    """One rank's buffer (:mod:`sactool.bench.sizing`): ``--size`` as given (warned inside or near the
+    cache), else 8x the last-level cache of the node's CPUs, at least the preset's size, cut to this
+    machine's ranks' share of the node's free memory (a DAX slice: its size)."""
+    from sactool.bench import api, sizing
+    from sactool.memory.nodes import free_estimate
+
+    cache = sizing.last_level_cache(reader, node_cpus)
+    where = f"node{cpu_node}'s CPUs"
+    if res["dax"] is not None:
+        room = res["slice"].get("size_bytes")
+    else:
+        free = free_estimate(topo, reader, mem).room_bytes
+        room = None if free is None else free // max(1, ranks_here)
+    if opts.size_bytes:
+        return sizing.check_given(opts.size_bytes, cache, room, where=where, refuse_in_cache=False, code="in_cache",
+                                  option="--size", what="memory")
+    return sizing.derive(cache, room, where=where, floor=api.PRESET_SIZES.get(opts.preset, 1 << 30), code="in_cache",
+                         option="--size")
 
 
 def _check_fits_all(free, size: int, ranks_here: int) -> None:

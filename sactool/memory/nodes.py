@@ -104,17 +104,29 @@ def check_cpu_node(topo, nid: int):
     return node
 
 
-def check_fits(free: FreeEstimate, size_bytes: int, *, what: str = "buffer") -> None:
-    """CapacityError when ``size_bytes`` exceeds the node's free estimate minus the margin."""
-    if free.bytes is None:
-        return
-    margin = free.margin_bytes
-    room = free.bytes - margin
-    if size_bytes > room:
-        from sactool.units import format_bytes
+def check_fits(free: FreeEstimate, size_bytes: int, *, what: str = "buffer", option: str = "--size",
+               reader: SysfsReader | None = None) -> None:
+    """CapacityError when ``size_bytes`` exceeds the node's free estimate minus the margin, or what this
+    process may still map under its address-space/data limits (``ulimit -v``/``-d``: what it maps
+    already counts against them; checked on the live machine only, ``reader`` None or live)."""
+    if free.bytes is not None:
+        margin = free.margin_bytes
+        room = free.bytes - margin
+        if size_bytes > room:
+            from sactool.units import format_bytes
 
-        raise CapacityError(
-            f"{what} of {format_bytes(size_bytes)} does not fit node{free.node}: "
-            f"{format_bytes(free.bytes)} free, {format_bytes(margin)} kept back",
-            f"use --size {format_bytes(max(room, 0)).replace(' ', '')} or less",
-        )
+            raise CapacityError(
+                f"{what} of {format_bytes(size_bytes)} does not fit node{free.node}: "
+                f"{format_bytes(free.bytes)} free, {format_bytes(margin)} kept back",
+                f"use {option} {format_bytes(max(room, 0)).replace(' ', '')} or less",
+            )
+    if reader is None or reader.live:
+        from sactool.bench.sizing import process_room
+
+        left, limit = process_room()
+        if left is not None and size_bytes > left:
+            from sactool.units import format_bytes
+
+            raise CapacityError(f"{what} of {format_bytes(size_bytes)} does not fit this process's limit: {limit} "
+                                f"leaves {format_bytes(left)}",
+                                f"use {option} {left >> 20}MiB or less, or raise the limit (ulimit -v/-d)")

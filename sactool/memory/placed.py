@@ -141,14 +141,30 @@ class PlacedBuffer:
         return self.report
 
     def close(self) -> None:
-        """Unmap. If numpy/torch views still exist the mapping is freed when they go."""
+        """Unmap now. Views (numpy/torch arrays over the mapping) must be gone by then: views that only
+        a reference cycle keeps alive are collected first; views still in use raise BufferError and
+        the buffer stays open (and says how large it is) — a mapping is never kept silently."""
         if self._closed:
             return
-        self._closed = True
         try:
             self.mmap.close()
         except BufferError:
-            pass
+            import gc
+
+            gc.collect()   # views held only by a cycle (closures over an array) go now
+            try:
+                self.mmap.close()
+            except BufferError:
+                from sactool.units import format_bytes
+
+                raise BufferError(f"the {format_bytes(self.size_bytes)} mapping at {self.address:#x} is still "
+                                  "exported by live views (numpy/torch arrays over it): it stays mapped until "
+                                  "they are dropped and close() is called again") from None
+        self._closed = True
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def __enter__(self) -> "PlacedBuffer":
         return self
@@ -192,10 +208,21 @@ def _over_threads(size: int, unit: int, threads: int, cpus, fill) -> None:
             errors.append(e)
 
     ts = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(threads)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    started = []
+    try:
+        for t in ts:
+            t.start()
+            started.append(t)
+    finally:   # even when a signal lands while starting: no thread outlives the mapping it writes
+        interrupt = None
+        for t in started:
+            while t.is_alive():
+                try:
+                    t.join()
+                except KeyboardInterrupt as e:
+                    interrupt = e
+        if interrupt is not None:
+            raise interrupt
     if errors:
         raise errors[0]
 

@@ -34,7 +34,8 @@ def _pair(r: dict) -> str:
 MARKS = {"descheduled": "*", "high_variance": "~"}
 """Per-result warning kinds and the mark each puts beside the affected figure in the tables."""
 
-LEGEND = {"descheduled": "its threads were descheduled (on a CPU < 90% of the sample): wall-clock figure inflated",
+LEGEND = {"descheduled": "its threads were descheduled (on a CPU < 90% of the sample): a wall-clock bandwidth is "
+                          "understated, a latency overstated",
           "high_variance": "noisy: relative stdev of its samples > 10%"}
 
 

@@ -49,7 +49,8 @@ def _check_options(o: TuneOptions, spec) -> tuple[str, int, int]:
         raise UsageError(f"--gather-size {format_bytes(o.gather_size_bytes)} is too small to measure a gather: "
                          f"one top-k step reads {spec.index_topk} distinct {rec} B records "
                          f"({format_bytes(spec.index_topk * rec)})",
-                         "use --gather-size of at least 8x the last-level cache, e.g. 256MiB (the default)")
+                         "drop --gather-size: the default is sized from this machine (8x the last-level cache of "
+                         "the CPUs that gather, or what the pool node holds)")
     return kv, dp, rec
 
 

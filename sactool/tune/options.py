@@ -17,9 +17,6 @@ DEFAULT_CONTEXTS = (16384, 32768, 65536, 131072)   # the paper's 16K–128K swee
 DEFAULT_STEPS = 128
 DEFAULT_REPLICATES = 3
 DEFAULT_GATHER_SECONDS = 0.6
-DEFAULT_GATHER_BYTES = 256 << 20
-"""Buffer of tune's own quick gathers (and page-size rounds): ≥ 8× a 32 MiB last-level cache, so
-the random reads miss the cache and the TLB (``sactool.bench.run_quick_gather``'s default)."""
 
 
 @dataclass(frozen=True)
@@ -45,7 +42,8 @@ class TuneOptions:
     replicates: int = DEFAULT_REPLICATES                # workload seeds / measurement rounds
     seed: int = 0
     gather_seconds: float = DEFAULT_GATHER_SECONDS
-    gather_size_bytes: int | None = None                # quick-gather buffer (--gather-size); None = DEFAULT_GATHER_BYTES
+    gather_size_bytes: int | None = None                # quick-gather buffer (--gather-size); None = sized from
+    #                                                     this machine (sactool.bench.sizing.derive)
     sysfs_root: Path | None = None
     pool_bytes: int | None = None                       # pins each pool target's capacity (else free memory / DAX size)
     exhaustive: bool = False                            # evaluate every page-aligned buffer size

@@ -6,8 +6,8 @@ per-token swap-in, so the page size sactool can choose is the host pool's own: 4
 pool node has enough reserved, or — for a devdax pool — the device's ``align``, which the device
 fixes (``daxctl reconfigure-device --align`` changes it, not the mapping).
 
-``tune`` measures the top-k gather (random 656-byte record gathers over a 256 MiB buffer, far
-beyond TLB reach) with each available kind on the pool node, in rounds interleaved over the kinds
+``tune`` measures the top-k gather (random 656-byte record gathers over the quick-gather buffer,
+sized from this machine's last-level cache and free memory: ``sactool.bench.sizing``) with each available kind on the pool node, in rounds interleaved over the kinds
 (A B C A B C, so drift hits each alike), and picks the kind with the highest median bandwidth.
 A kind is preferred over THP (the engine-side default) only when it wins every paired round;
 otherwise the pick stays THP and says "not significant". The figures go into the profile.
@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 from sactool.units import format_bytes
 
 KINDS = ("none", "thp", "2MB", "1GB")
-BUFFER_BYTES = 256 << 20            # run_quick_gather's default buffer (≥ 8x a 32 MiB L3)
+BUFFER_BYTES = 256 << 20            # sactool.bench.sizing.FLOOR_BYTES: tune passes the size it derived
 DEFAULT_KIND = "thp"
 
 

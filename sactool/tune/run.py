@@ -93,11 +93,13 @@ def execute(job: Job) -> TuneResult:
     machine, pool = _probe_pool(job, warnings)
     fit = _Fit(job, budget, pool)
     design, concurrency = fit.design_point(contexts, warnings)
-    _check_gather_size(job, pool, warnings)
-    points = _Points(job, [t.name for t in pool.targets], model_wl)
-    gather = _gather(job, pool, machine, replicates, points, blocks=fit.dep.requests_per_rank(concurrency))
+    sizing = _gather_size(job, pool, warnings)
+    size = sizing.size_bytes if sizing is not None else None
+    points = _Points(job, [t.name for t in pool.targets], model_wl, size)
+    gather = _gather(job, pool, machine, replicates, points, blocks=fit.dep.requests_per_rank(concurrency),
+                     sizing=sizing)
     warnings += list(gather.warnings)
-    page = _page_size(job, pool, replicates, points)
+    page = _page_size(job, pool, replicates, points, size)
     d = DesignPoint(o=job.o, spec=job.spec, kv=job.kv, attn_dp=job.attn_dp, rec_bytes=job.rec_bytes, budget=budget,
                     pool=pool, machine=machine, dep=fit.dep, contexts=contexts, design=design,
                     concurrency=concurrency, cap_kw=fit.cap_kw, replicates=replicates, warnings=warnings,
@@ -271,7 +273,7 @@ class _Fit:
 class _Points:
     """The resumable evaluation points file: what an earlier, interrupted run finished."""
 
-    def __init__(self, job: Job, target_names: list[str], model_wl):
+    def __init__(self, job: Job, target_names: list[str], model_wl, gather_size: int | None):
         from sactool.records import digest, read_jsonl
         from sactool.tune.pool import bench_paths
 
@@ -280,7 +282,7 @@ class _Points:
         self.key = digest(json.dumps({"model": job.spec.name, "kv": job.kv, "steps": o.steps, "seed": o.seed,
                                       "trace": digest(Path(o.trace).read_bytes()) if o.trace else None,
                                       "gather_seconds": o.gather_seconds,
-                                      **({"gather_size": o.gather_size_bytes} if o.gather_size_bytes else {}),
+                                      **({"gather_size": gather_size} if gather_size else {}),
                                       "bench": [str(b) for b in bench_paths(o.bench)] or None,
                                       "fleet": o.fleet_share.profile_block() if o.fleet_share else None,
                                       "targets": target_names,
@@ -303,51 +305,47 @@ class _Points:
             append_jsonl(self.path, {**p, "key": self.key})
 
 
-def gather_bytes(o) -> int:
-    """The buffer of tune's own quick gathers: ``--gather-size``, else 256 MiB."""
-    from sactool.tune.options import DEFAULT_GATHER_BYTES
-
-    return o.gather_size_bytes or DEFAULT_GATHER_BYTES
-
-
-def _check_gather_size(job: Job, pool, warnings: list) -> None:
-    """Before measuring: a quick-gather buffer inside the last-level cache of the CPUs that gather
-    would measure the cache, not the pool (refused, exit 2); one under 8x it is partly cache hits
-    (warned). ``--gather-size`` without tune's own gathers is not used (warned)."""
-    from sactool.errors import UsageError
-    from sactool.units import format_bytes
-
+def _gather_size(job: Job, pool, warnings: list):
+    """Before measuring: the quick-gather buffer (:mod:`sactool.bench.sizing`), sized from the last-level
+    cache of the CPUs that gather and the pool node's free memory; ``--gather-size`` inside that cache
+    would measure the cache, not the pool (refused, exit 3), one under 8x it is warned with the cache's
+    share. None where tune does not gather itself (``--gather-size`` then unused: warned)."""
     o = job.o
     if o.bench is not None or o.fleet_share is not None:
         if o.gather_size_bytes is not None:
             warnings.append(warning("gather_size_unused", "--gather-size sizes tune's own quick gathers; the "
                                     "fetch figures come from the bench record, so it is not used",
                                     "drop --gather-size, or --bench to measure here"))
-        return
+        return None
     if pool.mode != "numa":
-        return
-    from sactool.bench.env import llc_bytes
+        return None
+    from sactool.bench import sizing
+    from sactool.bench.api import resolve_cpus
     from sactool.host.sysfs import SysfsReader
-    from sactool.memory.nodes import topology
+    from sactool.memory.nodes import free_estimate, topology
 
     reader = SysfsReader(o.sysfs_root)
-    node = pool.targets[0].cpu_node
-    cpus = topology(reader).node(node).cpus if node is not None else ()
-    llc = (llc_bytes(reader, cpus[0]) if cpus else None) or (32 << 20)   # bench's fallback when unreported
-    size = gather_bytes(o)
-    if size <= llc:
-        raise UsageError(f"--gather-size {format_bytes(size)} fits in the {format_bytes(llc)} last-level cache of "
-                         f"node{node}'s CPUs: the quick gather would measure the cache, not the pool",
-                         f"use --gather-size of at least {format_bytes(8 * llc)} (8x the cache), or measure with "
-                         "'sactool bench gather --out F' and pass --bench F")
-    if size < 8 * llc:
-        warnings.append(warning("gather_size_cache", f"the {format_bytes(size)} quick-gather buffer is under 8x "
-                                f"the {format_bytes(llc)} last-level cache of node{node}'s CPUs: part of its reads "
-                                "hit the cache, so the fetch figure may be high",
-                                f"use --gather-size {format_bytes(8 * llc)} or more where the node holds it"))
+    topo = topology(reader)
+    caches, rooms, where = [], [], []
+    for t in pool.targets:   # every target is measured from the CPUs nearest it
+        cpu_node, cpus = resolve_cpus(topo, t.node, None)
+        caches.append(sizing.last_level_cache(reader, cpus))
+        rooms.append(free_estimate(topo, reader, t.node).room_bytes)
+        where.append(f"node{cpu_node}'s CPUs")
+    proc, _ = sizing.process_room(reader)
+    known = [r for r in rooms + [proc] if r is not None]
+    room = min(known) if known else None
+    cache = max((c for c in caches if c is not None), key=lambda c: c.bytes, default=None)
+    at = where[caches.index(cache)] if cache is not None else where[0]
+    if o.gather_size_bytes is not None:
+        rule = sizing.check_given(o.gather_size_bytes, cache, room, where=at, refuse_in_cache=True)
+    else:
+        rule = sizing.derive(cache, room, where=at)
+    warnings.extend(rule.warnings)
+    return rule
 
 
-def _gather(job: Job, pool, machine, replicates: int, points: _Points, *, blocks: int):
+def _gather(job: Job, pool, machine, replicates: int, points: _Points, *, blocks: int, sizing=None):
     """Fetch figures: from ``--bench`` (GPU swap-in figures at ``blocks`` requests in flight per rank
     when the records have them, else the CPU proxy), or interleaved quick CPU measurements (resumable)."""
     from sactool.tune.pool import from_bench, measure_rounds
@@ -369,13 +367,15 @@ def _gather(job: Job, pool, machine, replicates: int, points: _Points, *, blocks
                           top_k=job.spec.index_topk)
     g = measure_rounds(pool, job.rec_bytes, job.spec.index_topk, replicates, seconds=o.gather_seconds,
                        done=points.of_kind("gather"), on_point=points.add, progress=job.progress,
-                       size_bytes=gather_bytes(o))
+                       size_bytes=sizing.size_bytes)
+    g.info["buffer_rule"] = sizing.to_data()
+    g.info["detail"] += f" ({sizing.rule})"
     g.info["swap_in"] = search.default_swap_in("tune measured CPU gathers, no GPU swap-in figure; CTA widths tie "
                                                "in the model").to_data()
     return g
 
 
-def _page_size(job: Job, pool, replicates: int, points: "_Points"):
+def _page_size(job: Job, pool, replicates: int, points: "_Points", size: int | None):
     """The pool's page kind: measured on the pool node (each kind available there, rounds
     interleaved) when tune measures the pool itself; a devdax device's align fixes it; a --bench
     record measured one kind only, so the engine default stays and says so."""
@@ -395,10 +395,10 @@ def _page_size(job: Job, pool, replicates: int, points: "_Points"):
 
     reader = SysfsReader(o.sysfs_root)
     node = pool.targets[0].node
-    kinds, skipped = available(topology(reader), reader, node, size_bytes=gather_bytes(o))
+    kinds, skipped = available(topology(reader), reader, node, size_bytes=size)
     figures = measure(node, kinds, job.rec_bytes, job.spec.index_topk, replicates, seconds=o.gather_seconds,
                       done=points.of_kind("pagesize"), on_point=points.add, progress=job.progress,
-                      size_bytes=gather_bytes(o))
+                      size_bytes=size)
     return choose(figures, skipped)
 
 
