@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sactool.host.sysfs import SysfsReader
+from sactool.memory.nodes import process_room  # noqa: F401  (the free-memory rule's process part, re-exported)
 from sactool.units import format_bytes, format_size_arg, parse_kernel_size
 
 CPU_DIR = "sys/devices/system/cpu"
@@ -169,24 +170,3 @@ def check_given(size: int, cache: Cache | None, room: int | None, *, where: str,
                          f"{format_bytes(cache.bytes)} last-level cache of {where}: {share_text(cache, size)}",
                          f"drop {option}: the default is sized from this machine, {format_size_arg(hint_size)} here"),)
     return BufferRule(size, True, cache, room, rule, warns)
-
-
-def process_room(reader: SysfsReader | None = None) -> tuple[int | None, str]:
-    """Bytes this process may still map under its address-space and data limits (``ulimit -v``,
-    ``ulimit -d``: ``RLIMIT_AS`` − ``VmSize``, ``RLIMIT_DATA`` − ``VmData`` of ``/proc/self/status``),
-    and which limit; (None, "") when unlimited or on a recorded tree."""
-    import resource
-
-    reader = reader or SysfsReader()
-    if not reader.live:
-        return None, ""
-    status = reader.kv("proc/self/status") or {}
-    best: tuple[int | None, str] = (None, "")
-    for lim, key, name in ((resource.RLIMIT_AS, "VmSize", "ulimit -v"), (resource.RLIMIT_DATA, "VmData", "ulimit -d")):
-        soft = resource.getrlimit(lim)[0]
-        if soft == resource.RLIM_INFINITY or key not in status:
-            continue
-        left = max(0, soft - status[key])
-        if best[0] is None or left < best[0]:
-            best = (left, f"{name} {format_bytes(soft)} with {format_bytes(status[key])} mapped")
-    return best

@@ -121,8 +121,6 @@ def check_fits(free: FreeEstimate, size_bytes: int, *, what: str = "buffer", opt
                 f"use {option} {format_bytes(max(room, 0)).replace(' ', '')} or less",
             )
     if reader is None or reader.live:
-        from sactool.bench.sizing import process_room
-
         left, limit = process_room()
         if left is not None and size_bytes > left:
             from sactool.units import format_bytes
@@ -130,3 +128,26 @@ def check_fits(free: FreeEstimate, size_bytes: int, *, what: str = "buffer", opt
             raise CapacityError(f"{what} of {format_bytes(size_bytes)} does not fit this process's limit: {limit} "
                                 f"leaves {format_bytes(left)}",
                                 f"use {option} {left >> 20}MiB or less, or raise the limit (ulimit -v/-d)")
+
+
+def process_room(reader: SysfsReader | None = None) -> tuple[int | None, str]:
+    """Bytes this process may still map under its address-space and data limits (``ulimit -v``,
+    ``ulimit -d``: ``RLIMIT_AS`` − ``VmSize``, ``RLIMIT_DATA`` − ``VmData`` of ``/proc/self/status``):
+    what the process maps already counts against them. (None, "") when unlimited or on a recording."""
+    import resource
+
+    from sactool.units import format_bytes
+
+    reader = reader or SysfsReader()
+    if not reader.live:
+        return None, ""
+    status = reader.kv("proc/self/status") or {}
+    best: tuple[int | None, str] = (None, "")
+    for lim, key, name in ((resource.RLIMIT_AS, "VmSize", "ulimit -v"), (resource.RLIMIT_DATA, "VmData", "ulimit -d")):
+        soft = resource.getrlimit(lim)[0]
+        if soft == resource.RLIM_INFINITY or key not in status:
+            continue
+        left = max(0, soft - status[key])
+        if best[0] is None or left < best[0]:
+            best = (left, f"{name} {format_bytes(soft)} with {format_bytes(status[key])} mapped")
+    return best
