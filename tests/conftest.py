@@ -129,3 +129,20 @@ def python_ctrl_c():
     old = signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
     signal.signal(signal.SIGINT, old)
+
+
+@pytest.fixture(scope="session")
+def server_tree(tmp_path_factory):
+    """``server_tree(mode)``: the generated server-scale tree (tests/fixtures/servertree.py: 2 sockets,
+    SNC-3, 512 CPUs, 504 MiB L3 per socket, 2 TB DRAM, 4 CXL devices, 8 GPUs) in ``system-ram`` or
+    ``devdax`` mode, generated once per session and mode. It is generated, not recorded, and says so."""
+    from fixtures.servertree import generate
+
+    made: dict[str, Path] = {}
+
+    def tree(mode: str = "system-ram") -> Path:
+        if mode not in made:
+            made[mode] = generate(tmp_path_factory.mktemp(f"server-{mode}"), mode)
+        return made[mode]
+
+    return tree

@@ -14,7 +14,7 @@ from sactool import records
 from sactool.bench import record as R
 from sactool.bench.protocol import PRESETS, Protocol
 from sactool.bench.trust import ON_CPU_MIN  # the one cache-and-noise rule (re-exported here)
-from sactool.errors import TopologyError, UsageError
+from sactool.errors import SactoolError, TopologyError, UsageError
 from sactool.host.sysfs import SysfsReader, format_cpulist
 from sactool.units import format_bytes, format_size_arg
 
@@ -155,7 +155,9 @@ def run_bench(opts: BenchOptions, *, reader: SysfsReader | None = None, progress
     reader = reader or SysfsReader()
     topo = topology(reader)
     if not topo.live:
-        raise TopologyError(f"the topology comes from a recording ({topo.sysfs_root}), not this system",
+        plan = _recording_plan(opts, topo, reader)
+        raise TopologyError(f"the topology comes from a recording ({topo.sysfs_root}), not this system"
+                            + (f"; there bench would measure {plan}" if plan else ""),
                             "sactool bench measures the running machine: drop --sysfs-root")
     mem = _memory_node(opts, topo, reader)
     cpu_node, cpus = resolve_cpus(topo, mem, opts.cpus)
@@ -182,7 +184,7 @@ def run_bench(opts: BenchOptions, *, reader: SysfsReader | None = None, progress
     results: list[dict] = []
     bdesc, complete = _place_and_measure(opts, topo, reader, mem, size, llc, proto, cpus, threads, gather_idx,
                                          results, warnings, progress, clock)
-    _result_warnings(results, mem, cpu_node, warnings)
+    _result_warnings(results, mem, cpu_node, warnings, llc=rule.cache.bytes if rule.cache and not rule.warnings else None)
     if not complete:
         warnings.append(records.warning("interrupted", "interrupted: finished samples are kept", "rerun to complete"))
     from sactool.host.machine import machine_block
@@ -221,6 +223,26 @@ def buffer_rule(opts: BenchOptions, topo, reader: SysfsReader, mem: int, cpu_nod
                                   option=opts.size_option, what="memory")
     floor = opts.size_floor_bytes or PRESET_SIZES.get(opts.preset, 1 << 30)
     return sizing.derive(cache, room, where=where, floor=floor, code="in_cache", option=opts.size_option)
+
+
+def _recording_plan(opts: BenchOptions, topo, reader: SysfsReader) -> str:
+    """What bench would do on the machine a recording shows (its pool node or ``--node``, the CPUs of the
+    CPU node nearest it, the buffer sized from their cache and the node's free memory), or "" where the
+    recording does not tell."""
+    try:
+        if opts.dax:
+            dev = next(d for d in topo.dax_devices if d.name == opts.dax.rsplit("/", 1)[-1])
+            mem = dev.target_node
+        else:
+            mem = opts.node if opts.node is not None else topo.verdict.pool_nodes[0]
+        cpu_node = topo.nearest_cpu_node(mem)
+        cpus = tuple(opts.cpus or topo.node(cpu_node).cpus)
+        rule = buffer_rule(opts, topo, reader, mem, cpu_node, cpus)
+        threads = _thread_sweep(opts, len(cpus))
+    except (StopIteration, IndexError, KeyError, ValueError, TypeError, SactoolError):
+        return ""
+    return (f"memory node{mem} from CPUs {format_cpulist(cpus)} (node{cpu_node}), {'/'.join(opts.tests)} with "
+            f"{', '.join(map(str, threads))} threads over a buffer of {rule.rule}")
 
 
 def _memory_node(opts: BenchOptions, topo, reader: SysfsReader) -> int:
@@ -287,10 +309,17 @@ def _place_and_measure(opts: BenchOptions, topo, reader: SysfsReader, mem: int, 
     return bdesc, complete
 
 
-def _result_warnings(results: list[dict], mem: int, cpu_node: int, warnings: list[dict]) -> None:
-    """Name each result's nodes; flag results whose threads were descheduled or whose spread is high."""
+def _result_warnings(results: list[dict], mem: int, cpu_node: int, warnings: list[dict], *,
+                     llc: int | None = None) -> None:
+    """Name each result's nodes; flag results whose threads were descheduled or whose spread is high, and
+    (``llc``: the cache, where the buffer itself was not already warned) gathers whose index stream's working
+    set is under 8x the cache (a small trace over a large buffer)."""
+    from sactool.bench.trust import flags
+
     for r in results:
         r["memory_node"], r["cpu_node"] = f"node{mem}", (f"node{cpu_node}" if cpu_node >= 0 else None)
+        if llc and r.get("test") == "gather":
+            warnings.extend(w for w in flags(r, llc_bytes=llc, buffer_bytes=None) if w["code"] == "in_cache")
         oc = r.get("on_cpu_fraction")
         if oc is not None and oc < ON_CPU_MIN:
             from sactool.bench.trust import descheduled_effect

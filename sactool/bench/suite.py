@@ -176,6 +176,20 @@ def sequential(words, cpus: list[int], threads: int, op: str) -> Measure:
     return m
 
 
+_DISTINCT: dict[tuple[int, int], int] = {}
+
+
+def distinct_records(indices: np.ndarray) -> int:
+    """Distinct records an index stream touches (its working set in records), computed once per stream
+    (keyed by its data address and length: every configuration of a run shares its record size's stream)."""
+    key = (int(indices.ctypes.data), int(indices.size))
+    if key not in _DISTINCT:
+        if len(_DISTINCT) > 16:
+            _DISTINCT.clear()
+        _DISTINCT[key] = int(np.unique(indices).size)
+    return _DISTINCT[key]
+
+
 def gather(src_bytes, cpus: list[int], threads: int, record_bytes: int, topk: int, prefetch: int,
            indices: np.ndarray, pattern: str, kern=None) -> Measure:
     """``kern(src, dst, idx, lo, hi)`` replaces the generated numba gather (the C reference of
@@ -218,7 +232,8 @@ def gather(src_bytes, cpus: list[int], threads: int, record_bytes: int, topk: in
     spec = gather_spec(record_bytes, prefetch)
     params = {"record_bytes": record_bytes, "topk": topk, "threads": threads, "cpus": use,
               "prefetch_distance": prefetch, "index_pattern": pattern, "indices": int(indices.size),
-              "steps": int(indices.size // topk), "kernel_compile_seconds": round(compile_s, 4)}
+              "steps": int(indices.size // topk), "kernel_compile_seconds": round(compile_s, 4),
+              "footprint_bytes": distinct_records(indices) * record_bytes}
     m = Measure(Config(f"gather/{record_bytes}B/{threads}t/d{prefetch}/{pattern}", run), "gather", params, spec,
                 "bytes_per_s", lambda s, wk: wk * record_bytes / s, derive, threads=threads, cpu=on_cpu, extra=extra)
     return m

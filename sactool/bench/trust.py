@@ -70,7 +70,7 @@ def flags(result: dict, *, llc_bytes: int | None, buffer_bytes: int | None, wher
     ws = working_set_bytes(result, buffer_bytes)
     if llc_bytes and ws and ws < CACHE_MULTIPLE * llc_bytes:
         share = min(1.0, llc_bytes / ws)
-        out.append(warning("in_cache", f"{src}{key} read a {format_bytes(ws)} working set, under {CACHE_MULTIPLE}x the "
+        out.append(warning("in_cache", f"{src}{key}: read a {format_bytes(ws)} working set, under {CACHE_MULTIPLE}x the "
                            f"{format_bytes(llc_bytes)} last-level cache of the CPUs that measured it: up to "
                            f"{share:.0%} of its reads may come from the cache, so {cache_effect(result)}",
                            "measure over a larger buffer (the default 'sactool bench' size is 8x the cache)"))
@@ -124,4 +124,40 @@ def record_flags(data: dict, *, where: str, tests: tuple[str, ...] = ("gather", 
                    f"{descheduled_effect(hits[0][0])}")
             hint = "rerun the bench when the machine is idle"
         out.append(warning(f"bench_{code}", msg, hint))
+    return out
+
+
+def fleet_step_flags(step: dict, ranks: dict, *, where: str) -> dict[str, list[dict]]:
+    """Host → warnings for the fleet sweep step tune takes its figures from: ``bench_in_cache`` when the
+    buffers of a host's active ranks (one node, one cache) read less than 8x the cache all together,
+    ``bench_descheduled`` for ranks whose threads ran < 90% of the sample time. ``ranks``: rank → the
+    record's ``fleet.ranks`` entry (``size_bytes``, ``buffer_rule``/``llc_bytes``)."""
+    from sactool.records import warning
+
+    out: dict[str, list[dict]] = {}
+    by_host: dict[str, list[dict]] = {}
+    for pr in step.get("per_rank") or []:
+        by_host.setdefault(pr.get("host"), []).append(pr)
+    probe = {"test": step.get("test"), "params": step.get("params") or {}, "unit": "bytes_per_s"}
+    for host, prs in by_host.items():
+        infos = [ranks.get(pr.get("rank"), {}) for pr in prs]
+        llc = next((record_llc(i) for i in infos if record_llc(i)), None)
+        ws = sum(working_set_bytes(probe, i.get("size_bytes")) or 0 for i in infos)
+        w = []
+        if llc and ws and ws < CACHE_MULTIPLE * llc:
+            w.append(warning("bench_in_cache", f"{where}: host {host}'s {len(prs)} active rank(s) read "
+                             f"{format_bytes(ws)} in all in {step.get('config')}, under {CACHE_MULTIPLE}x the "
+                             f"{format_bytes(llc)} last-level cache they share: up to {min(1.0, llc / ws):.0%} of the "
+                             "reads may come from the cache, so the bandwidth may be overstated",
+                             "rerun the fleet bench at its default --size (8x the cache)"))
+        low = sorted((pr["on_cpu_fraction"], pr.get("rank")) for pr in prs
+                     if isinstance(pr.get("on_cpu_fraction"), (int, float)) and pr["on_cpu_fraction"] < ON_CPU_MIN)
+        if low:
+            w.append(warning("bench_descheduled", f"{where}: on host {host} the threads of rank(s) "
+                             f"{', '.join(str(r) for _, r in low)} ran {low[0][0]:.0%}"
+                             f"{'' if low[0][0] == low[-1][0] else f'–{low[-1][0]:.0%}'} of the sample time in "
+                             f"{step.get('config')}: the wall-clock bandwidth is understated",
+                             "rerun the fleet bench when the machines are idle, one rank per CPU"))
+        if w:
+            out[host] = w
     return out

@@ -9,8 +9,8 @@ from typing import Optional
 import typer
 
 from sactool.bench.protocol import PRESETS
-from sactool.cli.common import (FormatOpt, QuietOpt, check_format, check_output, choices, example, flag, value,
-                                write_result)
+from sactool.cli.common import (FormatOpt, QuietOpt, SysfsRootOpt, check_format, check_output, choices, example,
+                                flag, value, write_result)
 from sactool.errors import Interrupted, UsageError
 from sactool.memory.placed import HUGEPAGE_CHOICES
 
@@ -71,7 +71,8 @@ def parse_cpus(text: str | None, topo) -> tuple[int, ...] | None:
 
 
 def run_command(test: str, *, node, cpus, size, threads, record_bytes, topk, prefetch, pattern, trace, hugepages,
-                preset, seed, out: Path | None, force: bool, fmt: str, plot: Path | None) -> int:
+                preset, seed, out: Path | None, force: bool, fmt: str, plot: Path | None,
+                sysfs_root: Path | None = None) -> int:
     from sactool.bench.api import BenchOptions, run_bench, run_matrix
     from sactool.memory.nodes import topology
     from sactool.units import parse_size
@@ -91,7 +92,10 @@ def run_command(test: str, *, node, cpus, size, threads, record_bytes, topk, pre
     if trace is not None and pattern == "uniform":
         pattern = "trace"
     nd = parse_node(node)
-    topo = topology()
+    from sactool.host.sysfs import SysfsReader
+
+    reader = SysfsReader(sysfs_root)   # a recording: bench plans there and says what it would measure
+    topo = topology(reader)
     opts = BenchOptions(
         tests=TEST_SETS[test], node=nd if isinstance(nd, int) else None,
         dax=nd if isinstance(nd, str) and nd != "all" else None, cpus=parse_cpus(cpus, topo),
@@ -110,7 +114,7 @@ def run_command(test: str, *, node, cpus, size, threads, record_bytes, topk, pre
 
     cb, close = progress_reporter()
     try:
-        rec = (run_matrix if nd == "all" else run_bench)(opts, progress=cb)
+        rec = (run_matrix if nd == "all" else run_bench)(opts, reader=reader, progress=cb)
     finally:
         close()
     from sactool import records
@@ -159,8 +163,9 @@ _B_NODE = typer.Option(None, "--node", "-n", help="Memory node (2 or node2), a d
                                                   "CPU-node × memory-node matrices. Default: the pool node.")
 _B_CPUS = typer.Option(None, "--cpus", help="CPUs to run on: a list (0-3,8) or a node (node0). "
                                             "Default: the CPU node nearest the memory node.")
-_B_SIZE = typer.Option(None, "--size", help="Buffer size with its unit, e.g. 512MiB (default by preset: "
-                                            "512MiB / 1GiB / 4GiB).")
+_B_SIZE = typer.Option(None, "--size", help="Buffer size with its unit, e.g. 4GiB. Default: 8x the last-level "
+                                            "cache of the CPUs used, at least the preset's 512MiB / 1GiB / 4GiB, "
+                                            "at most what the node holds.")
 _B_THREADS = typer.Option(None, "--threads", "-t", help="Thread counts for bandwidth and gathers (e.g. 1,2).")
 _B_RECORD = typer.Option(None, "--record-bytes", "-r", help="Gather record sizes in bytes (default 64,128,256,656,1152,4096).")
 _B_TOPK = typer.Option(2048, "--topk", "-k", help="Records gathered per decode step.")
@@ -215,10 +220,11 @@ def _bench_cmd(test: str, doc: str, ex: str):
             record_bytes: Optional[str] = _B_RECORD, topk: int = _B_TOPK, prefetch: Optional[str] = _B_PREFETCH,
             pattern: Pattern = _B_PATTERN, trace: Optional[Path] = _B_TRACE, hugepages: Hugepages = _B_HUGE,
             preset: Preset = _B_PRESET, seed: int = _B_SEED, out: Optional[Path] = _B_OUT, force: bool = _B_FORCE,
-            fmt=FormatOpt, plot: Optional[Path] = _B_PLOT, quiet: bool = QuietOpt) -> None:
+            fmt=FormatOpt, plot: Optional[Path] = _B_PLOT, quiet: bool = QuietOpt,
+            sysfs_root: Optional[Path] = SysfsRootOpt) -> None:
         kw = dict(node=node, cpus=cpus, size=size, threads=threads, record_bytes=record_bytes, topk=topk,
                   prefetch=prefetch, pattern=pattern, trace=trace, hugepages=hugepages, preset=preset, seed=seed,
-                  out=out, force=force, fmt=fmt, plot=plot)
+                  out=out, force=force, fmt=fmt, plot=plot, sysfs_root=sysfs_root)
         _bench(test, _merge(ctx, test, kw))
 
     cmd.__doc__ = doc
@@ -250,10 +256,10 @@ def _bench_default(ctx: typer.Context, node: Optional[str] = _B_NODE, cpus: Opti
                    pattern: Pattern = _B_PATTERN, trace: Optional[Path] = _B_TRACE, hugepages: Hugepages = _B_HUGE,
                    preset: Preset = _B_PRESET, seed: int = _B_SEED, out: Optional[Path] = _B_OUT,
                    force: bool = _B_FORCE, fmt=FormatOpt, plot: Optional[Path] = _B_PLOT,
-                   quiet: bool = QuietOpt) -> None:
+                   quiet: bool = QuietOpt, sysfs_root: Optional[Path] = SysfsRootOpt) -> None:
     kw = dict(node=node, cpus=cpus, size=size, threads=threads, record_bytes=record_bytes, topk=topk,
               prefetch=prefetch, pattern=pattern, trace=trace, hugepages=hugepages, preset=preset, seed=seed,
-              out=out, force=force, fmt=fmt, plot=plot)
+              out=out, force=force, fmt=fmt, plot=plot, sysfs_root=sysfs_root)
     if ctx.invoked_subcommand is None:
         _bench("all", {k: value(v) for k, v in kw.items()})
         return

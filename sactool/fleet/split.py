@@ -55,6 +55,7 @@ class HostShare:
     machine: dict[str, Any] = field(default_factory=dict)
     record_path: str | None = None
     record_digest: str | None = None
+    flags: tuple[dict, ...] = ()      # this host's figures measured inside the cache or descheduled (bench.trust)
 
     def profile_block(self) -> dict[str, Any]:
         """The profile's ``fleet`` block: the share and where each figure came from."""
@@ -121,6 +122,9 @@ def plan(data: dict[str, Any], record_bytes: int, *, path: str | None = None,
                          f"scaled from {near} B by cache lines touched per record",
                          f"bench -r {record_bytes} for a measured figure"))
     ranks = {r["rank"]: r for r in fl.get("ranks", [])}
+    from sactool.bench.trust import fleet_step_flags
+
+    flags = fleet_step_flags(step, ranks, where=src)
     per_host: dict[str, float] = {}
     for r in step["per_rank"]:
         per_host[r["host"]] = per_host.get(r["host"], 0.0) + r["bandwidth_bytes_per_s"] * scale
@@ -157,7 +161,8 @@ def plan(data: dict[str, Any], record_bytes: int, *, path: str | None = None,
                                  else "")),
             aggregate_bytes_per_s=step["aggregate_bytes_per_s"] * scale, active_ranks=top, world_size=world,
             record_bytes=record_bytes, threads=int(step["params"].get("threads") or 1),
-            machine=dict(r0.get("machine_block") or data.get("machine") or {}), record_path=path, record_digest=digest))
+            machine=dict(r0.get("machine_block") or data.get("machine") or {}), record_path=path, record_digest=digest,
+            flags=tuple(flags.get(h["host"], ()))))
     return shares, warnings
 
 
@@ -180,8 +185,9 @@ def tune_inputs(share: HostShare):
             "stand_in": share.stand_in, "record_bytes": share.record_bytes, "threads": share.threads,
             "bandwidth_bytes_per_s": share.bandwidth_bytes_per_s,
             "ns_per_record": 1e9 * share.record_bytes / share.bandwidth_bytes_per_s,
-            "figure_source": share.bandwidth_source, "detail": share.bandwidth_detail}
-    return pool, GatherInputs(({name: share.bandwidth_bytes_per_s},), info, ())
+            "figure_source": share.bandwidth_source, "detail": share.bandwidth_detail,
+            "figure_flags": [dict(w) for w in share.flags]}
+    return pool, GatherInputs(({name: share.bandwidth_bytes_per_s},), info, tuple(share.flags))
 
 
 def load_plan(path, record_bytes: int):

@@ -31,12 +31,13 @@ def _pair(r: dict) -> str:
     return f"{r.get('cpu_node') or '?'}→{r.get('memory_node') or '?'}"
 
 
-MARKS = {"descheduled": "*", "high_variance": "~"}
+MARKS = {"descheduled": "*", "high_variance": "~", "in_cache": "^"}
 """Per-result warning kinds and the mark each puts beside the affected figure in the tables."""
 
 LEGEND = {"descheduled": "its threads were descheduled (on a CPU < 90% of the sample): a wall-clock bandwidth is "
                           "understated, a latency overstated",
-          "high_variance": "noisy: relative stdev of its samples > 10%"}
+          "high_variance": "noisy: relative stdev of its samples > 10%",
+          "in_cache": "its reads cycled over less than 8x the last-level cache: a bandwidth may be overstated"}
 
 
 def _result_key(message: str, keys) -> str | None:

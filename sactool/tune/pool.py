@@ -192,10 +192,30 @@ def from_bench(paths, record_bytes: int, pool: PoolInfo, machine: dict, *, stric
         warnings.append(warning("cpu_proxy", f"fetch throughput of {', '.join(proxy)} is a CPU gather figure, a CPU proxy "
                               "for the GPU swap-in" + (f" ({why})" if why else ""),
                               "measure the GPU path: sactool bench gpu-gather --node <target> --out F, then tune --bench F"))
+    flags = _figure_flags(recs, rows)
+    warnings += flags
     info = _bench_info(recs, rows, pool, record_bytes, blocks)
+    info["figure_flags"] = [dict(w) for w in flags]
     if swap is not None:
         info["swap_in"] = swap.to_data()
     return GatherInputs(({r["target"]: r["bandwidth_bytes_per_s"] for r in rows},), info, tuple(warnings))
+
+
+def _figure_flags(recs, rows) -> list[dict]:
+    """The one cache-and-noise rule (:mod:`sactool.bench.trust`) over each record a target's figure came
+    from: its gather results (CPU proxy) or GPU gather results, measured inside the cache or descheduled."""
+    from sactool.bench.trust import record_flags
+
+    out, seen = [], set()
+    for r in rows:
+        key = (r["path"], r["figure"])
+        if key in seen:
+            continue
+        seen.add(key)
+        rec = next(rec for p, rec in recs if str(p) == r["path"])
+        tests = ("gpu_gather",) if r["figure"] == "gpu" else ("gather",)
+        out += record_flags(rec.data, where=f"bench record {r['path']}", tests=tests)
+    return out
 
 
 def _machine_warnings(recs, machine: dict, strict: bool) -> list[dict[str, str]]:
