@@ -157,15 +157,37 @@ def with_env_gpu_nodes(profile: Any) -> Any:
 
 def _missing(target: str) -> str:
     """Why ``target`` cannot be hooked ("" when it can): resolved as SGLang's ``apply_hooks``
-    resolves it (``pkgutil.resolve_name`` of the owner, then the attribute), so a target that
-    would fail there — and be swallowed there — fails here, where strict mode can act on it."""
-    import pkgutil
+    resolves it (the owner, then the attribute), so a target that would fail there — and be
+    swallowed there — fails here, where strict mode can act on it. A module on the way that exists
+    but fails to import (a missing dependency of SGLang's) is named with its own error, not hidden
+    behind "has no attribute" (``pkgutil.resolve_name`` takes such a module for a missing one)."""
+    import importlib
+    import importlib.util
 
     owner, attr = target.rsplit(".", 1)
-    try:
-        obj = pkgutil.resolve_name(owner)
-    except (ImportError, AttributeError, ValueError) as e:
-        return f"{owner}: {type(e).__name__}: {e}"
+    parts = owner.split(".")
+    obj, i = None, 0
+    for j in range(1, len(parts) + 1):   # import package by package; the rest are attributes
+        if obj is not None and not hasattr(obj, "__path__"):
+            break                            # a plain module: what follows lives inside it
+        name = ".".join(parts[:j])
+        try:
+            spec = importlib.util.find_spec(name)   # its parents are imported already: no import here
+        except ModuleNotFoundError:
+            spec = None
+        if spec is None:
+            break
+        try:
+            obj = importlib.import_module(name)
+        except Exception as e:  # noqa: BLE001 - any import-time failure (a missing dependency), named as it is
+            return f"importing {name} failed: {type(e).__name__}: {e}"
+        i = j
+    if obj is None:
+        return f"{owner}: no module {parts[0]}"
+    for j, part in enumerate(parts[i:], start=i):
+        if not hasattr(obj, part):
+            return f"{'.'.join(parts[:j])} has no attribute {part}"
+        obj = getattr(obj, part)
     if not hasattr(obj, attr):
         return f"{owner} has no attribute {attr}"
     return ""
@@ -280,7 +302,21 @@ def pool_budget(plan: Any, reader: Any = None) -> tuple[int | None, str]:
     from sactool.units import format_bytes
 
     margin = f.margin_bytes
-    return max(f.bytes - margin, 0), f"free memory of {plan.target}: {f.source}, minus {format_bytes(margin)} kept back"
+    room = max(f.bytes - margin, 0)
+    share = _pinned_share(plan)
+    if share is not None and share < room:   # pool.capacity_bytes pins what this rank's pool may take
+        return share, (f"rank {plan.rank}'s share of {plan.target}'s pinned capacity: {format_bytes(share)} "
+                       f"(pool.capacity_bytes over {len(plan.shared_with) + 1} rank(s))")
+    return room, f"free memory of {plan.target}: {f.source}, minus {format_bytes(margin)} kept back"
+
+
+def _pinned_share(plan: Any) -> int | None:
+    """NUMA mode with ``pool.capacity_bytes``: this rank's share of the pinned capacity (the rank plan's
+    slot); None when the capacity is not pinned (the node's free memory decides)."""
+    profile = _STATE.get("profile")
+    if plan.mode != "numa" or profile is None or profile.pool.capacity_bytes is None:
+        return None
+    return plan.slot.size_bytes if plan.slot is not None else None
 
 
 def _bind_allocate_args(args: tuple, kwargs: dict) -> tuple[tuple, Any, str]:
@@ -302,7 +338,7 @@ def around_allocate(original: Callable, self: Any, *args: Any, **kwargs: Any) ->
     rank, how = current_rank()
     before = _STATE.get("placed_in_init") or []
     buf = place_pool(_STATE["profile"], rank, count * element_size(dtype), rank_source=how, strict=_STATE["strict"],
-                     slice_used=sum(b.size_bytes for b in before if getattr(b, "path", None)))
+                     slice_used=sum(b.size_bytes for b in before))   # devdax: offset; numa: of the pinned share
     if buf is None:
         return original(self, *args, **kwargs)
     _STATE["placed_in_init"] = [*before, buf]
@@ -522,6 +558,14 @@ def _allocate(plan: Any, n_bytes: int, reader: Any, slice_used: int = 0) -> Any:
         buf.prefault_seconds = zero_fill(buf.mmap, buf.size_bytes, plan.prefault_threads, cpus)
         buf.verify(sample)
         return buf
+    share = _pinned_share(plan)
+    if share is not None and slice_used + n_bytes > share:
+        from sactool.units import format_bytes
+
+        raise ValueError(f"SGLang asks for {format_bytes(n_bytes)}" + (f" more ({format_bytes(slice_used)} already "
+                         "placed for this pool)" if slice_used else "") + f", rank {plan.rank}'s share of "
+                         f"{plan.target}'s pinned capacity holds {format_bytes(share)} (pool.capacity_bytes over "
+                         f"{len(plan.shared_with) + 1} rank(s))")
     kw: dict[str, Any] = dict(node=plan.node, policy="bind" if plan.policy == "weighted_interleave" else plan.policy,
                               hugepages=plan.hugepages, prefault_threads=plan.prefault_threads,
                               prefault_cpus=cpus, check_free=True, verify_sample=sample, reader=reader)

@@ -386,3 +386,59 @@ def test_a_per_layer_pool_larger_than_the_slice_stops_strict(monkeypatch, tmp_pa
     sp._STATE["strict"] = True
     with pytest.raises(sp.PlacementStop, match="already hold earlier allocations"):
         _coordinator(per_layer=True, layers=2)
+
+
+def test_numa_mode_honours_a_pinned_capacity(caplog):
+    """pool.capacity_bytes in NUMA mode: each of the profile's two ranks on node 0 may place half of it;
+    SGLang's host-memory check is answered with that share (not the node's free memory), and a pool
+    larger than the share is refused with the figures (fallback; strict stops)."""
+    prof = node0_profile(capacity_bytes=64 * MiB)
+    assert sp.place_pool(prof, 0, 48 * MiB) is None
+    assert "rank 0's share of node0's pinned capacity holds 32.00 MiB" in caplog.text
+    assert "pool.capacity_bytes over 2 rank(s)" in caplog.text
+    with pytest.raises(sp.PlacementStop):
+        sp.place_pool(prof, 0, 48 * MiB, strict=True)
+    buf = sp.place_pool(prof, 1, 16 * MiB)
+    assert buf is not None and buf.report.verified_fraction == 1.0
+    budget, why = sp.pool_budget(sp.plans_for(1))
+    assert budget == 32 * MiB and "pinned capacity" in why
+    # not pinned: the node's free memory answers, as before
+    sp._STATE.update(profile=node0_profile(), plans=None)
+    assert sp.pool_budget(sp.plans_for(0))[0] > 64 * MiB
+
+
+def test_a_hook_target_whose_module_fails_to_import_keeps_the_import_error(monkeypatch, tmp_path, sglang, caplog):
+    """The coordinator's module exists but one of its imports is missing (as when SGLang's environment
+    lacks a dependency): the plug-in's error names that ImportError, not just "no attribute"."""
+    pkg = tmp_path / "brokensg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "coord.py").write_text("import sactool_test_missing_dependency\n\nclass Coordinator:\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sp, "COORDINATOR_TARGET", "brokensg.coord.Coordinator.__init__")
+    monkeypatch.setenv("SACTOOL_PROFILE", str(_write(tmp_path, node0_profile())))
+    assert sp.register() is False
+    assert ("importing brokensg.coord failed: ModuleNotFoundError: No module named "
+            "'sactool_test_missing_dependency'") in caplog.text
+    monkeypatch.setenv("SACTOOL_PROFILE", str(_write(tmp_path, node0_profile(strict=True))))
+    with pytest.raises(SystemExit, match="sactool_test_missing_dependency"):
+        sp.register()
+
+
+def test_integration_script_counts_plugins_by_what_load_plugins_left_behind(sglang, monkeypatch, tmp_path):
+    """Not from SGLang's log wording: an entry point counts when its module was imported, ours only when
+    its hooks are in the registry and it read a profile."""
+    from importlib.metadata import EntryPoint
+
+    from test_sglang_integration_script import load_script
+
+    script = load_script()
+    ours = EntryPoint("sactool_cxl", "sactool.sglang_plugin:register", "sglang.srt.plugins")
+    other = EntryPoint("never_imported", "sactool_no_such_plugin_module:register", "sglang.srt.plugins")
+    registry = sglang.HookRegistry
+    sp._STATE.update(profile=None)
+    assert script.loaded_plugins([ours, other], registry) == []        # imported, but registered nothing
+    monkeypatch.setenv("SACTOOL_PROFILE", str(_write(tmp_path, node0_profile())))
+    assert sp.register() is True
+    assert script.loaded_plugins([ours, other], registry) == ["sactool_cxl"]
+    sp._STATE.update(profile=None, strict=False, plans=None)

@@ -235,3 +235,36 @@ def test_host_sizing_formula():
     assert host_sizing(tuned).bytes_per_rank == (100_000 * 8 + 64) * 61 * 656
     unknown = replace(prof, sglang=replace(prof.sglang, max_running_requests=None), request={})
     assert host_sizing(unknown).bytes_per_rank is None and "unknown" in host_sizing(unknown).source
+
+
+@pytest.mark.parametrize("flag", ["--dsa-decode-backend", "--dsa-prefill-backend"])
+def test_dsa_backends_sglangs_validator_refuses_are_refused_with_its_reason(flag, capsys, tmp_path):
+    """SGLang 0.5.23's hisparse_hook.py (HISPARSE_CUDA_DSA_BACKENDS_BY_DTYPE): fp8_e4m3 takes flashmla_kv or
+    flashinfer_sparse_mla, bfloat16 flashmla_sparse only; anything else is a ValueError at its start-up."""
+    from sactool.cli import main
+
+    fp8 = load_profile(ONE)
+    assert fp8.sglang.kv_cache_dtype == "fp8_e4m3"
+    with pytest.raises(Exception) as ei:
+        check_conflicts(fp8, [flag, "flashmla_sparse"])
+    e = ei.value
+    label = flag.split("-")[3]
+    assert e.exit_code == ExitCode.CONFLICT and "SGLang would refuse" in e.message
+    assert (f"HiSparse supports DSA {label} backend(s) ['flashinfer_sparse_mla', 'flashmla_kv'] on this platform "
+            f"with --kv-cache-dtype=fp8_e4m3, but got {flag}=flashmla_sparse") in e.message
+    assert f"use {flag} flashinfer_sparse_mla or flashmla_kv with fp8_e4m3" in e.hint
+    assert check_conflicts(fp8, [flag, "flashmla_kv"]) == [flag, "flashmla_kv"]
+    bf16 = replace(fp8, sglang=replace(fp8.sglang, kv_cache_dtype="bfloat16"))
+    assert check_conflicts(bf16, [flag, "flashmla_sparse"])
+    with pytest.raises(Exception, match="flashmla_sparse"):
+        check_conflicts(bf16, [f"{flag}=flashmla_kv"])
+    # the dry-run says so and exits with the code the launch would give
+    assert main(["serve", "--dry-run", "--profile", str(ONE), "--", flag, "flashmla_sparse"]) == 10
+    assert "SGLang would refuse" in capsys.readouterr().err
+
+
+def test_a_profile_whose_own_decode_backend_sglang_refuses_is_refused():
+    fp8 = load_profile(ONE)
+    bad = replace(fp8, sglang=replace(fp8.sglang, dsa_decode_backend="flashmla_sparse"))
+    with pytest.raises(Exception, match="the profile's sglang.dsa_decode_backend"):
+        check_conflicts(bad, [])

@@ -100,3 +100,20 @@ def test_unknown_sizing_is_reported_not_refused(trees):
     p = replace(p, sglang=replace(p.sglang, max_running_requests=None), request={})
     r = check_pool(p, trees["ram__30-system-ram"])
     assert "capacity not checked" in r.note and r.targets[0].need_bytes is None
+
+
+def test_capacity_is_checked_from_the_argv_sglang_receives(trees):
+    """An edited profile: its stored prediction (1 MiB per rank) is not what runs; SGLang gets
+    --max-total-tokens and --hisparse-config's host_to_device_ratio, and the check uses those."""
+    p = replace(small(tp=2, nodes=(0,)), predictions={"host_pool_bytes_per_rank": 1 << 20})
+    p = replace(p, sglang=replace(p.sglang, max_total_tokens=2048))
+    s = host_sizing(p)
+    assert s.bytes_per_rank == PER_RANK and "--max-total-tokens 2048" in s.source and "host_to_device_ratio 1" in s.source
+    r = check_pool(p, trees["ram__30-system-ram"])
+    assert r.targets[0].need_bytes == 2 * PER_RANK
+    # host_to_device_ratio edited 1 -> 1000: SGLang would try 1000x the pool; refused with the argv's figure
+    big = replace(p, hisparse=replace(p.hisparse, host_to_device_ratio=1000))
+    with pytest.raises(CapacityError) as e:
+        check_pool(big, trees["ram__30-system-ram"])
+    assert "node0 is short of memory" in e.value.message
+    assert host_sizing(big).bytes_per_rank == (2048 * 1000 + 64) * 61 * 656

@@ -165,39 +165,44 @@ PREDICTION_BYTES_KEYS = ("host_pool_bytes_per_rank", "host_bytes_per_rank")
 
 
 def host_sizing(profile: Profile) -> HostSizing:
-    """S from, in order: ``predictions`` (tune's own figure), ``sglang.max_total_tokens`` (the
-    device slots SGLang is told to use), ``sglang.max_running_requests`` ×
-    ``hisparse.device_buffer_size``, ``request.concurrency`` × ``hisparse.device_buffer_size``."""
+    """What SGLang will build per rank, from the argv it receives: S = ``--max-total-tokens``
+    (``sglang.max_total_tokens``) and R = ``--hisparse-config``'s ``host_to_device_ratio``
+    (``hisparse.host_to_device_ratio``). Without ``--max-total-tokens`` SGLang sizes S from the GPU's
+    free memory at start-up, which no file here holds: then tune's own figure (``predictions``), else
+    ``sglang.max_running_requests`` × ``hisparse.device_buffer_size``, else ``request.concurrency`` ×
+    ``hisparse.device_buffer_size`` — each named in ``source``. A stored prediction that disagrees with
+    the argv's figure is not used (an edited profile: the argv is what runs)."""
     h, s, m = profile.hisparse, profile.sglang, profile.model
     rb = row_bytes(profile)
     base = dict(host_to_device_ratio=h.host_to_device_ratio, page_size=s.page_size,
                 num_layers=m.num_layers, row_bytes=rb)
+
+    def sized(slots: int, source: str) -> HostSizing:
+        total = host_pool_bytes(slots, h.host_to_device_ratio, layers=m.num_layers, record_bytes=rb, page=s.page_size)
+        return HostSizing(slots, bytes_per_rank=total, source=source, **base)
+
+    if s.max_total_tokens:
+        return sized(s.max_total_tokens, f"the argv SGLang receives: --max-total-tokens {s.max_total_tokens} x "
+                                         f"host_to_device_ratio {h.host_to_device_ratio} (--hisparse-config)")
     pred: dict[str, Any] = profile.predictions or {}
     for k in PREDICTION_BYTES_KEYS:
         v = pred.get(k)
         if isinstance(v, int) and not isinstance(v, bool) and v > 0:
-            return HostSizing(None, bytes_per_rank=v, source=f"predictions.{k}", **base)
-    slots, source = None, ""
+            return HostSizing(None, bytes_per_rank=v, source=f"predictions.{k} (no --max-total-tokens: SGLang sizes "
+                              "its device slots at start-up)", **base)
     for k in PREDICTION_SLOT_KEYS:
         v = pred.get(k)
         if isinstance(v, int) and not isinstance(v, bool) and v > 0:
-            slots, source = v, f"predictions.{k}"
-            break
-    if slots is None and s.max_total_tokens:
-        slots, source = s.max_total_tokens, "sglang.max_total_tokens"
-    if slots is None and s.max_running_requests:
-        slots = s.max_running_requests * h.device_buffer_size
-        source = "sglang.max_running_requests x hisparse.device_buffer_size"
+            return sized(v, f"predictions.{k}")
+    if s.max_running_requests:
+        return sized(s.max_running_requests * h.device_buffer_size,
+                     "sglang.max_running_requests x hisparse.device_buffer_size")
     conc = (profile.request or {}).get("concurrency")
-    if slots is None and isinstance(conc, int) and not isinstance(conc, bool) and conc > 0:
-        slots = conc * h.device_buffer_size
-        source = "request.concurrency x hisparse.device_buffer_size"
-    if slots is None:
-        return HostSizing(None, bytes_per_rank=None, source="unknown: the profile has no predictions."
-                          f"{PREDICTION_SLOT_KEYS[0]}, sglang.max_total_tokens, sglang.max_running_requests or request.concurrency",
-                          **base)
-    total = host_pool_bytes(slots, h.host_to_device_ratio, layers=m.num_layers, record_bytes=rb, page=s.page_size)
-    return HostSizing(slots, bytes_per_rank=total, source=source, **base)
+    if isinstance(conc, int) and not isinstance(conc, bool) and conc > 0:
+        return sized(conc * h.device_buffer_size, "request.concurrency x hisparse.device_buffer_size")
+    return HostSizing(None, bytes_per_rank=None, source="unknown: the profile has no sglang.max_total_tokens, "
+                      f"predictions.{PREDICTION_SLOT_KEYS[0]}, sglang.max_running_requests or request.concurrency",
+                      **base)
 
 
 @dataclass(frozen=True)

@@ -149,7 +149,29 @@ def check_conflicts(profile: Profile, extra: Sequence[str]) -> list[str]:
     for v in _values(extra, ("--attention-backend",)):
         if v not in ("dsa", "nsa"):
             refuse(f"--attention-backend {v}: HiSparse runs on the DSA backend", "drop --attention-backend (dsa is automatic)")
+    _check_dsa_backends(profile, extra, refuse)
     return list(extra)
+
+
+def _check_dsa_backends(profile: Profile, extra: Sequence[str], refuse) -> None:
+    """The DSA backend / KV dtype pairs SGLang 0.5.23's HiSparse validator refuses at start-up
+    (:mod:`sactool.hisparse.backends`), from the profile's ``sglang.dsa_decode_backend`` or an extra."""
+    from sactool.hisparse.backends import CUDA_BACKENDS_BY_DTYPE, FLAGS, refusal
+
+    dtype = profile.sglang.kv_cache_dtype
+    for flag, label in FLAGS:
+        given = _values(extra, (flag,))
+        if flag == "--dsa-decode-backend" and profile.sglang.dsa_decode_backend and not given:
+            given, where = [profile.sglang.dsa_decode_backend], "the profile's sglang.dsa_decode_backend"
+        else:
+            where = f"{flag} after --"
+        for v in given:
+            why = refusal(dtype, label, v or "")
+            if why is not None:
+                ok = ", ".join(CUDA_BACKENDS_BY_DTYPE.get(dtype, ()))
+                refuse(f"SGLang would refuse {where} at start-up: {why}",
+                       (f"use {flag} {ok.replace(', ', ' or ')} with {dtype}" if ok else f"drop {flag}")
+                       + ", or omit it to let SGLang pick")
 
 
 # ------------------------------------------------------------------------------------------

@@ -1,0 +1,42 @@
+"""scripts/sglang-integration's own decisions, without its 11 GB environment: which installed sactool
+counts as "this checkout", and which plug-ins SGLang's load_plugins() really ran."""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def load_script():
+    loader = importlib.machinery.SourceFileLoader("sglang_integration", str(REPO / "scripts" / "sglang-integration"))
+    mod = importlib.util.module_from_spec(importlib.util.spec_from_loader("sglang_integration", loader))
+    loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def script():
+    return load_script()
+
+
+def test_only_an_editable_install_of_this_checkout_counts(script, tmp_path):
+    """direct_url.json (PEP 610) of 'pip install -e .' has dir_info.editable true; 'pip install .' of the
+    same directory records the same url without it: a copy that a later edit leaves stale."""
+    url = REPO.as_uri()
+    here = str(REPO / "sactool" / "__init__.py")
+    assert script.checkout_problem({"url": url, "editable": True, "file": here}, REPO) == ""
+    assert "non-editable" in script.checkout_problem({"url": url, "editable": False, "file": here}, REPO)
+    site = str(tmp_path / "site-packages" / "sactool" / "__init__.py")
+    assert "outside" in script.checkout_problem({"url": url, "editable": True, "file": site}, REPO)
+    assert "comes from file:///elsewhere" in script.checkout_problem(
+        {"url": "file:///elsewhere", "editable": True, "file": here}, REPO)
+    assert "an index" in script.checkout_problem({"url": "", "editable": False, "file": site}, REPO)
+    # and this test's own environment, asked the way the script asks its venv
+    import sys
+
+    assert script.installed_checkout(Path(sys.executable)) == ""
