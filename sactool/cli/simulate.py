@@ -32,8 +32,8 @@ def _fits_nowhere(res) -> list[str]:
 
 def simulate(
     platform: Optional[Path] = typer.Option(
-        None, "--platform", help="Platform file (YAML); default with --profile: the shipped sac-paper.yaml "
-        "for links, NICs and GPU figures."),
+        None, "--platform", help="Platform file (YAML), or a packaged platform by name (sac-paper); default "
+        "with --profile: the packaged sac-paper for links, NICs and GPU figures."),
     profile: Optional[Path] = typer.Option(
         None, "--profile", help="A sactool profile: model, engine settings and its bench record's gather figures."),
     dram_bench: Optional[Path] = typer.Option(
@@ -95,6 +95,14 @@ def _platform(platform, profile, dram_bench, overrides, convert_bench):
     from sactool.simulate.platform import load_platform
 
     notes: list = []
+    if platform is not None:
+        from sactool.data import resolve_platform
+
+        platform, how = resolve_platform(platform)
+        if how:
+            from sactool.render import note
+
+            note(how)
     if profile is not None:
         from sactool.simulate.fromprofile import platform_from_profile
 

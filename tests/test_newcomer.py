@@ -1,0 +1,64 @@
+"""What a newcomer trips over (issue 18): each test fails on the behaviour the walk-through found."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sactool.cli import main
+
+
+@pytest.mark.parametrize("arg", ["sac-paper", "sactool/data/platforms/sac-paper.yaml"])
+def test_simulate_platform_by_packaged_name_or_readme_path_from_any_directory(arg, tmp_path, monkeypatch, capsys):
+    """From a directory that holds no checkout: the packaged name, and the README's path form (which
+    exists only inside a checkout) both give the installed package's platform file."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["simulate", "--platform", arg, "--context", "32k", "--concurrency", "8", "--format", "json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["points"] and "the packaged sac-paper.yaml" in err
+
+
+def test_simulate_platform_unknown_name_lists_the_packaged_ones(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["simulate", "--platform", "sac-papr", "--context", "32k"]) == 2
+    err = capsys.readouterr().err
+    assert "no packaged platform of that name" in err and "hint: give a platform file, or one of: sac-paper" in err
+
+
+def _placement_lines(ax):
+    return [ln for ln in ax.get_lines() if ln.get_label() and not ln.get_label().startswith("_")]
+
+
+def test_simulate_plot_at_one_concurrency_puts_context_on_the_x_axis():
+    """One concurrency, four contexts: each panel has one line per placement over the contexts (not a
+    column of twelve points at x = 64), and the x axis says so."""
+    pytest.importorskip("matplotlib", reason="--plot needs the 'plot' extra")
+    from sactool.data import paper_platform
+    from sactool.render.simulate import simulation_figure
+    from sactool.simulate.api import SimulationOptions, simulate
+    from sactool.simulate.platform import load_platform
+
+    ctxs = (16384, 32768, 65536, 131072)
+    res = simulate(SimulationOptions(load_platform(paper_platform(), None), contexts=ctxs, concurrency=(8,),
+                                     hotbuffer_steps=2))
+    fig = simulation_figure(res)
+    for ax in fig.axes:
+        lines = _placement_lines(ax)
+        assert sorted(ln.get_label() for ln in lines) == ["RDMA pool", "SAC/CXL", "local DRAM"]
+        assert all(list(ln.get_xdata()) == list(ctxs) for ln in lines)
+        assert ax.get_xlabel() == "context (tokens), at concurrency 8"
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["16K", "32K", "64K", "128K"]
+
+
+def test_simulate_plot_local_dram_does_not_hide_sac_where_they_coincide():
+    """DRAM's marker is see-through and larger than SAC's filled one, drawn over it: where the two
+    coincide (always, with a stand-in profile) SAC's circle shows inside DRAM's diamond."""
+    pytest.importorskip("matplotlib", reason="--plot needs the 'plot' extra")
+    from matplotlib.colors import to_rgba
+
+    from sactool.render.simulate import STYLE
+
+    dram, sac = STYLE["dram"], STYLE["sac"]
+    assert dram["markerfacecolor"] == "none" or to_rgba(dram["markerfacecolor"])[3] == 0
+    assert dram["markersize"] > sac["markersize"] and dram["zorder"] > sac["zorder"]
