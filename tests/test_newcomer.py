@@ -62,3 +62,18 @@ def test_simulate_plot_local_dram_does_not_hide_sac_where_they_coincide():
     dram, sac = STYLE["dram"], STYLE["sac"]
     assert dram["markerfacecolor"] == "none" or to_rgba(dram["markerfacecolor"])[3] == 0
     assert dram["markersize"] > sac["markersize"] and dram["zorder"] > sac["zorder"]
+
+
+def test_profile_show_keeps_every_setting_name_whole_at_80_columns(monkeypatch, capsys):
+    """A setting's name is what one types to change it: at 80 columns none is cut ('hisparse.device_buf…')."""
+    from sactool.profile import settings_fields
+
+    from conftest import EXAMPLES
+
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["profile", "show", str(EXAMPLES / "sac-8rank-devdax.yaml")]) == 0
+    out = capsys.readouterr().out
+    rows = [ln.split("│")[0].strip() for ln in out.splitlines() if "│" in ln]
+    names = [r for r in rows if r]
+    assert set(names) == set(settings_fields())          # every one, each whole on its own line
+    assert "…" not in out

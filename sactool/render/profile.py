@@ -17,8 +17,13 @@ def render_profile(p, path) -> None:
     con.print(f"model {p.model.name} ({p.model.hf_id}, {p.model.num_layers} layers, top_k {p.model.index_topk})",
               markup=False)
     t = Table(show_edge=False)
-    for col in ("setting", "value", "source", "detail"):
-        t.add_column(col)
+    names = [f"{sect}.{n}" for sect in ("pool", "hisparse", "sglang") for n in getattr(p, sect).__dataclass_fields__]
+    # a setting's name is what one types to change it: never cut (whole, on one line); values fold
+    # rather than end in "…"; the detail takes what is left
+    t.add_column("setting", no_wrap=True, min_width=max(map(len, names)))
+    t.add_column("value", overflow="fold", max_width=18)
+    t.add_column("source", no_wrap=True)
+    t.add_column("detail", ratio=1, overflow="fold")
     for sect in ("pool", "hisparse", "sglang"):
         obj = getattr(p, sect)
         for name in obj.__dataclass_fields__:
