@@ -77,3 +77,33 @@ def test_profile_show_keeps_every_setting_name_whole_at_80_columns(monkeypatch, 
     names = [r for r in rows if r]
     assert set(names) == set(settings_fields())          # every one, each whole on its own line
     assert "…" not in out
+
+
+def test_bench_gather_trace_is_one_step_per_line(tmp_path, capsys):
+    """20 lines of 100 ids are 20 steps of top-100: with --topk 2048 no whole step exists (refused, exit 4,
+    naming the --topk to pass) where it used to report 0 steps with a step time and a bandwidth; with
+    --topk 100 the record has 20 steps; a trace of no steps is refused."""
+    import random
+
+    rng = random.Random(0)
+    t = tmp_path / "steps.txt"
+    t.write_text("".join(" ".join(str(i) for i in rng.sample(range(10000), 100)) + "\n" for _ in range(20)))
+    common = ["bench", "gather", "--trace", str(t), "--size", "8MiB", "--record-bytes", "656", "--threads", "1",
+              "--preset", "fast"]
+    assert main([*common, "--topk", "2048"]) == 4
+    err = capsys.readouterr().err
+    assert "each of its 20 step(s) selects 100 records, and --topk is 2048" in err and "hint: pass --topk 100" in err
+    out = tmp_path / "b.json"
+    assert main([*common, "--topk", "100", "--out", str(out)]) == 0
+    capsys.readouterr()
+    (g,) = [r for r in json.loads(out.read_text())["results"] if r["test"] == "gather"]
+    assert g["params"]["steps"] == 20 and g["params"]["indices"] == 2000 and g["params"]["index_pattern"] == "trace"
+    assert 0 < g["params"]["footprint_bytes"] <= 2000 * 656     # its distinct records, the working set
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n")
+    assert main(["bench", "gather", "--trace", str(empty), "--size", "8MiB", "--topk", "4"]) == 4
+    assert "holds no steps" in capsys.readouterr().err
+    ragged = tmp_path / "ragged.txt"
+    ragged.write_text("1 2 3\n4 5\n")
+    assert main(["bench", "gather", "--trace", str(ragged), "--size", "8MiB", "--topk", "3"]) == 4
+    assert "every step must select the same number" in capsys.readouterr().err

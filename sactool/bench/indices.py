@@ -54,22 +54,45 @@ def clustered(records: int, topk: int, steps: int, seed: int, run: int = CLUSTER
 
 
 def load_trace(path: str | Path, records: int, topk: int | None = None) -> np.ndarray:
-    """Indices from a trace: ``.npy`` integer array, or text with whitespace/comma-separated
-    integers (one decode step per line). Every index must be < ``records``."""
+    """Indices from a trace, one decode step after another: ``.npy`` integer array (2-D: one step
+    per row; 1-D: consecutive runs of ``topk``), or text with whitespace/comma-separated integers,
+    **one decode step per line** (blank lines skipped). Every step selects the same number of records
+    — ``topk`` when given (a trace of other steps is refused with the count to pass) — and the trace
+    holds at least one step; every index must be < ``records``. Returns the steps concatenated."""
     p = Path(path)
     try:
         if p.suffix == ".npy":
             arr = np.load(p, allow_pickle=False)
+            rows = None
         else:
             text = p.read_text(encoding="utf-8")
-            arr = np.array([int(t) for t in text.replace(",", " ").split()], dtype=np.int64)
+            rows = [[int(t) for t in line.replace(",", " ").split()] for line in text.splitlines() if line.strip()]
+            arr = np.array([i for r in rows for i in r], dtype=np.int64)
     except FileNotFoundError:
         raise RecordError(f"trace {p} does not exist", "check the --trace path") from None
     except (OSError, ValueError, UnicodeDecodeError) as e:
         raise RecordError(f"trace {p} cannot be read: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
                           "a trace is a .npy integer array or text of integers, one step per line") from None
     if arr.size == 0 or not np.issubdtype(arr.dtype, np.integer):
-        raise RecordError(f"trace {p} holds no integer indices", "write record indices as integers")
+        raise RecordError(f"trace {p} holds no steps (no integer indices)",
+                          "write one decode step per line: the record ids it selects")
+    if rows is not None:
+        lens = sorted({len(r) for r in rows})
+    elif arr.ndim == 2:
+        lens = [arr.shape[1]]
+    elif arr.ndim == 1 and topk and arr.size % topk == 0:
+        lens = [topk]
+    else:
+        lens = [arr.size] if arr.ndim == 1 else [-1]
+    n_steps = len(rows) if rows is not None else arr.size // max(1, lens[0])
+    if len(lens) > 1:
+        raise RecordError(f"trace {p}: its {n_steps} steps (one per line) select {lens[0]} to {lens[-1]} records; "
+                          "every step must select the same number", "one decode step per line, top-k ids each")
+    if lens[0] <= 0 or arr.ndim > 2:
+        raise RecordError(f"trace {p} is a {arr.ndim}-D array", "save steps as a 2-D array, one step per row")
+    if topk is not None and lens[0] != topk:
+        raise RecordError(f"trace {p}: each of its {n_steps} step(s) selects {lens[0]} records, and --topk is {topk}: "
+                          "no whole top-k step could be gathered", f"pass --topk {lens[0]}, or a trace of top-{topk} steps")
     arr = arr.reshape(-1)
     if arr.min() < 0 or arr.max() >= records:
         raise RecordError(f"trace {p} has index {int(arr.max()) if arr.max() >= records else int(arr.min())} "
