@@ -95,3 +95,24 @@ def test_process_room_counts_what_the_process_maps_under_its_limit(machine):
     left, left2, *why = out.split()
     assert 0 < int(left) < 3 << 30 and 1 << 30 <= int(left) - int(left2) < (1 << 30) + (16 << 20) and why[:2] == ["ulimit", "-v"]
     assert sizing.process_room(SysfsReader(machine("this-machine")))[0] is None   # a recording: none
+
+
+def test_tune_gather_size_over_the_address_space_limit_is_refused_before_any_work(tmp_path):
+    """Under ``ulimit -v`` (a real RLIMIT_AS in the child), a --gather-size the process cannot map is
+    refused at once with exit 6 and a hint naming --gather-size (it used to fail after the
+    simulations, naming --size)."""
+    import resource
+    import subprocess
+    import sys
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (6 << 30, resource.RLIM_INFINITY))
+
+    r = subprocess.run([sys.executable, "-c", "from sactool.entry import main; main()", "tune", "--context", "4k",
+                        "--steps", "4", "--replicates", "1", "--tp", "1", "--pool-bytes", "1GiB", "--gpu-kv-budget",
+                        "10GiB", "--gather-size", "8GiB", "--out", str(tmp_path / "p.yaml")],
+                       capture_output=True, text=True, timeout=300, preexec_fn=limit)
+    assert r.returncode == 6, r.stderr
+    assert "--gather-size 8.00 GiB does not fit" in r.stderr and "hint: use --gather-size" in r.stderr
+    assert "--size" not in r.stderr.replace("--gather-size", "") and "points" not in r.stderr
+    assert not (tmp_path / "p.yaml").exists()

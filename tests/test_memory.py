@@ -187,3 +187,43 @@ def test_map_shared_slices_a_file_at_offsets(tmp_path):
         map_shared(str(f), 8 * MiB, 2 * MiB, MiB, offset_bytes=MiB)
     with pytest.raises(CapacityError):
         map_shared(str(f), 8 * MiB, 2 * MiB, 4 * MiB, offset_bytes=6 * MiB)
+
+
+def test_close_never_keeps_a_mapping_silently():
+    """A view alive at close(): BufferError naming the mapping (it used to be swallowed, the buffer kept
+    until a cyclic collection); a view held only by a reference cycle is collected and the mapping goes;
+    close_after() lets an error already on its way out through."""
+    import gc
+
+    from sactool.memory import allocate
+    from sactool.memory.placed import close_after
+
+    buf = allocate(4 << 20, node=0, hugepages="none", prefault_threads=1)
+    view = buf.array("uint8")
+    with pytest.raises(BufferError, match="4.00 MiB mapping .* still exported by live views"):
+        buf.close()
+    assert not buf.closed
+    del view
+    buf.close()
+    assert buf.closed and buf.mmap.closed
+
+    buf = allocate(4 << 20, node=0, hugepages="none", prefault_threads=1)
+    cycle: dict = {"view": buf.array("uint8")}
+    cycle["self"] = cycle            # only a cycle keeps the view: close() collects it and unmaps
+    del cycle
+    gc.disable()
+    try:
+        buf.close()
+    finally:
+        gc.enable()
+    assert buf.closed
+
+    buf = allocate(4 << 20, node=0, hugepages="none", prefault_threads=1)
+    keep = buf.array("uint8")
+    with pytest.raises(ValueError, match="the real error"):
+        try:
+            raise ValueError("the real error")
+        finally:
+            close_after(buf)             # the view is alive, but the ValueError is what surfaces
+    del keep
+    buf.close()

@@ -107,3 +107,46 @@ def test_bench_gather_trace_is_one_step_per_line(tmp_path, capsys):
     ragged.write_text("1 2 3\n4 5\n")
     assert main(["bench", "gather", "--trace", str(ragged), "--size", "8MiB", "--topk", "3"]) == 4
     assert "every step must select the same number" in capsys.readouterr().err
+
+
+def test_profile_validate_json_reports_an_invalid_profile_on_stdout(tmp_path, capsys):
+    from conftest import EXAMPLES
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((EXAMPLES / "cxl-one-node.yaml").read_text().replace("host_to_device_ratio: 8",
+                                                                        "host_to_device_ratio: -1"))
+    assert main(["profile", "validate", str(bad), "-f", "json"]) == 4
+    out, err = capsys.readouterr()
+    d = json.loads(out)
+    assert d["valid"] is False and d["exit_code"] == 4 and "hisparse.host_to_device_ratio" in d["error"]
+    assert err.startswith("error: ") and "hint: " in err
+    assert main(["profile", "validate", str(EXAMPLES / "cxl-one-node.yaml"), "-f", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["valid"] is True
+
+
+def test_bench_convert_rows_are_marked_where_warned(capsys):
+    """A descheduled convert result carries '*' in the convert table, as every other table marks it."""
+    from test_render_ux import _res, _stats
+
+    from sactool import records
+    from sactool.bench.record import from_data
+    from sactool.render import set_quiet
+    from sactool.render.bench import render_bench
+
+    set_quiet(False)
+    rs = [_res("convert", f"convert/{impl}/1152B/61L/1t", {"implementation": impl, "record_bytes": 1152, "layers": 61,
+                                                            "tokens": 238, "threads": 1},
+               {"bandwidth_bytes_per_s": bw, "seconds_per_gb": 1e9 / bw,
+                "pass_share": {"gather": 0.4, "transpose": 0.3, "scatter": 0.3}}, _stats(bw, bw * .9, bw * 1.1),
+               "bytes_per_s") for impl, bw in (("numba", 0.74e9), ("numpy", 0.39e9))]
+    d = records.header("bench", 1)
+    d.update({"command": "convert", "tests": ["convert"], "protocol": {"preset": "fast"}, "memory_node": "node0",
+              "cpu_node": "node0", "cpus": [0], "stand_in": None, "buffer": {}, "results": rs, "complete": True,
+              "warnings": [{"code": "descheduled", "message": "convert/numba/1152B/61L/1t: its threads ran 40% of "
+                            "the sample time", "hint": "rerun when idle"}]})
+    render_bench(from_data(d))
+    out = capsys.readouterr().out
+    numba = next(ln for ln in out.splitlines() if "numba" in ln and "│" in ln)
+    numpy = next(ln for ln in out.splitlines() if "numpy" in ln and "│" in ln)
+    assert "0.74 GB/s*" in numba and "*" not in numpy
+    assert "understated" in out           # the legend, with the direction of the error

@@ -305,7 +305,9 @@ def _place_and_measure(opts: BenchOptions, topo, reader: SysfsReader, mem: int, 
             complete = runner.measure_all(buf, opts, proto, cpus, threads, llc, gather_idx, results, warnings,
                                           progress=progress, clock=clock)
         finally:
-            buf.close()
+            from sactool.memory.placed import close_after
+
+            close_after(buf)
     return bdesc, complete
 
 

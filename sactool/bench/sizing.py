@@ -150,9 +150,13 @@ def check_given(size: int, cache: Cache | None, room: int | None, *, where: str,
                 code: str = "gather_size_cache", option: str = "--gather-size", what: str = "pool") -> BufferRule:
     """A size the user gave. Inside the cache it would measure the cache: refused (exit 3, the hardware
     makes it meaningless) where ``refuse_in_cache``, else warned; under the multiple: warned with the share."""
-    from sactool.errors import TopologyError
+    from sactool.errors import CapacityError, TopologyError
     from sactool.records import warning
 
+    if room is not None and size > room and refuse_in_cache:   # tune: refused before any work, with its option
+        raise CapacityError(f"{option} {format_bytes(size)} does not fit: {format_bytes(room)} can be placed "
+                            "(the pool node's free memory after the margin, and this process's ulimit -v/-d "
+                            "minus what it maps)", f"use {option} {room >> 20}MiB or less, or drop {option}")
     if cache is None:
         return BufferRule(size, True, None, room, f"{format_bytes(size)}: {option} (the last-level cache of "
                           f"{where} is not reported: its share cannot be told)")

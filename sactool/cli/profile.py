@@ -37,5 +37,16 @@ def profile_validate(file: Path = typer.Argument(..., help="Profile (YAML or JSO
     from sactool.profile import load_profile
     from sactool.render.profile import render_valid
 
+    from sactool.errors import SactoolError
+
     fmt = check_format(fmt)
-    render_valid(load_profile(file), file, fmt)
+    try:
+        p = load_profile(file)
+    except SactoolError as e:   # the verdict is data too: JSON/YAML readers get it on stdout, then the error
+        if fmt != "table":
+            from sactool.render import emit_data
+
+            emit_data({"path": str(file), "valid": False, "error": e.message, "hint": e.hint,
+                       "exit_code": int(e.exit_code)}, fmt)
+        raise
+    render_valid(p, file, fmt)

@@ -356,7 +356,10 @@ def run_fleet_bench(fleet: Fleet, opts, *, reader=None, write: Writer | None = N
         raise
     finally:
         if loc is not None and loc.buf is not None:
-            loc.buf.close()
+            from sactool.memory.placed import close_after
+
+            loc.measures = []   # their closures hold views of the buffer: drop them, then unmap it
+            close_after(loc.buf)
     return _finish(fleet, opts, loc, state, write)
 
 

@@ -166,6 +166,20 @@ class PlacedBuffer:
     def closed(self) -> bool:
         return self._closed
 
+
+def close_after(buf: PlacedBuffer) -> None:
+    """``buf.close()`` in a ``finally``: on a clean exit a view still alive is an error (BufferError);
+    while another error is on its way out, whose traceback's frames may still view the buffer, that
+    error is what the caller must see — the mapping then goes with those frames (or the process)."""
+    import sys
+
+    pending = sys.exc_info()[1]
+    try:
+        buf.close()
+    except BufferError:
+        if pending is None:
+            raise
+
     def __enter__(self) -> "PlacedBuffer":
         return self
 

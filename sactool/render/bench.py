@@ -169,8 +169,8 @@ def _convert_table(rs: list[dict], multi: bool, m):
         p, dv = r["params"], r["derived"]
         sh = dv.get("pass_share") or {}
         t.add_row(*([_pair(r)] if multi else []), p.get("implementation", "numba"), str(p["record_bytes"]),
-                  str(p["layers"]), str(p["tokens"]), str(p["threads"]), format_rate(dv["bandwidth_bytes_per_s"]),
-                  f"{dv['seconds_per_gb']:.2f}",
+                  str(p["layers"]), str(p["tokens"]), str(p["threads"]), m(r, format_rate(dv["bandwidth_bytes_per_s"])),
+                  m(r, f"{dv['seconds_per_gb']:.2f}"),
                   "/".join("-" if sh.get(k) is None else f"{sh[k]:.0%}" for k in ("gather", "transpose", "scatter")))
     return t
 
