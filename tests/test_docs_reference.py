@@ -86,3 +86,15 @@ def test_every_command_has_a_page_in_the_site():
     assert "profile" in names and all((DOCS / p).is_file() for p in pages)
     bench = command.commands["bench"]
     assert "gpu-gather" in bench.commands and "gpu-gather" in names
+
+
+def test_serve_dry_run_json_keys_are_named(machine, capsys):
+    from sactool.cli import main
+
+    rc = main(["serve", "--profile", str(REPO / "profiles" / "examples" / "sac-8rank-devdax.yaml"), "--dry-run",
+               "--format", "json", "--sysfs-root", str(machine("sac2s__20-devdax"))])
+    assert rc in (0, 8)   # 8: SGLang is not installed in the interpreter running the tests
+    out = json.loads(capsys.readouterr().out)
+    text = section("commands/serve.md", "Output fields")
+    assert _missing(out, text) == [] and _missing(out["plan"][0], text) == []
+    assert _missing(out["plan_targets"][0], text) == []
