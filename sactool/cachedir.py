@@ -92,4 +92,24 @@ def ensure_numba_cache() -> str:
     return d
 
 
+def ensure_mpl_config() -> str | None:
+    """Set ``MPLCONFIGDIR`` (unless the user did) before matplotlib is imported, when matplotlib's own
+    default (``$XDG_CONFIG_HOME/matplotlib``, else ``~/.config/matplotlib``) is not writable — a user
+    without a writable HOME (``nobody``) — to ``<cache>/matplotlib``: matplotlib then keeps its font
+    cache there and says nothing, instead of warning "created a temporary cache directory" on every
+    plot (which ``--quiet`` could not silence: it is matplotlib's own log). Returns what is set."""
+    if os.environ.get("MPLCONFIGDIR"):
+        return os.environ["MPLCONFIGDIR"]
+    xdg = os.environ.get("XDG_CONFIG_HOME")
+    try:
+        default = Path(xdg) / "matplotlib" if xdg and os.path.isabs(xdg) else Path.home() / ".config" / "matplotlib"
+    except (RuntimeError, KeyError):
+        default = None
+    if default is not None and _usable(default):
+        return None
+    d = str(cache_subdir("matplotlib"))
+    os.environ["MPLCONFIGDIR"] = d
+    return d
+
+
 ensure_numba_cache()

@@ -150,3 +150,55 @@ def test_bench_convert_rows_are_marked_where_warned(capsys):
     numpy = next(ln for ln in out.splitlines() if "numpy" in ln and "│" in ln)
     assert "0.74 GB/s*" in numba and "*" not in numpy
     assert "understated" in out           # the legend, with the direction of the error
+
+
+from test_cachedir import _as_nobody, needs_root, shared_tmp  # noqa: E402,F401  (uid 65534, no HOME)
+
+
+@needs_root
+def test_quiet_plot_as_nobody_prints_nothing(shared_tmp):
+    """A user without a writable HOME: matplotlib used to warn "created a temporary cache directory"
+    on stderr even under -q (its own log); sactool points MPLCONFIGDIR at its cache directory first."""
+    import sys
+
+    pytest.importorskip("matplotlib", reason="--plot needs the 'plot' extra")
+    png = shared_tmp / "x.png"
+    r = _as_nobody([sys.executable, "-c", "from sactool.entry import main; main()", "-q", "simulate", "--platform",
+                    "sac-paper", "--context", "16k", "--concurrency", "8", "--hotbuffer-steps", "2", "--placements",
+                    "sac", "--plot", str(png)], shared_tmp)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == "" and png.stat().st_size > 0
+    assert (shared_tmp / "sactool-65534" / "matplotlib").is_dir()
+
+
+def test_loaded_latency_plot_labels_do_not_overlap():
+    """The delays of a real sweep (this VM's: readers' bandwidth from 3.2 GB/s down to 0.06 GB/s and idle,
+    on a linear axis) used to pile their labels up at the low end; now no two labels overlap and idle
+    and full load are named."""
+    pytest.importorskip("matplotlib", reason="--plot needs the 'plot' extra")
+    from test_render_ux import _res, _stats
+
+    from sactool import records
+    from sactool.bench.record import from_data
+    from sactool.render.bench import bench_figure
+
+    sweep = ((0, 3.18, 442.6), (25, 2.45, 764.4), (50, 1.98, 989.2), (100, 0.85, 974.7), (200, 0.70, 849.6),
+             (400, 0.42, 1467.9), (800, 0.21, 798.3), (1600, 0.10, 977.7), (3200, 0.06, 879.3), (None, 0.0, 575.0))
+    rs = [_res("loaded", f"loaded/{d if d is not None else 'idle'}", {"inject_delay_iterations": d},
+               {"latency_ns": lat, "reader_bandwidth_bytes_per_s": bw * 1e9}, _stats(lat, lat * .9, lat * 1.1), "ns")
+          for d, bw, lat in sweep]
+    d = records.header("bench", 1)
+    d.update({"command": "loaded", "tests": ["loaded"], "protocol": {"preset": "fast"}, "memory_node": "node0",
+              "cpu_node": "node0", "cpus": [0, 1], "stand_in": None, "buffer": {}, "results": rs, "warnings": [],
+              "complete": True})
+    fig = bench_figure(from_data(d))
+    (ax,) = fig.axes
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    labels = [t for t in ax.texts]
+    boxes = [t.get_window_extent(r) for t in labels]
+    assert all(not a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    frame = ax.get_window_extent(r)
+    assert all(frame.x0 <= b.x0 and b.x1 <= frame.x1 for b in boxes)      # none cut at the panel's edge
+    names = {t.get_text() for t in labels}
+    assert {"idle", "delay 0"} <= names and len(names) >= 6

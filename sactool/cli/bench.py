@@ -84,6 +84,9 @@ def run_command(test: str, *, node, cpus, size, threads, record_bytes, topk, pre
             raise UsageError(f"--plot draws loaded latency and gathers; 'bench {test}' measures neither",
                              "use --plot with bench loaded, gather or all")
         check_output(plot, force, "--plot")
+        from sactool.cachedir import ensure_mpl_config
+
+        ensure_mpl_config()
         try:
             import matplotlib  # noqa: F401
         except ImportError:

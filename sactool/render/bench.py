@@ -234,6 +234,9 @@ def bench_figure(rec):
     loaded latency vs reader bandwidth (points joined in bandwidth order, each labelled with its
     injected delay) and gather bandwidth vs record size (a labelled tick per measured size), both
     with p05–p95 error bars from the record's samples. Raises UsageError when neither exists."""
+    from sactool.cachedir import ensure_mpl_config
+
+    ensure_mpl_config()   # no "temporary cache directory" warning for a user without a writable HOME
     import matplotlib
 
     matplotlib.use("Agg")
@@ -242,6 +245,7 @@ def bench_figure(rec):
 
     loaded = [r for r in rec.results if r["test"] == "loaded"]
     gathers = [r for r in rec.results if r["test"] == "gather"]
+    later = None
     panels = [k for k, rs in (("loaded", loaded), ("gather", gathers)) if rs]
     if not panels:
         from sactool.errors import UsageError
@@ -258,18 +262,12 @@ def bench_figure(rec):
         xs = [r["derived"]["reader_bandwidth_bytes_per_s"] / 1e9 for r in rs]
         ys = [r["derived"]["latency_ns"] for r in rs]
         ax.errorbar(xs, ys, yerr=_yerr(rs, 1.0), fmt="o-", capsize=3, label="median, p05–p95")
-        span, last = (max(xs) - min(xs)) or 1.0, None
-        for x, y, r in zip(xs, ys, rs):   # label the injected delay where labels do not pile up
-            d = r["params"].get("inject_delay_iterations")
-            if last is None or x - last > 0.04 * span or d is None:
-                ax.annotate("idle" if d is None else f"delay {d}", (x, y), textcoords="offset points",
-                            xytext=(4, 4), fontsize=7, color="0.35")
-                last = x
         ax.set_xlabel("reader bandwidth (GB/s)")
         ax.set_ylabel("chase latency (ns)")
         ax.set_title(f"Loaded latency, {mem}{stand}")
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
+        later = (ax, xs, ys, rs)
     if "gather" in panels:
         ax = axes[panels.index("gather")]
         sizes = sorted({r["params"]["record_bytes"] for r in gathers})
@@ -289,7 +287,36 @@ def bench_figure(rec):
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
     fig.tight_layout()
+    if later is not None:   # labels placed in the final layout's pixels
+        _label_delays(fig, *later)
     return fig
+
+
+LABEL_OFFSETS = ((4, 4), (4, -11), (-46, 4), (-46, -11), (4, 14), (-46, 14))
+"""Where a delay label may go around its point (offset points), tried in order."""
+
+
+def _label_delays(fig, ax, xs, ys, rs) -> None:
+    """Label each loaded-latency point with its injected delay where the label overlaps no other label
+    and stays inside the panel (tried at :data:`LABEL_OFFSETS` around the point, in the figure's pixels): idle and the
+    full-load end first, then the others; a label with no free place is left out (its point stays)."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    frame = ax.get_window_extent(renderer)   # inside the panel: not cut at its edge
+    order = sorted(range(len(rs)), key=lambda i: (rs[i]["params"].get("inject_delay_iterations") is not None,
+                                                  i != len(rs) - 1, i))
+    placed = []
+    for i in order:
+        d = rs[i]["params"].get("inject_delay_iterations")
+        for off in LABEL_OFFSETS:
+            a = ax.annotate("idle" if d is None else f"delay {d}", (xs[i], ys[i]), textcoords="offset points",
+                            xytext=off, fontsize=7, color="0.35")
+            box = a.get_window_extent(renderer)
+            inside = frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
+            if inside and not any(box.overlaps(b) for b in placed):
+                placed.append(box)
+                break
+            a.remove()
 
 
 def plot_bench(rec) -> bytes:

@@ -313,6 +313,9 @@ def render_sensitivity(sens, con) -> None:
 
 def require_matplotlib():
     """The matplotlib module, or a UsageError naming the extra (checked before simulating)."""
+    from sactool.cachedir import ensure_mpl_config
+
+    ensure_mpl_config()   # no "temporary cache directory" warning for a user without a writable HOME
     try:
         import matplotlib
     except ImportError:
