@@ -145,12 +145,16 @@ def test_devdax_rules_on_recordings(tmp_path):
 
 
 def test_close_with_live_view_is_safe():
+    """close() with a view alive no longer keeps the mapping silently (issue 18): it refuses, loudly,
+    and the view stays valid (nothing unmapped under it); once the view goes, close() unmaps."""
     buf = allocate(4 * MiB, node=0)
     v = np.frombuffer(buf.mmap, dtype=np.uint8)
-    buf.close()  # a view still exists: unmapped when it goes
-    assert v[0] == 1  # pre-faulted pages hold the written byte
+    with pytest.raises(BufferError, match="still exported by live views"):
+        buf.close()
+    assert v[0] == 1  # pre-faulted pages hold the written byte: still mapped
     del v
     buf.close()
+    assert buf.closed
 
 
 def test_free_estimate_counts_clean_inactive_page_cache(machine):

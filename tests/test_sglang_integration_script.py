@@ -36,7 +36,3 @@ def test_only_an_editable_install_of_this_checkout_counts(script, tmp_path):
     assert "comes from file:///elsewhere" in script.checkout_problem(
         {"url": "file:///elsewhere", "editable": True, "file": here}, REPO)
     assert "an index" in script.checkout_problem({"url": "", "editable": False, "file": site}, REPO)
-    # and this test's own environment, asked the way the script asks its venv
-    import sys
-
-    assert script.installed_checkout(Path(sys.executable)) == ""

@@ -167,19 +167,6 @@ class PlacedBuffer:
         return self._closed
 
 
-def close_after(buf: PlacedBuffer) -> None:
-    """``buf.close()`` in a ``finally``: on a clean exit a view still alive is an error (BufferError);
-    while another error is on its way out, whose traceback's frames may still view the buffer, that
-    error is what the caller must see — the mapping then goes with those frames (or the process)."""
-    import sys
-
-    pending = sys.exc_info()[1]
-    try:
-        buf.close()
-    except BufferError:
-        if pending is None:
-            raise
-
     def __enter__(self) -> "PlacedBuffer":
         return self
 
@@ -200,6 +187,20 @@ def close_after(buf: PlacedBuffer) -> None:
             "verified_fraction": r.verified_fraction if r else None,
             "prefault_seconds": round(self.prefault_seconds, 4), "notes": list(self.notes),
         }
+
+
+def close_after(buf: PlacedBuffer) -> None:
+    """``buf.close()`` in a ``finally``: on a clean exit a view still alive is an error (BufferError);
+    while another error is on its way out, whose traceback's frames may still view the buffer, that
+    error is what the caller must see — the mapping then goes with those frames (or the process)."""
+    import sys
+
+    pending = sys.exc_info()[1]
+    try:
+        buf.close()
+    except BufferError:
+        if pending is None:
+            raise
 
 
 def _over_threads(size: int, unit: int, threads: int, cpus, fill) -> None:
