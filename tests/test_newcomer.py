@@ -202,3 +202,34 @@ def test_loaded_latency_plot_labels_do_not_overlap():
     assert all(frame.x0 <= b.x0 and b.x1 <= frame.x1 for b in boxes)      # none cut at the panel's edge
     names = {t.get_text() for t in labels}
     assert {"idle", "delay 0"} <= names and len(names) >= 6
+
+
+def test_gpu_gather_without_a_gpu_gives_a_hint(capsys):
+    """No GPU here, and numba's CUDA simulator off: one error line and a hint line (there was no hint)."""
+    from sactool.bench.gpuplace import gpu_runtime, simulated
+    from sactool.errors import TopologyError
+
+    if simulated():
+        pytest.skip("numba's CUDA simulator is on in this process: a GPU 'exists'")
+    try:
+        gpu_runtime()
+    except TopologyError as e:
+        assert "no CUDA" in e.message and e.hint and ("NUMBA_ENABLE_CUDASIM=1" in e.hint or "sactool[gpu]" in e.hint)
+    else:
+        pytest.skip("this machine has a CUDA GPU: the refusal cannot happen here")
+
+
+def test_fleet_headers_count_in_the_singular_too():
+    from sactool.render.fleet import _n
+
+    assert (_n(1, "host"), _n(2, "host"), _n(1, "rank"), _n(0, "rank")) == ("1 host", "2 hosts", "1 rank", "0 ranks")
+
+
+def test_a_pinned_pool_is_not_called_free():
+    from sactool.render.tune import _pool_cell
+
+    pinned = {"name": "node0", "capacity_bytes": 1 << 30, "capacity_source": "--pool-bytes (node0)"}
+    assert _pool_cell(pinned) == "node0 (1.00 GiB pinned by --pool-bytes)"
+    free = {"name": "node0", "capacity_bytes": 1 << 30, "capacity_source": "node0/meminfo MemFree"}
+    assert _pool_cell(free) == "node0 (1.00 GiB free)"
+    assert _pool_cell({"name": "dax0.0", "capacity_bytes": 1 << 30}) == "dax0.0 (1.00 GiB device size)"

@@ -46,8 +46,9 @@ def gpu_runtime():
     try:
         from numba import cuda
     except ImportError as e:
-        raise TopologyError(f"no CUDA support: numba.cuda cannot be imported ({e}); "
-                            "bench gpu-gather needs an NVIDIA GPU, its driver and pip install 'sactool[gpu]'") from None
+        raise TopologyError(f"no CUDA support: numba.cuda cannot be imported ({e})",
+                            "bench gpu-gather needs an NVIDIA GPU, its driver and numba-cuda: pip install "
+                            "'sactool[gpu]'") from None
     if simulated():
         return cuda
     try:
@@ -57,8 +58,9 @@ def gpu_runtime():
     else:
         why = "no CUDA driver or no GPU found"
     if not ok:
-        raise TopologyError(f"no CUDA GPU available ({why}); bench gpu-gather needs an NVIDIA GPU with its "
-                            "driver and numba-cuda (pip install 'sactool[gpu]')")
+        raise TopologyError(f"no CUDA GPU available ({why}): bench gpu-gather needs an NVIDIA GPU with its driver",
+                            "run it on the GPU machine (with numba-cuda: pip install 'sactool[gpu]'), or try it here "
+                            "in numba's CUDA simulator: NUMBA_ENABLE_CUDASIM=1 sactool bench gpu-gather --preset fast")
     return cuda
 
 

@@ -29,13 +29,18 @@ def render_warnings(data: dict, err=None) -> None:
                 + (f"\n  hint: {esc(w['hint'])}" if w.get("hint") else ""))
 
 
+def _n(count, word: str) -> str:
+    """``1 host``, ``2 hosts``."""
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
 def render_fleet_probe(data: dict, console=None) -> None:
     from rich.table import Table
 
     from sactool.render import stdout_console
 
     c = console or stdout_console()
-    c.print(f"[bold]sactool probe[/] — fleet of {data['world_size']} ranks on {len(data['hosts'])} hosts")
+    c.print(f"[bold]sactool probe[/] — fleet of {_n(data['world_size'], 'rank')} on {_n(len(data['hosts']), 'host')}")
     t = Table(title="Hosts", title_justify="left")
     for col in ("host", "ranks", "source", "nodes", "CXL memdevs (serial)", "pool"):
         t.add_column(col)
@@ -78,8 +83,8 @@ def render_fleet_bench(data: dict, console=None) -> None:
 
     c = console or stdout_console()
     fl = data["fleet"]
-    c.print(f"[bold]sactool bench {esc(data.get('command') or '')}[/] — fleet of {fl['world_size']} ranks on "
-            f"{len(fl['hosts'])} hosts, memory {esc(data.get('memory_node') or '?')}, preset "
+    c.print(f"[bold]sactool bench {esc(data.get('command') or '')}[/] — fleet of {_n(fl['world_size'], 'rank')} on "
+            f"{_n(len(fl['hosts']), 'host')}, memory {esc(data.get('memory_node') or '?')}, preset "
             f"{data['protocol'].get('preset')}" + ("" if data.get("complete") else " [bold red](interrupted: partial)[/]"))
     for h in fl["hosts"]:
         dev = h["pool_device"]

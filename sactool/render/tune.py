@@ -95,8 +95,10 @@ def _context_table(s: dict):
 
 
 def _pool_cell(p: dict) -> str:
-    """A pool target with its capacity: a node's is free memory, a DAX device's its size."""
-    what = "free" if p["name"].startswith("node") else "device size"
+    """A pool target with its capacity: pinned by ``--pool-bytes``, else a node's free memory, a DAX
+    device's size."""
+    pinned = str(p.get("capacity_source") or "").startswith("--pool-bytes")
+    what = "pinned by --pool-bytes" if pinned else "free" if p["name"].startswith("node") else "device size"
     return f"{p['name']} ({format_bytes(p['capacity_bytes'])} {what})"
 
 

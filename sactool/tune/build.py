@@ -252,7 +252,8 @@ def _summary(d, c, hs, gather, predictions) -> dict[str, Any]:
     """What the table shows (also in JSON)."""
     o, spec, pool, kv, rec_bytes, attn_dp, layers = d.o, d.spec, d.pool, d.kv, d.rec_bytes, d.attn_dp, d.spec.num_layers
     return {"model": spec.name, "kv_cache_dtype": kv, "record_bytes": rec_bytes, "layers": layers,
-               "pool": [{"name": t.name, "capacity_bytes": t.capacity_bytes} for t in pool.targets],
+               "pool": [{"name": t.name, "capacity_bytes": t.capacity_bytes, "capacity_source": t.capacity_source}
+                        for t in pool.targets],
                "stand_in": pool.stand_in, "pool_reason": pool.reason,
                "gather_bandwidth_bytes_per_s": gather.info.get("bandwidth_bytes_per_s"),
                "gather_detail": gather.info.get("detail"),
