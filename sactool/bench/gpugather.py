@@ -466,8 +466,10 @@ def run_gpu_gather(o: GpuGatherOptions, *, reader: SysfsReader | None = None, pr
     except KeyboardInterrupt:
         complete = False
     finally:
-        host_u8 = placed_u8 = None  # noqa: F841  (drop the views before unmapping)
-        buf.close()
+        host_u8 = placed_u8 = dev_u8 = ms = None  # noqa: F841  (drop the views, and configs over them, first)
+        from sactool.memory.placed import close_after
+
+        close_after(buf)
     for r in results:
         st = r["stats"]
         if st["n"] >= 3 and st["mean"] and st["stdev"] / st["mean"] > 0.10 and not sim:

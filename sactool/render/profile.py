@@ -21,7 +21,7 @@ def render_profile(p, path) -> None:
     # a setting's name is what one types to change it: never cut (whole, on one line); values fold
     # rather than end in "…"; the detail takes what is left
     t.add_column("setting", no_wrap=True, min_width=max(map(len, names)))
-    t.add_column("value", overflow="fold", max_width=18)
+    t.add_column("value", overflow="fold", max_width=max(18, con.width // 4))
     t.add_column("source", no_wrap=True)
     t.add_column("detail", ratio=1, overflow="fold")
     for sect in ("pool", "hisparse", "sglang"):

@@ -273,7 +273,7 @@ class _Fit:
 class _Points:
     """The resumable evaluation points file: what an earlier, interrupted run finished."""
 
-    def __init__(self, job: Job, target_names: list[str], model_wl, gather_size: int | None):
+    def __init__(self, job: Job, target_names: list[str], model_wl, gather_size: int | None = None):
         from sactool.records import digest, read_jsonl
         from sactool.tune.pool import bench_paths
 
