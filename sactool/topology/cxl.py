@@ -254,7 +254,9 @@ def _ports(r: SysfsReader, canon: dict[str, str]) -> list[CxlPort]:
         elif name.startswith("endpoint"):
             kind = "endpoint"
         else:
-            kind = "host-bridge" if uport and HOST_BRIDGE_RE.match(uport) else "switch"
+            # a host bridge's uport is its PCI root (pci0000:0c), or on 6.1 the ACPI0016 device itself
+            kind = "host-bridge" if uport and (HOST_BRIDGE_RE.match(uport) or uport.startswith("ACPI0016:")) \
+                else "switch"
         out.append(CxlPort(
             name=name, kind=kind, parent=parent if _PORT_RE.match(parent) else None, uport=uport,
             parent_dport=None if kind == "root" else r.basename_of_link(f"{path}/parent_dport"),
