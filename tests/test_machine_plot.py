@@ -200,3 +200,25 @@ def test_server_picture_with_eight_gpus_and_four_devices(tmp_path):
             assert not (dx and dy), f"{a.gid} overlaps {b.gid}"
     png = plot_machine(sc, "png")
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_numa_plan_lines_end_at_the_cxl_nodes(machine):
+    """A NUMA-mode plan (node2/node3 of sac2s 30-system-ram, by locality): each rank's line ends at
+    its node's box, the GPUs (not in the recording) are placeholders on the profile's sockets, and a
+    target that is a socket's own DRAM gets no line (its rank's box still names it)."""
+    from sactool.hisparse.rankplan import Target, plan
+    from sactool.render.machine import machine_scene
+
+    t = probe(SysfsReader(machine("sac2s__30-system-ram")))
+    p = plan(8, [Target("node2", "numa", 512 << 20, "x", cpu_node=0), Target("node3", "numa", 512 << 20, "x",
+                                                                            cpu_node=1)],
+             "locality", rank_cpu_nodes=GPU_NODES)
+    sc = machine_scene(t, p, [], GPU_NODES)
+    assert [(e.a, e.b) for e in sc.edges if e.kind == "rank"] == [
+        (f"gpu-{r}", "node2" if r < 4 else "node3") for r in range(8)]
+    assert all(sc.boxes[f"gpu-{r}"].dashed for r in range(8))
+    trunks = {e.b: e.a for e in sc.edges if e.kind == "trunk"}
+    assert [trunks[f"gpu-{r}"] for r in range(8)] == ["socket-node0"] * 4 + ["socket-node1"] * 4
+    dram = plan(2, [Target("node0", "numa", 1 << 30, "x", cpu_node=0)], "round_robin")
+    sc = machine_scene(t, dram, [], (0, 0))
+    assert not [e for e in sc.edges if e.kind == "rank"] and "rank 1 → node0" in sc.boxes["gpu-1"].lines

@@ -184,7 +184,7 @@ def _socket_lines(topo: Topology, sid: int | None, memory_nodes: list) -> list[s
     if sid is None:
         return ["socket unknown"]
     n = topo.node(sid)
-    lines = [f"node{sid} (CPU node / socket) · CPUs {format_cpulist(n.cpus) or 'none'}"]
+    lines = [f"socket node{sid} · CPUs {format_cpulist(n.cpus) or 'none'}"]
     for m in memory_nodes:
         tier = f" · tier {m.tier}" if m.tier is not None else ""
         lines.append(f"{m.name} {m.kind} {format_bytes(m.mem_total_bytes) if m.mem_total_bytes else '?'}{tier}"
@@ -374,10 +374,8 @@ def _rank_edges(sc: Scene, topo: Topology, plan, rank_gpus: Sequence[str | None]
         else:
             where = f"{format_bytes(s.size_bytes)} share" if s.size_bytes is not None else "size ?"
         box.lines += [f"rank {s.rank} → {s.target}", where]
-        dest = s.target if s.target in sc.boxes else next(
-            (b.gid for b in sc.boxes.values() if b.kind == "socket" and b.gid == f"socket-{s.target}"), None)
-        if dest is not None:
-            sc.edges.append(Edge(gid, dest, f"rank {s.rank}", kind="rank", colour=colour[s.target]))
+        if s.target in sc.boxes:     # a DAX device or a CXL node; a socket's own DRAM gets no line
+            sc.edges.append(Edge(gid, s.target, f"rank {s.rank}", kind="rank", colour=colour[s.target]))
     sc.notes.append(f"rank plan ({plan.rule}): " + "; ".join(
         f"{t}: ranks {','.join(str(s.rank) for s in plan.slots if s.target == t)}" for t in targets))
 
