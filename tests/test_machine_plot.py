@@ -222,3 +222,33 @@ def test_numa_plan_lines_end_at_the_cxl_nodes(machine):
     dram = plan(2, [Target("node0", "numa", 1 << 30, "x", cpu_node=0)], "round_robin")
     sc = machine_scene(t, dram, [], (0, 0))
     assert not [e for e in sc.edges if e.kind == "rank"] and "rank 1 → node0" in sc.boxes["gpu-1"].lines
+
+
+def test_links_are_paired_into_hops_and_a_switch_gets_a_box(machine):
+    """A path through a switch (root port, switch upstream and downstream port, device: as the
+    kernel lists them device first) is two links, the switch's own ports joined inside it; the
+    narrowest is marked on its hop, a link below its ends' capability is downgraded. No recording
+    has a switch: the memdev's path is extended here by hand (constructed)."""
+    from dataclasses import replace
+
+    from sactool.render.machine import hops, machine_scene
+    from sactool.topology.model import PcieLink
+
+    def lk(bdf, speed, width, cap=32.0, capw=16):
+        return PcieLink(bdf, speed, width, cap, capw, "128b/130b", 128 / 130, int(speed * 1e9 * width * 128 / 130 / 8))
+
+    dev, dsp, usp, rp = lk("0000:0f:00.0", 32.0, 16), lk("0000:0e:01.0", 32.0, 16), lk("0000:0d:00.0", 16.0, 16), \
+        lk("0000:0c:00.0", 16.0, 16)
+    got = hops((dev, dsp, usp, rp))
+    assert [h.functions for h in got] == [("0000:0c:00.0", "0000:0d:00.0"), ("0000:0e:01.0", "0000:0f:00.0")]
+    assert got[0].downgraded and not got[1].downgraded
+    assert got[0].label() == "16 GT/s x16 · 31.5 GB/s/dir · cap 32 GT/s x16"
+    t = probe(SysfsReader(machine("sac2s__30-system-ram")))
+    m = t.memdev("mem1")
+    m2 = replace(m, path_links=(dev, dsp, usp, rp), narrowest_link=usp)
+    t = replace(t, memdevs=tuple(m2 if x.name == "mem1" else x for x in t.memdevs))
+    sc = machine_scene(t)
+    assert sc.boxes["switch-0000:0d:00.0"].kind == "switch"
+    links = [e for e in sc.edges if e.kind == "link" and "mem1" in (e.a, e.b) or e.b == "switch-0000:0d:00.0"]
+    assert [(e.a, e.b, e.narrowest) for e in links] == [("pci0000:0c", "switch-0000:0d:00.0", True),
+                                                         ("switch-0000:0d:00.0", "mem1", False)]

@@ -1,21 +1,24 @@
 """The machine as a picture (``sactool probe --plot``, ``sactool serve --dry-run --plot``), as lstopo
-would draw it for this purpose.
+would draw it for this purpose. Each CPU node (socket) gets an area headed by a box naming its CPUs
+and its DRAM node(s); inside it, top to bottom, one column per CXL memdev:
 
-One column per device (a GPU or a CXL memdev), grouped by the socket (CPU node) it hangs off:
+    CXL host bridge (names its CXL port)
+    switch, when the memdev's path has one      ← each PCIe link labelled with its negotiated speed ×
+    memdev                                         width, the per-direction ceiling it gives and the
+    region (interleave ways, granularity)          lower capability of its two ends; the narrowest
+    DAX device (mode, size, memory blocks)         link of the path thick and orange, a downgraded
+    the NUMA node its memory became                one in red
 
-    socket: its CPU node, its CPUs, its DRAM node(s)
-    PCI host bridge (a CXL host bridge names its CXL port)
-    switch (when the device's path has one)                 ← each PCIe link on the way, labelled with
-    device: GPU or memdev                                    its negotiated speed × width, the per-direction
-    region (interleave ways, granularity), lines from its memdevs   ceiling, and the capability of its ends;
-    DAX device (mode, size, memory blocks)                   the narrowest link of a device's path is drawn
-    the NUMA node the DAX device's memory became              thick and orange
+and, to the left, the socket's GPUs stacked in columns of :data:`GPUS_PER_COLUMN`, each naming its
+host bridge and its links (a GPU's path can be long and there can be many, so its links are text
+in its box), reached by a trunk line from the socket. With a rank plan each GPU box names its
+rank(s), target and slice, and a line in the target's colour runs from the GPU, down beside its
+stack, along a lane of its own under everything and up into the target.
 
-With a rank plan each GPU box also names its rank(s) and an arrow goes from the GPU to the rank's pool
-target (slice offsets for devdax). :func:`machine_scene` lays it out (pure data, no matplotlib); :mod:`sactool.render.machinedraw`
-draws it (:func:`~sactool.render.machinedraw.plot_machine`: SVG or PNG bytes). Every box carries the
-kernel's name of what it shows as its SVG ``id`` (``mem1``, ``region0``, ``dax0.0``, ``node2``,
-``gpu-0000:18:00.0``, ``rank-3``) and as text.
+:func:`machine_scene` lays it out (pure data, no matplotlib); :mod:`sactool.render.machinedraw`
+draws it (:func:`~sactool.render.machinedraw.plot_machine`: SVG or PNG bytes). Every box carries
+the kernel's name of what it shows as its SVG ``id`` (``socket-node0``, ``pci0000:0c``, ``mem1``,
+``region0``, ``dax0.0``, ``node2``, ``gpu-0000:18:00.0``; rank lines ``arrow-rank-3``) and as text.
 """
 
 from __future__ import annotations
@@ -61,7 +64,7 @@ class Edge:
     label: str = ""
     narrowest: bool = False
     x: float | None = None     # where the line runs down, inches (None: between box centres)
-    kind: str = "link"         # "link" | "member" (memdev → region, region → dax, dax → node) | "rank"
+    kind: str = "link"         # "link" | "member" (memdev → region → dax → node) | "trunk" (socket → GPU) | "rank"
     colour: str | None = None
 
 
@@ -307,7 +310,7 @@ def _device_column(sc: Scene, d: _Dev, x: float, w: float, dev_row: float, bridg
         last = i == len(d.hops) - 1
         lower = d.gid if last else f"switch-{hop.down.pci_device if hop.down else hop.up.pci_device}"
         if not last:
-            sc.add(Box(lower, "switch", x, bridge_row + (i + 1) * 1.0, w, ["switch", lower[7:]]))
+            sc.add(Box(lower, "switch", x, bridge_row + (i + 1) * 1.0, w, [f"switch {lower[7:]}", "upstream port"]))
         sc.edges.append(Edge(upper, lower, hop.label() + (" · downgraded" if hop.downgraded else ""),
                              d.narrowest in hop.functions, x=x))
         upper = lower
