@@ -21,7 +21,7 @@ def run_probe(fmt: str = "table", sysfs_root: Optional[Path] = None, snapshot: O
     from sactool.topology import probe
 
     check_format(fmt)
-    plot_fmt = _check_plot(plot, force)
+    plot_fmt = check_plot(plot, force)
     from sactool.fleet.mpi import detect
 
     fleet = detect()  # under mpirun: every rank probes, rank 0 writes the fleet record
@@ -57,7 +57,7 @@ def run_probe(fmt: str = "table", sysfs_root: Optional[Path] = None, snapshot: O
         emit_data(topo, fmt)
 
 
-def _check_plot(plot: Optional[Path], force: bool) -> Optional[str]:
+def check_plot(plot: Optional[Path], force: bool) -> Optional[str]:
     """Before any work: ``--plot``'s format from its extension, matplotlib installed, the file new
     (or ``--force``) and writable. None without ``--plot``."""
     if plot is None:

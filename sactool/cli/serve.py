@@ -64,9 +64,9 @@ def serve(
         if not dry_run:
             raise UsageError("--plot draws the plan of a --dry-run", "add --dry-run (sactool serve --profile P "
                                                                      "--dry-run --plot plan.svg)")
-        from sactool.cli.probe import _check_plot
+        from sactool.cli.probe import check_plot
 
-        plot_fmt = _check_plot(plot, force)
+        plot_fmt = check_plot(plot, force)
     entrypoint, placement = value(entrypoint), value(placement)
     launch = build_launch(str(profile), sglang_args(ctx.args), python=python, entrypoint=entrypoint, dry_run=dry_run,
                           allow_untested=allow_untested, sysfs_root=str(sysfs_root) if sysfs_root else None,
