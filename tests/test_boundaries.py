@@ -213,7 +213,7 @@ _OUTSIDE = ("shared/reference", "shared/DESIGN", "sglang-integration.md", "paper
 def test_comments_cite_the_repository_or_public_urls():
     """Notes that are not in the repository are cited through docs/sources.md (public sources)."""
     paths = [*PKG.rglob("*.py"), *(REPO / "scripts").iterdir(), *(PKG / "data").rglob("*.json"),
-             *(PKG / "data").rglob("*.yaml"), REPO / "README.md"]
+             *(PKG / "data").rglob("*.yaml"), REPO / "README.md", *(REPO / "docs").rglob("*.md")]
     bad = [f"{p.relative_to(REPO)}: {name}" for p in paths if p.is_file() and p.suffix not in (".c", ".tar", ".gz")
            for name in _OUTSIDE if name in p.read_text(errors="replace")]
     assert bad == []

@@ -110,3 +110,43 @@ def test_every_numba_importer_sets_the_cache_first():
                 seen_cache = True
             if any(n == "numba" or n.startswith("numba.") for n in names):
                 assert seen_cache, f"{path.relative_to(root.parent)} imports numba before sactool.cachedir"
+
+
+_COMPILE = ("import sactool, numba\n"
+            "f = numba.njit(lambda x: x + 1)\n"
+            "f(1)\n"
+            "import sys; sys.stdout.write('{}'); sys.stdout.flush()\n")
+
+
+def test_a_compile_writes_no_terminal_escape_to_stdout(tmp_path):
+    """numba colours its messages through colorama when it is importable, and then writes ESC[0m to a
+    terminal stdout at every compile: `sactool bench --format json` on a terminal (and under mpirun,
+    a pty) ended its JSON with it. A stand-in colorama module (its real API: init, reinit, deinit,
+    Fore, Style) makes the test independent of whether colorama is installed; stdout is a real pty."""
+    import pty
+
+    fake = tmp_path / "site"
+    fake.mkdir()
+    (fake / "colorama.py").write_text(
+        "__version__ = '0.4.6'\n"
+        "def init(*a, **k): pass\nreinit = deinit = init\n"
+        "class Fore: RED = BLUE = GREEN = YELLOW = MAGENTA = CYAN = WHITE = RESET = ''\n"
+        "class Style: BRIGHT = DIM = NORMAL = ''; RESET_ALL = '\\x1b[0m'\n")
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING"}
+    env.update(PYTHONPATH=os.pathsep.join([str(fake), *filter(None, [os.environ.get("PYTHONPATH")])]),
+               NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    main, child = pty.openpty()
+    p = subprocess.Popen([sys.executable, "-c", _COMPILE], stdout=child, stderr=subprocess.DEVNULL, env=env)
+    os.close(child)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(main, 4096)
+        except OSError:   # EIO: the child closed the pty
+            break
+        if not chunk:
+            break
+        out += chunk
+    assert p.wait(timeout=300) == 0
+    os.close(main)
+    assert out.endswith(b"{}") and b"\x1b" not in out, out

@@ -1,0 +1,291 @@
+"""The examples in README.md and docs/ run as shown (issue 21): an example that drifts fails here.
+
+Every fenced block whose info string is ``console`` shows commands (``$ …``, continued with a
+trailing ``\\``) and what they print. Right above it stands one marker comment:
+
+* ``<!-- example: KEY=VALUE … -->`` — run and compared. The blocks of one file run in order in one
+  temporary working directory (a later block may read what an earlier one wrote) holding
+  ``profiles/``, ``sactool/`` (for its data) and ``tests/fixtures`` of this checkout, and what the
+  keys add: ``recording=NAME:DIR`` unpacks tests/fixtures/sysfs/NAME.tar.gz as DIR;
+  ``columns=N`` is the terminal width (default 100); ``rc=N`` the exit status expected of each
+command but the set-up ones (``mkdir``, ``tar``, ``cp``, ``sed``: 0) (default 0);
+  ``streams=stdout|stderr|both`` what is compared (default both: stdout, then stderr, as a
+  terminal shows a command whose warnings come after its data); ``env=VAR:VALUE``.
+* ``<!-- live: WHERE, DATE -->`` — a live measurement, shown as measured and never compared; the
+  marker (and the text beside the block) says where and when (a YYYY-MM-DD date is required).
+
+``sactool …`` runs in this process (``sactool.cli.main``); other commands (``mkdir``, ``tar``,
+``mpirun``) run in bash with this interpreter's bin directory first on PATH; ``| jq .a.b[0]`` (a path filter) is applied here, so jq need not be installed. The output
+shown is compared line by line after trailing spaces are dropped and the paths of the temporary
+directory, this checkout and the running interpreter's directory are replaced by ``.``, ``.`` and
+``.venv/bin``: a line ``…`` stands for any number of lines, and ``…`` inside a line for any text
+(times and figures that vary, a trimmed table). A ``console`` block without a marker fails, and so
+does a block showing a ``$`` prompt that is not ``console``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from fixtures.trees import unpack
+
+REPO = Path(__file__).resolve().parent.parent
+PAGES = sorted([REPO / "README.md", *(REPO / "docs").rglob("*.md")])
+MARKER = re.compile(r"^<!--\s*(example|live):?\s*(.*?)\s*-->\s*$")
+SETUP = ("mkdir", "tar", "cp", "cd", "sed")   # commands that prepare an example: they must succeed
+DATE = re.compile(r"\b20\d\d-\d\d-\d\d\b")
+
+
+@dataclass
+class Block:
+    page: Path
+    line: int                      # 1-based line of the opening fence
+    info: str
+    text: list[str]
+    marker: tuple[str, str] | None  # ("example"|"live", rest of the comment)
+    options: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def where(self) -> str:
+        page = self.page.relative_to(REPO) if self.page.is_relative_to(REPO) else self.page.name
+        return f"{page}:{self.line}"
+
+
+def blocks_of(page: Path) -> list[Block]:
+    """Every fenced block of a Markdown page, with the marker comment right above it (if any)."""
+    lines = page.read_text().splitlines()
+    out, i = [], 0
+    while i < len(lines):
+        m = re.match(r"^(\s*)(```+|~~~+)\s*([\w+-]*)", lines[i])
+        if not m:
+            i += 1
+            continue
+        indent, fence, info = m.groups()
+        j = i + 1
+        while j < len(lines) and not lines[j].strip().startswith(fence):
+            j += 1
+        prev = next((lines[k].strip() for k in range(i - 1, -1, -1) if lines[k].strip()), "")
+        mk = MARKER.match(prev)
+        body = [s[len(indent):] if s.startswith(indent) else s.lstrip() for s in lines[i + 1:j]]
+        b = Block(page, i + 1, info, body, (mk.group(1), mk.group(2)) if mk else None)
+        if mk and mk.group(1) == "example":
+            for kv in shlex.split(mk.group(2)):
+                k, _, v = kv.partition("=")
+                b.options.setdefault(k, []).append(v)
+        out.append(b)
+        i = j + 1
+    return out
+
+
+ALL_BLOCKS = [b for p in PAGES for b in blocks_of(p)]
+
+
+# ---- commands and their output ------------------------------------------------------------------
+
+def commands_of(block: Block) -> list[tuple[str, list[str]]]:
+    """(command line, the output lines shown after it) for each ``$`` line of a block."""
+    steps: list[tuple[str, list[str]]] = []
+    lines = iter(block.text)
+    for s in lines:
+        if s.startswith("$ "):
+            cmd = s[2:]
+            while cmd.endswith("\\"):
+                cmd = cmd[:-1] + " " + next(lines).strip()
+            steps.append((cmd, []))
+        elif steps:
+            steps[-1][1].append(s)
+        elif s.strip():
+            raise AssertionError(f"{block.where}: output before the first '$ ' command: {s!r}")
+    return steps
+
+
+def jq_path(data, expr: str):
+    """``jq EXPR`` for a path filter: ``.``, ``.a.b``, ``.a[0]``."""
+    for key, idx in re.findall(r"\.([A-Za-z_][\w-]*)|\[(\d+)\]", expr):
+        data = data[key] if key else data[int(idx)]
+    return data
+
+
+def shell_env() -> dict[str, str]:
+    """bash commands find this interpreter's ``sactool`` and ``mpirun`` first; Open MPI may run as
+    root (CI is root) and put more ranks than cores on this machine, as the fleet examples do."""
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+               PRTE_MCA_rmaps_default_mapping_policy=":oversubscribe")
+    if os.geteuid() == 0:
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    return env
+
+
+def run_sactool(argv: list[str], capsys) -> tuple[int, str, str]:
+    from sactool.cli import main
+
+    capsys.readouterr()
+    rc = main(argv)
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def run_line(cmd: str, capsys, monkeypatch) -> tuple[int, str, str]:
+    """One command line: ``[VAR=value …] [time] sactool ARGS [| jq FILTER]``, else bash."""
+    pipe = None
+    if re.search(r"\|\s*jq\s", cmd):
+        cmd, pipe = (part.strip() for part in cmd.split("|", 1))
+    words = shlex.split(cmd)
+    env = {}
+    while words and re.match(r"^[A-Z_][A-Z0-9_]*=", words[0]):
+        k, _, v = words.pop(0).partition("=")
+        env[k] = v
+    if words[:1] == ["time"]:
+        words.pop(0)
+    if words[:1] != ["sactool"]:
+        run = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=300, env=shell_env())
+        return run.returncode, run.stdout, run.stderr
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    rc, out, err = run_sactool(words[1:], capsys)
+    for k in env:
+        monkeypatch.delenv(k)
+    if pipe is not None:
+        out = json.dumps(jq_path(json.loads(out), shlex.split(pipe)[1]), indent=2, ensure_ascii=False) + "\n"
+    return rc, out, err
+
+
+def normalise(text: str, workdir: Path) -> list[str]:
+    bindir = Path(sys.executable).parent
+    for path, name in ((str(workdir.resolve()), "."), (str(workdir), "."), (str(bindir.resolve()), ".venv/bin"),
+                       (str(bindir), ".venv/bin"), (str(REPO), ".")):
+        text = text.replace(path + "/", name + "/").replace(path, name)
+    lines = [s.rstrip() for s in text.splitlines()]
+    while lines and not lines[-1]:
+        lines.pop()
+    return lines
+
+
+def matches(shown: list[str], actual: list[str]) -> bool:
+    """``shown`` against ``actual``: a line '…' is any lines, '…' in a line any text."""
+    while shown and not shown[-1].strip():
+        shown = shown[:-1]
+    parts = []
+    for s in shown:
+        s = s.rstrip()
+        if s.strip() == "…":
+            parts.append(r"(?:[^\n]*\n)*?")
+        else:
+            parts.append(".*?".join(re.escape(x) for x in s.split("…")) + r"\n")
+    return re.fullmatch("".join(parts), "".join(a + "\n" for a in actual)) is not None
+
+
+# ---- the working directory ------------------------------------------------------------------------
+
+def workdir_for(tmp_path: Path) -> Path:
+    """A working directory with a short path of fixed length (``/tmp/docs-XXXXXXXX``) where /tmp is
+    writable: sactool prints a recording's absolute root, and rich wraps a line that this path
+    makes longer than the terminal, so its length must not depend on pytest's tmp_path."""
+    base = Path("/tmp")
+    wd = Path(tempfile.mkdtemp(prefix="docs-", dir=base)) if os.access(base, os.W_OK) else tmp_path / "work"
+    wd.mkdir(exist_ok=True)
+    for name in ("profiles", "sactool"):
+        (wd / name).symlink_to(REPO / name)
+    (wd / "tests").mkdir()
+    (wd / "tests" / "fixtures").symlink_to(REPO / "tests" / "fixtures")
+    return wd
+
+
+def prepare(block: Block, wd: Path, monkeypatch) -> None:
+    for spec in block.options.get("recording", []):
+        name, _, as_dir = spec.partition(":")
+        if not (wd / (as_dir or name)).exists():
+            unpack(name, wd / (as_dir or name))
+    monkeypatch.setenv("COLUMNS", block.options.get("columns", ["100"])[-1])
+    for spec in block.options.get("env", []):
+        k, _, v = spec.partition(":")
+        monkeypatch.setenv(k, v)
+
+
+def check_block(block: Block, wd: Path, capsys, monkeypatch) -> list[str]:
+    """The block's commands run in ``wd``; a description of each difference (none: as shown)."""
+    problems = []
+    prepare(block, wd, monkeypatch)
+    want_rc = int(block.options.get("rc", ["0"])[-1])
+    streams = block.options.get("streams", ["both"])[-1]
+    for cmd, shown in commands_of(block):
+        rc, out, err = run_line(cmd, capsys, monkeypatch)
+        text = {"stdout": out, "stderr": err}.get(streams, out + err)
+        actual = normalise(text, wd)
+        expect = 0 if cmd.split()[0] in SETUP else want_rc
+        if rc != expect:
+            problems.append(f"{block.where}: `{cmd}` exited {rc}, expected {expect}\n{out}{err}")
+        elif not matches(shown, actual):
+            problems.append(f"{block.where}: `{cmd}` printed (normalised):\n" + "\n".join(actual)
+                            + "\n--- the page shows:\n" + "\n".join(shown))
+    return problems
+
+
+# ---- the tests --------------------------------------------------------------------------------------
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    wd = workdir_for(tmp_path)
+    monkeypatch.chdir(wd)
+    monkeypatch.delenv("SACTOOL_SYSFS_ROOT", raising=False)
+    yield wd
+    monkeypatch.chdir(tmp_path)
+    shutil.rmtree(wd, ignore_errors=True)
+
+
+def test_every_console_block_is_compared_or_a_dated_live_measurement():
+    bad = []
+    for b in ALL_BLOCKS:
+        prompts = any(s.startswith("$ ") for s in b.text)
+        if prompts and b.info != "console":
+            bad.append(f"{b.where}: a '$ ' prompt in a '{b.info or 'plain'}' block (make it 'console' with a marker)")
+        if b.info != "console":
+            continue
+        if b.marker is None:
+            bad.append(f"{b.where}: console block without <!-- example: … --> or <!-- live: WHERE, DATE -->")
+        elif b.marker[0] == "live" and not DATE.search(b.marker[1]):
+            bad.append(f"{b.where}: live block without a YYYY-MM-DD date saying when it was measured")
+        elif not prompts:
+            bad.append(f"{b.where}: console block without a '$ ' command")
+    assert bad == [], "\n".join(bad)
+
+
+PAGES_WITH_EXAMPLES = sorted({b.page for b in ALL_BLOCKS if b.marker and b.marker[0] == "example"})
+
+
+@pytest.mark.parametrize("page", PAGES_WITH_EXAMPLES, ids=lambda p: str(p.relative_to(REPO)))
+def test_examples_run_as_shown(page, workdir, capsys, monkeypatch):
+    problems = []
+    for b in (b for b in ALL_BLOCKS if b.page == page and b.marker and b.marker[0] == "example"):
+        problems += check_block(b, workdir, capsys, monkeypatch)
+    assert problems == [], "\n\n".join(problems)
+
+
+def test_the_collector_can_fail(tmp_path, workdir, capsys, monkeypatch):
+    """A shown output that differs from what the command prints is reported, with where it is."""
+    page = tmp_path / "p.md"
+    page.write_text("<!-- example: -->\n```console\n$ sactool --version\n0.0.0-not-this\n```\n"
+                    "<!-- example: -->\n```console\n$ sactool --version\n…\n```\n")
+    wrong, right = blocks_of(page)
+    assert check_block(right, workdir, capsys, monkeypatch) == []
+    (problem,) = check_block(wrong, workdir, capsys, monkeypatch)
+    assert "p.md:2" in problem and "0.0.0-not-this" in problem
+
+
+def test_matching_rules():
+    assert matches(["a …", "…", "z"], ["a 1.5 s", "b", "c", "z"])
+    assert matches(["a", "…"], ["a"])
+    assert not matches(["a", "z"], ["a", "b", "z"])
+    assert not matches(["fetch 1.2 ms"], ["fetch 1.3 ms"])
+    assert jq_path({"v": {"p": [1, {"n": 2}]}}, ".v.p[1]") == {"n": 2}
