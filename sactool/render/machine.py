@@ -187,7 +187,10 @@ def _socket_lines(topo: Topology, sid: int | None, memory_nodes: list) -> list[s
     if sid is None:
         return ["socket unknown"]
     n = topo.node(sid)
-    lines = [f"socket node{sid} · CPUs {format_cpulist(n.cpus) or 'none'}"]
+    cpus = format_cpulist(n.cpus) or "none"
+    head = f"socket node{sid} · CPUs {cpus}"
+    # a long CPU list (SNC, SMT siblings: 0-42,256-298) gets a line of its own
+    lines = [head] if len(head) <= 30 else [f"socket node{sid}", f"CPUs {cpus}"]
     for m in memory_nodes:
         tier = f" · tier {m.tier}" if m.tier is not None else ""
         lines.append(f"{m.name} {m.kind} {format_bytes(m.mem_total_bytes) if m.mem_total_bytes else '?'}{tier}"
