@@ -4,7 +4,7 @@
 every non-flag option it parses: measured here with ``python -X importtime`` and ``/usr/bin/time``,
 ``import typer`` + ``typer._adapters`` cost ≈ 0.25 s of CPU before any work. So the plain forms
 
-    sactool [--debug] probe [--format|-f F] [--sysfs-root D] [--snapshot F] [--force] [--quiet|-q]
+    sactool [--debug] probe [--format|-f F] [--sysfs-root D] [--snapshot F] [--plot F] [--force] [--quiet|-q]
 
 are parsed here without typer and run :func:`sactool.cli.probe.run_probe`, the same function the
 typer command calls. Anything else — ``--help``, other commands, unknown or malformed options —
@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
-_VALUE_OPTS = {"--format": "fmt", "-f": "fmt", "--sysfs-root": "sysfs_root", "--snapshot": "snapshot"}
+_VALUE_OPTS = {"--format": "fmt", "-f": "fmt", "--sysfs-root": "sysfs_root", "--snapshot": "snapshot", "--plot": "plot"}
 
 
 def parse_fast_probe(args: List[str]) -> Optional[dict]:
@@ -58,7 +58,7 @@ def parse_fast_probe(args: List[str]) -> Optional[dict]:
         i += 1
     if kw.get("fmt", "table") not in ("table", "json", "yaml"):   # = sactool.render.FORMATS
         return None  # a bad choice: typer's message, as for every other command
-    for k in ("sysfs_root", "snapshot"):
+    for k in ("sysfs_root", "snapshot", "plot"):
         if k in kw:
             kw[k] = Path(kw[k])
     return kw

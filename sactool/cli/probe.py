@@ -12,24 +12,33 @@ from typing import Optional
 
 
 def run_probe(fmt: str = "table", sysfs_root: Optional[Path] = None, snapshot: Optional[Path] = None,
-              force: bool = False) -> None:
-    """``sactool probe``: probe, optionally snapshot, render (table) or emit data (json/yaml)."""
+              force: bool = False, plot: Optional[Path] = None) -> None:
+    """``sactool probe``: probe, optionally snapshot and draw (``plot``: .svg/.png), render (table)
+    or emit data (json/yaml)."""
     from sactool.host.sysfs import SysfsReader
     from sactool.records import refuse_existing
     from sactool.render import check_format
     from sactool.topology import probe
 
     check_format(fmt)
+    plot_fmt = check_plot(plot, force)
     from sactool.fleet.mpi import detect
 
     fleet = detect()  # under mpirun: every rank probes, rank 0 writes the fleet record
     if fleet is not None:
+        if plot is not None:
+            from sactool.errors import UsageError
+
+            raise UsageError("--plot draws one machine; under mpirun each host would draw its own",
+                             "run sactool probe --plot on each host (or on its --snapshot) without mpirun")
         from sactool.cli.fleet import probe_fleet
 
         return probe_fleet(fleet, fmt, sysfs_root, snapshot)
     refuse_existing(snapshot, force, "pass --force to overwrite it, or choose another name")
     reader = SysfsReader(sysfs_root)
     topo = probe(reader)
+    if plot is not None:
+        write_plot(plot, topo, plot_fmt, force=force)
     if snapshot is not None:
         from sactool.topology.snapshot import write_snapshot
 
@@ -48,6 +57,32 @@ def run_probe(fmt: str = "table", sysfs_root: Optional[Path] = None, snapshot: O
         emit_data(topo, fmt)
 
 
+def check_plot(plot: Optional[Path], force: bool) -> Optional[str]:
+    """Before any work: ``--plot``'s format from its extension, matplotlib installed, the file new
+    (or ``--force``) and writable. None without ``--plot``."""
+    if plot is None:
+        return None
+    from sactool.records import check_writable, refuse_existing
+    from sactool.render.machinedraw import plot_format
+
+    fmt = plot_format(plot)
+    refuse_existing(plot, force, "pass --force to overwrite it, or choose another --plot")
+    check_writable(plot)
+    return fmt
+
+
+def write_plot(plot: Path, topo, fmt: str, *, force: bool, plan=None, rank_gpus=(), gpu_sockets=()) -> None:
+    """Draw ``topo`` (and ``plan`` on it) to ``plot`` atomically; the path goes to stderr."""
+    from sactool.cli.common import write_result
+    from sactool.render import note
+    from sactool.render.machine import machine_scene
+    from sactool.render.machinedraw import plot_machine
+
+    data = plot_machine(machine_scene(topo, plan, rank_gpus, gpu_sockets), fmt)
+    write_result(plot, data, force=force, kind="machine-plot", suffix=f".{fmt}")
+    note(f"plot: {plot}")
+
+
 def register(app) -> None:
     """Add ``probe`` to the typer ``app`` (options as the fast path parses them)."""
     import typer
@@ -55,14 +90,17 @@ def register(app) -> None:
     from sactool.cli.common import FormatOpt, QuietOpt, SysfsRootOpt, check_format, example, flag
 
     @app.command(epilog=example("sactool probe", "sactool probe --format json",
-                                "sactool probe --snapshot mybox.tar.gz"))
+                                "sactool probe --snapshot mybox.tar.gz", "sactool probe --plot machine.svg"))
     def probe(
         fmt=FormatOpt,
         sysfs_root: Optional[Path] = SysfsRootOpt,
         snapshot: Optional[Path] = typer.Option(
             None, "--snapshot", help="Also write the files the prober read to this .tar.gz (for bug reports)."),
-        force: bool = flag("--force", help="Overwrite an existing --snapshot file."),
+        plot: Optional[Path] = typer.Option(
+            None, "--plot", help="Also draw the machine (sockets, host bridges, links, devices, regions, DAX, "
+                                 "nodes, GPUs) to this .svg or .png (needs matplotlib)."),
+        force: bool = flag("--force", help="Overwrite an existing --snapshot / --plot file."),
         quiet: bool = QuietOpt,
     ) -> None:
         """What memory do I have: NUMA nodes, which is CXL and why, CXL devices, regions, DAX, HMAT, tiers."""
-        run_probe(check_format(fmt), sysfs_root, snapshot, force)
+        run_probe(check_format(fmt), sysfs_root, snapshot, force, plot)

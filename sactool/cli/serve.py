@@ -48,6 +48,10 @@ def serve(
     placement: Optional[Placement] = typer.Option(None, "--placement", case_sensitive=False,
                                                   help="Override pool.placement (none: the DRAM A/B baseline)."),
     sysfs_root: Optional[Path] = SysfsRootOpt,
+    plot: Optional[Path] = typer.Option(None, "--plot", help="With --dry-run: draw the rank plan on the machine "
+                                                             "(each rank's GPU → its pool target) to this .svg or "
+                                                             ".png (needs matplotlib)."),
+    force: bool = flag("--force", help="Overwrite an existing --plot file."),
     fmt=FormatOpt,
     quiet: bool = QuietOpt,
 ) -> None:
@@ -55,6 +59,14 @@ def serve(
     from sactool.serve.launch import build_launch, exec_launch
 
     fmt = check_format(fmt)
+    plot_fmt = None
+    if plot is not None:
+        if not dry_run:
+            raise UsageError("--plot draws the plan of a --dry-run", "add --dry-run (sactool serve --profile P "
+                                                                     "--dry-run --plot plan.svg)")
+        from sactool.cli.probe import check_plot
+
+        plot_fmt = check_plot(plot, force)
     entrypoint, placement = value(entrypoint), value(placement)
     launch = build_launch(str(profile), sglang_args(ctx.args), python=python, entrypoint=entrypoint, dry_run=dry_run,
                           allow_untested=allow_untested, sysfs_root=str(sysfs_root) if sysfs_root else None,
@@ -63,6 +75,8 @@ def serve(
         from sactool.render.serve import render_launch
 
         render_launch(launch, fmt)
+        if plot is not None:
+            _plot_plan(launch, plot, plot_fmt, sysfs_root, force)
         if launch.problems:   # the launch would be refused: say so in the exit code as well
             raise typer.Exit(int(launch.problems[0].exit_code))
         return
@@ -75,3 +89,35 @@ def serve(
     env = " ".join(f"{k}={shlex.quote(v)}" for k, v in launch.command.env_delta.items())
     note(f"sactool serve: exec {env} {shlex.join(launch.command.argv)}")
     exec_launch(launch)
+
+
+def _plot_plan(launch, plot: Path, fmt: str, sysfs_root: Optional[Path], force: bool) -> None:
+    """The machine of ``--sysfs-root`` (or this one) with the launch's rank plan on it: each rank's
+    GPU as CUDA will number it (:mod:`sactool.topology.cuda`), or, when the GPU is not seen, a
+    placeholder on the socket the profile names (``pool.gpu_local_nodes``)."""
+    import os
+
+    from sactool.cli.probe import write_plot
+    from sactool.errors import SactoolError
+    from sactool.host.sysfs import SysfsReader
+    from sactool.render import note
+    from sactool.topology import probe
+    from sactool.topology.cuda import cuda_devices
+
+    try:
+        topo = probe(SysfsReader(sysfs_root))
+    except SactoolError as e:
+        if launch.problems:     # already reported; the exit code says it
+            note(f"plot: not drawn ({e.message})")
+            return
+        raise
+    plan = launch.pool.plan if launch.pool is not None else None
+    if plan is None:
+        note("plot: no rank plan (the pool check did not pass): the machine alone is drawn")
+    env = dict(os.environ)
+    env.update(launch.command.env_delta)
+    view = cuda_devices(topo.gpus, env)
+    gpus = [f"gpu-{view.gpus[s.gpu].pci_device}" if view.known and s.gpu < len(view.gpus) else None
+            for s in (plan.slots if plan is not None else ())]
+    write_plot(plot, topo, fmt, force=force, plan=plan, rank_gpus=gpus,
+               gpu_sockets=tuple(launch.profile.pool.gpu_local_nodes))

@@ -128,15 +128,31 @@ def _region_tree(topo: Topology):
             res = f"{reg.resource:#x}" if reg.resource is not None else "unallocated"
             rt = wt.add(f"{reg.describe()}: {_b(reg.size_bytes)} at {res}, granularity "
                         f"{reg.interleave_granularity_bytes} B, {'committed' if reg.committed else 'NOT committed'}")
+            decoders = {d.name: d for d in topo.decoders}
             for i, (tgt, mem) in enumerate(zip(reg.targets, reg.memdevs)):
                 md = topo.memdev(mem) if mem else None
-                rt.add(f"target{i} {tgt} → " + (_memdev_line(md) if md else "[red]no memdev[/]"))
+                rt.add(f"target{i} {tgt}{_dpa(decoders.get(tgt))} → " + (_memdev_line(md) if md else "[red]no memdev[/]"))
                 if mem:
                     placed.add(mem)
     for md in topo.memdevs:
         if md.name not in placed:
             tree.add(_memdev_line(md) + " [dim](in no region)[/]")
     return tree
+
+
+def _dpa(d) -> str:
+    """`` (DPA 0x0 + 512.00 MiB)``: the device-physical range an endpoint decoder maps, or ''."""
+    if d is None or d.dpa_resource is None or not d.dpa_size_bytes:
+        return ""
+    return f" (DPA {d.dpa_resource:#x} + {_b(d.dpa_size_bytes)}{', locked' if d.locked else ''})"
+
+
+def _blocks(x) -> str:
+    """``4/4 movable``: memory blocks online of those in the range, and their zone (system-ram)."""
+    if x.memory_blocks is None:
+        return "-"
+    zone = {True: " movable", False: " not movable"}.get(x.movable, "")
+    return f"{x.memory_blocks_online}/{x.memory_blocks}{zone}"
 
 
 def _dax_table(topo: Topology, c) -> None:
@@ -150,7 +166,7 @@ def _dax_table(topo: Topology, c) -> None:
         d.add_column(col)
     for x in topo.dax_devices:
         loc = topo.dax_locality(x.name)
-        blocks = "-" if x.memory_blocks is None else f"{x.memory_blocks_online}/{x.memory_blocks}"
+        blocks = _blocks(x)
         d.add_row(x.name, x.mode or (f"driver {x.driver}" if x.driver else "unbound"),
                   _b(x.size_bytes), "-" if x.target_node is None else f"node{x.target_node}",
                   _b(x.align_bytes), x.region or x.source or "?", _cpu_cell(loc), blocks)

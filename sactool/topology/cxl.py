@@ -16,8 +16,8 @@ import re
 
 from sactool.host.sysfs import SysfsReader
 from sactool.topology.link import read_link
-from sactool.topology.model import CxlDecoder, CxlMemdev, CxlPort, CxlRegion, ProbeWarning
-from sactool.topology.pci import HOST_BRIDGE_RE, host_bridge, narrowest, node_or_none, path_links
+from sactool.topology.model import CxlDecoder, CxlDport, CxlMemdev, CxlPort, CxlRegion, ProbeWarning
+from sactool.topology.pci import HOST_BRIDGE_RE, PCI_FN_RE, host_bridge, narrowest, node_or_none, path_links
 from sactool.units import format_bytes
 
 CXL_DEVICES = "sys/bus/cxl/devices"
@@ -28,6 +28,7 @@ _DEC_RE = re.compile(r"^decoder(\d+)\.(\d+)$")
 _REGION_RE = re.compile(r"^region\d+$")
 _ENDPOINT_RE = re.compile(r"^endpoint\d+$")
 _PORT_RE = re.compile(r"^(root|port|endpoint)\d+$")
+_DPORT_RE = re.compile(r"^dport(\d+)$")
 
 
 def _key(name: str) -> tuple:
@@ -44,8 +45,9 @@ def read_cxl(r: SysfsReader) -> tuple[list[CxlMemdev], list[CxlDecoder], list[Cx
     endpoint_mem = _endpoint_memdevs(r, canon)
     ports = _ports(r, canon)
     memdevs = _memdevs(r, canon, {m: e for e, m in endpoint_mem.items()})
-    decoders = _decoders(r, canon, endpoint_mem)
+    decoders = _decoders(r, canon, endpoint_mem, {p.name: p for p in ports})
     regions = _regions(r, canon, {d.name: d for d in decoders}, warnings)
+    decoders = _with_free_extents(decoders, regions)
     warnings.extend(_unmapped_capacity(memdevs, decoders, regions))
     return memdevs, decoders, regions, warnings, True, ports
 
@@ -84,6 +86,7 @@ def _memdevs(r: SysfsReader, canon: dict[str, str], mem_endpoint: dict[str, str]
         hb, hb_node = host_bridge(r, path)
         links = path_links(r, posixpath.dirname(path))
         ep = mem_endpoint.get(name)
+        parent = posixpath.basename(posixpath.dirname(path))
         memdevs.append(CxlMemdev(
             name=name,
             serial=serial,
@@ -98,11 +101,20 @@ def _memdevs(r: SysfsReader, canon: dict[str, str], mem_endpoint: dict[str, str]
             ports=tuple(p for p in canon[ep].split("/") if _PORT_RE.match(p)) if ep else (),
             path_links=links,
             narrowest_link=narrowest(links),
+            pci_device=parent if PCI_FN_RE.match(parent) else None,
+            ram_qos_class=_qos(r.int(f"{path}/ram/qos_class")),
+            pmem_qos_class=_qos(r.int(f"{path}/pmem/qos_class")),
         ))
     return memdevs
 
 
-def _decoders(r: SysfsReader, canon: dict[str, str], endpoint_mem: dict[str, str]) -> list[CxlDecoder]:
+def _qos(v: int | None) -> int | None:
+    """A ``qos_class`` attribute; -1 (CXL_QOS_CLASS_INVALID / none) → None."""
+    return None if v is None or v < 0 else v
+
+
+def _decoders(r: SysfsReader, canon: dict[str, str], endpoint_mem: dict[str, str],
+              ports: dict[str, CxlPort]) -> list[CxlDecoder]:
     """Every ``decoderP.I``, by the level of the port it sits under (root, switch, endpoint)."""
     decoders = []
     for name in sorted((n for n in canon if _DEC_RE.match(n)), key=_key):
@@ -116,18 +128,63 @@ def _decoders(r: SysfsReader, canon: dict[str, str], endpoint_mem: dict[str, str
             size_bytes=r.hex(f"{path}/size"),
             interleave_ways=r.int(f"{path}/interleave_ways"),
             interleave_granularity_bytes=r.int(f"{path}/interleave_granularity"),
+            locked=r.bool(f"{path}/locked"),
         )
+        if level != "root":
+            committed = ports[port].decoders_committed if port in ports else None
+            common.update(target_type=r.str(f"{path}/target_type"),
+                          committed=None if committed is None else int(_DEC_RE.match(name).group(2)) < committed)
         if level == "endpoint":
+            dpa = r.hex(f"{path}/dpa_resource")
             decoders.append(CxlDecoder(**common, mode=r.str(f"{path}/mode"), region=r.str(f"{path}/region") or None,
-                                       memdev=endpoint_mem.get(port)))
-        elif level == "root":
+                                       memdev=endpoint_mem.get(port),
+                                       dpa_resource=None if dpa == ALL_ONES else dpa,
+                                       dpa_size_bytes=r.hex(f"{path}/dpa_size")))
+            continue
+        tl = r.str(f"{path}/target_list")
+        common.update(target_list=tl, targets=_targets(tl, ports.get(port)))
+        if level == "switch":
+            common.update(region=r.str(f"{path}/region") or None)
+        if level == "root":
             caps = tuple(c for c in ("ram", "pmem", "type2", "type3") if r.bool(f"{path}/cap_{c}"))
             decoders.append(CxlDecoder(**common, capabilities=caps,
                                        can_create_ram_region=r.exists(f"{path}/create_ram_region"),
-                                       target_list=r.str(f"{path}/target_list")))
+                                       qos_class=_qos(r.int(f"{path}/qos_class"))))
         else:
-            decoders.append(CxlDecoder(**common, target_list=r.str(f"{path}/target_list")))
+            decoders.append(CxlDecoder(**common))
     return decoders
+
+
+def _targets(target_list: str | None, port: CxlPort | None) -> tuple[str | None, ...]:
+    """The dport device behind each id of a decoder's ``target_list`` (``12`` → ``pci0000:0c``)."""
+    if not target_list:
+        return ()
+    by_id = {d.id: d.device for d in port.dports} if port else {}
+    out: list[str | None] = []
+    for t in target_list.split(","):
+        t = t.strip()
+        out.append(by_id.get(int(t)) if t.isdigit() else None)
+    return tuple(out)
+
+
+def _with_free_extents(decoders: list[CxlDecoder], regions: list[CxlRegion]) -> list[CxlDecoder]:
+    """Root decoders with ``max_available_extent_bytes``: the largest gap of the window between the
+    allocated regions under it (libcxl's cxl_decoder_calc_max_available_extent: regions sorted by
+    start, gaps before, between and after them)."""
+    from dataclasses import replace
+
+    out = []
+    for d in decoders:
+        if d.level != "root" or d.start is None or not d.size_bytes:
+            out.append(d)
+            continue
+        used = sorted((g.resource, g.size_bytes) for g in regions
+                      if g.root_decoder == d.name and g.resource is not None and g.size_bytes)
+        best, cur = 0, d.start
+        for start, size in used:
+            best, cur = max(best, start - cur), max(cur, start + size)
+        out.append(replace(d, max_available_extent_bytes=max(best, d.start + d.size_bytes - cur)))
+    return out
 
 
 def _regions(r: SysfsReader, canon: dict[str, str], dec_by_name: dict[str, CxlDecoder],
@@ -197,12 +254,30 @@ def _ports(r: SysfsReader, canon: dict[str, str]) -> list[CxlPort]:
         elif name.startswith("endpoint"):
             kind = "endpoint"
         else:
-            kind = "host-bridge" if uport and HOST_BRIDGE_RE.match(uport) else "switch"
+            # a host bridge's uport is its PCI root (pci0000:0c), or on 6.1 the ACPI0016 device itself
+            kind = "host-bridge" if uport and (HOST_BRIDGE_RE.match(uport) or uport.startswith("ACPI0016:")) \
+                else "switch"
         out.append(CxlPort(
             name=name, kind=kind, parent=parent if _PORT_RE.match(parent) else None, uport=uport,
             parent_dport=None if kind == "root" else r.basename_of_link(f"{path}/parent_dport"),
+            depth=sum(1 for p in path.split("/")[:-1] if _PORT_RE.match(p)),
+            decoders_committed=None if kind == "root" else r.int(f"{path}/decoders_committed"),
+            dports=_dports(r, path),
         ))
     return out
+
+
+def _dports(r: SysfsReader, path: str) -> tuple[CxlDport, ...]:
+    """The ``dport<id>`` links of the port at ``path``, by id, with each target's firmware alias."""
+    out = []
+    for entry in r.listdir(path):
+        m = _DPORT_RE.match(entry)
+        if m:
+            dev = r.basename_of_link(f"{path}/{entry}")
+            alias = next((r.basename_of_link(f"{path}/{entry}/{k}") for k in ("physical_node", "firmware_node")
+                          if r.exists(f"{path}/{entry}/{k}")), None)   # libcxl's order
+            out.append(CxlDport(int(m.group(1)), dev, alias))
+    return tuple(sorted(out, key=lambda d: d.id))
 
 
 def _unmapped_capacity(memdevs: list[CxlMemdev], decoders: list[CxlDecoder],

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from sactool.host.sysfs import SysfsReader
-from sactool.topology.model import CxlRegion, DaxDevice
+from sactool.topology.model import CxlRegion, DaxDevice, DaxMapping, DaxRegion
 
 DAX_DEVICES = "sys/bus/dax/devices"
 MEMORY_DIR = "sys/devices/system/memory"
@@ -50,7 +50,7 @@ def read_dax(r: SysfsReader, regions: list[CxlRegion]) -> list[DaxDevice]:
         target = r.int(f"{path}/target_node")
         mode = MODES.get(driver or "")
         size = r.int(f"{path}/size")
-        blocks = _blocks(r, resource, size) if mode == "system-ram" else (None, None, None)
+        blocks = _blocks(r, resource, size) if mode == "system-ram" else (None, None, None, None)
         out.append(DaxDevice(
             name=name,
             size_bytes=size,
@@ -64,19 +64,44 @@ def read_dax(r: SysfsReader, regions: list[CxlRegion]) -> list[DaxDevice]:
             memory_blocks=blocks[0],
             memory_blocks_online=blocks[1],
             block_size_bytes=blocks[2],
+            movable=blocks[3],
+            mappings=_mappings(r, path),
+            dax_region=_dax_region(r, path),
         ))
     return out
 
 
-def _blocks(r: SysfsReader, start: int | None, size: int | None) -> tuple[int | None, int | None, int | None]:
-    """(blocks wholly inside [start, start+size), of which online, block size) — kmem adds only
-    whole memory blocks (drivers/dax/kmem.c aligns the range in to ``memory_block_size_bytes``).
-    Nones when the range or the block size is unknown."""
+def _mappings(r: SysfsReader, path: str) -> tuple[DaxMapping, ...]:
+    """``mapping<N>/{start,end,page_offset}`` of the device at ``path`` (sysfs-bus-dax, v5.10+)."""
+    idx = sorted(int(e[7:]) for e in r.listdir(path) if re.match(r"^mapping\d+$", e))
+    return tuple(DaxMapping(i, r.hex(f"{path}/mapping{i}/start"), r.hex(f"{path}/mapping{i}/end"),
+                            r.hex(f"{path}/mapping{i}/page_offset")) for i in idx)
+
+
+def _dax_region(r: SysfsReader, path: str) -> DaxRegion | None:
+    """The parent's ``dax_region/`` attributes (the region the device was carved from)."""
+    parent = path.rsplit("/", 1)[0]
+    base = f"{parent}/dax_region"
+    if not r.is_dir(base):
+        return None
+    shown = parent[len("sys/devices"):] if parent.startswith("sys/devices/") else "/" + parent
+    return DaxRegion(path=shown, id=r.int(f"{base}/id"), size_bytes=r.int(f"{base}/size"),
+                     align_bytes=r.int(f"{base}/align"), available_size_bytes=r.int(f"{base}/available_size"))
+
+
+def _blocks(r: SysfsReader, start: int | None, size: int | None
+            ) -> tuple[int | None, int | None, int | None, bool | None]:
+    """(blocks wholly inside [start, start+size), of which online, block size, movable) — kmem adds
+    only whole memory blocks (drivers/dax/kmem.c aligns the range in to ``memory_block_size_bytes``).
+    ``movable``: every online block's ``valid_zones`` reads ``Movable`` (an online block shows only
+    its own zone), as daxctl decides it (libdaxctl ``daxctl_memory_is_movable``); None when no
+    block is online or a zone cannot be read. Nones when the range or the block size is unknown."""
     bs = r.hex(f"{MEMORY_DIR}/block_size_bytes")
     if not start or not size or not bs:
-        return None, None, bs
+        return None, None, bs, None
     first, last = -(-start // bs), (start + size) // bs  # [first, last)
     online: int | None = 0
+    zones: set[str | None] = set()
     for i in range(first, last):
         if not r.exists(f"{MEMORY_DIR}/memory{i}"):
             continue  # never added (or removed): not online
@@ -84,5 +109,8 @@ def _blocks(r: SysfsReader, start: int | None, size: int | None) -> tuple[int | 
         if state is None:
             online = None  # a block whose state cannot be read: the count is unknown, not low
             break
-        online += state == "online"
-    return max(0, last - first), online, bs
+        if state == "online":
+            online += 1
+            zones.add(r.str(f"{MEMORY_DIR}/memory{i}/valid_zones"))
+    movable = None if not zones or None in zones or online is None else zones == {"Movable"}
+    return max(0, last - first), online, bs, movable

@@ -148,6 +148,9 @@ class CxlMemdev:
     ports: tuple[str, ...] = ()     # CXL ports from the root to its endpoint: ("root0", "port2", "endpoint4")
     path_links: tuple[PcieLink, ...] = ()  # every PCIe function's link, device first, up to the root port
     narrowest_link: PcieLink | None = None  # the lowest ceiling among path_links: the path's limit
+    pci_device: str | None = None   # the PCI function the memdev sits on (its parent directory, ``0000:0d:00.0``)
+    ram_qos_class: int | None = None   # memN/ram/qos_class (platform QTG id; None: absent, or -1 "none")
+    pmem_qos_class: int | None = None  # memN/pmem/qos_class
 
 
 @dataclass(frozen=True)
@@ -163,6 +166,25 @@ class CxlPort:
     parent: str | None               # the port above (the directory it sits in)
     uport: str | None                # basename of the ``uport`` link: ACPI0017:00, pci0000:0c, 0000:0e:00.0, mem1
     parent_dport: str | None         # basename of ``parent_dport``: the parent's downstream port it hangs off
+    depth: int | None = None         # ports above it (root0 0, a host bridge 1, …): cxl list's ``depth``
+    decoders_committed: int | None = None  # ``<port>/decoders_committed``: HDM decoders committed (v6.7)
+    dports: tuple[CxlDport, ...] = ()  # ``<port>/dport<id>`` links: the downstream ports, by id
+
+
+@dataclass(frozen=True)
+class CxlDport:
+    """One ``<port>/dport<id>`` link: a downstream port of a CXL port (cxl list's ``dports``).
+
+    ``id`` is the number in the link's name (the port id decoders' ``target_list`` names);
+    ``device`` the basename of its target (a host bridge ``pci0000:0c`` under the root, a root
+    or switch downstream port ``0000:0c:00.0`` below; on 6.1 the root's dports are the ACPI
+    devices ``ACPI0016:00``).
+    """
+
+    id: int
+    device: str | None
+    alias: str | None = None         # basename of the target's ``physical_node`` (an ACPI dport, 6.1) or
+                                     # ``firmware_node`` link (``ACPI0016:01``), libcxl's order; None: neither
 
 
 @dataclass(frozen=True)
@@ -177,11 +199,24 @@ class CxlDecoder:
     interleave_ways: int | None
     interleave_granularity_bytes: int | None
     mode: str | None = None         # endpoint: ram/pmem/none
-    region: str | None = None       # endpoint: region it is committed to
+    region: str | None = None       # endpoint/switch: decoder/region, the region it decodes for
     memdev: str | None = None       # endpoint: the memdev behind the endpoint port
     capabilities: tuple[str, ...] = ()   # root: cap_ram, cap_pmem, cap_type2, cap_type3
     can_create_ram_region: bool | None = None  # root: create_ram_region exists (kernel ≥ 6.3)
     target_list: str | None = None  # root/switch: target_list (dport ids)
+    targets: tuple[str | None, ...] = ()  # root/switch: the dport device of each target_list id, in
+                                          # interleave order (``pci0000:0c``; None: no such dport link)
+    dpa_resource: int | None = None     # endpoint: decoder/dpa_resource (device physical base, hex; all-ones: none)
+    dpa_size_bytes: int | None = None   # endpoint: decoder/dpa_size (hex)
+    locked: bool | None = None          # decoder/locked: the platform locked its settings (no reprogramming)
+    target_type: str | None = None      # switch/endpoint: decoder/target_type (``expander`` = Type-3 memory)
+    qos_class: int | None = None        # root: decoder/qos_class (the CFMWS QTG id; -1 none → None)
+    committed: bool | None = None       # switch/endpoint: decoder id < its port's decoders_committed (the
+                                        # kernel commits a port's HDM decoders in id order, drivers/cxl/core/hdm.c
+                                        # cxl_decoder_commit; a single-dport port's pass-through decoder has
+                                        # no HDM registers: it decodes, uncommitted)
+    max_available_extent_bytes: int | None = None  # root: the largest part of the window no region uses
+                                                   # (computed like libcxl's max_available_extent)
 
 
 @dataclass(frozen=True)
@@ -221,8 +256,47 @@ class DaxDevice:
     source: str | None               # "cxl", "nd" (NVDIMM namespace), "hmem", None
     region: str | None               # the CXL region it comes from, when known
     memory_blocks: int | None = None         # system-ram: memory blocks wholly inside [resource, +size)
-    memory_blocks_online: int | None = None  # …of which ``memory<N>/state`` reads "online"
+                                             # (daxctl's ``total_memblocks``)
+    memory_blocks_online: int | None = None  # …of which ``memory<N>/state`` reads "online" (``online_memblocks``)
     block_size_bytes: int | None = None      # ``devices/system/memory/block_size_bytes`` (hex)
+    movable: bool | None = None              # system-ram: every online block's ``memory<N>/valid_zones`` reads
+                                             # "Movable" (daxctl's ``movable``); None: no block online/readable
+    mappings: tuple[DaxMapping, ...] = ()    # ``dax/mapping<N>/{start,end,page_offset}``: its physical extents
+    dax_region: DaxRegion | None = None      # the dax region it was carved from (``../dax_region/*``)
+
+
+@dataclass(frozen=True)
+class DaxMapping:
+    """``daxX.Y/mapping<N>``: one physical extent of a DAX device (daxctl list -M's ``mappings``).
+
+    ``start``/``end``: HPA, inclusive, as the kernel prints them (hex); ``page_offset``: the extent's
+    first page within the device (hex, in pages); ``size_bytes`` = end - start + 1."""
+
+    index: int
+    start: int | None
+    end: int | None
+    page_offset: int | None
+
+    @property
+    def size_bytes(self) -> int | None:
+        return None if self.start is None or self.end is None else self.end - self.start + 1
+
+    def to_data(self) -> dict[str, Any]:
+        return {"mapping": f"mapping{self.index}", "start": None if self.start is None else f"{self.start:#x}",
+                "end": None if self.end is None else f"{self.end:#x}", "page_offset": self.page_offset,
+                "size_bytes": self.size_bytes}
+
+
+@dataclass(frozen=True)
+class DaxRegion:
+    """``<dax region>/dax_region/{id,size,align,available_size}`` (sysfs-bus-dax; daxctl list -R)."""
+
+    path: str                        # the directory holding ``dax_region/``, below /sys/devices, as daxctl
+                                     # prints it (``/platform/ACPI0017:00/root0/decoder0.0/region0/dax_region0``)
+    id: int | None
+    size_bytes: int | None
+    align_bytes: int | None
+    available_size_bytes: int | None
 
 
 LOCALITY_SOURCES = ("cpus", "device-affinity", "slit", "hmat", "none")
@@ -420,7 +494,8 @@ class Topology:
 
 
 def _hex_start(d: dict[str, Any]) -> dict[str, Any]:
-    """Addresses (HPA) as ``0x…`` strings in records, like the kernel prints them."""
-    if isinstance(d.get("start"), int):
-        d["start"] = f"{d['start']:#x}"
+    """Addresses (HPA, DPA) as ``0x…`` strings in records, like the kernel prints them."""
+    for key in ("start", "dpa_resource"):
+        if isinstance(d.get(key), int):
+            d[key] = f"{d[key]:#x}"
     return d
