@@ -149,7 +149,8 @@ def test_no_gpu_is_one_line_and_exit_3():
     lines = p.stdout.strip().splitlines()
     if lines[0] == "gpu":  # pragma: no cover - a machine with a GPU has nothing to refuse
         pytest.skip("a CUDA GPU is present here")
-    assert lines[0] == "3" and lines[2] == "None" and "GPU" in lines[1] and "sactool[gpu]" in lines[1]
+    # issue 18: the refusal is one error line plus a hint (what to install, where to run, the simulator)
+    assert lines[0] == "3" and "GPU" in lines[1] and "sactool[gpu]" in lines[2] and "NUMBA_ENABLE_CUDASIM=1" in lines[2]
 
 
 @pytest.mark.parametrize("kw, word", [
@@ -208,7 +209,8 @@ def test_cli_without_a_gpu_says_so_in_one_line_and_writes_nothing(tmp_path, caps
     code = main(["bench", "gpu-gather", "--node", "0", "--out", str(out), "--format", "json"])
     cap = capsys.readouterr()
     assert code == 3 and cap.out == "" and not out.exists()
-    assert len(cap.err.strip().splitlines()) == 1 and cap.err.startswith("error: no CUDA GPU")
+    err = cap.err.strip().splitlines()   # one error line and, since issue 18, its hint line
+    assert len(err) == 2 and err[0].startswith("error: no CUDA GPU") and err[1].startswith("hint: ")
 
 
 def test_cli_simulated_run_writes_a_loadable_record(tmp_path):

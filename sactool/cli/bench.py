@@ -70,14 +70,8 @@ def parse_cpus(text: str | None, topo) -> tuple[int, ...] | None:
     return cpus
 
 
-def run_command(test: str, *, node, cpus, size, threads, record_bytes, topk, prefetch, pattern, trace, hugepages,
-                preset, seed, out: Path | None, force: bool, fmt: str, plot: Path | None,
-                sysfs_root: Path | None = None) -> int:
-    from sactool.bench.api import BenchOptions, run_bench, run_matrix
-    from sactool.memory.nodes import topology
-    from sactool.units import parse_size
-
-    # outputs first: nothing is measured for a result that could not be written
+def _check_outputs(test: str, out: Path | None, plot: Path | None, force: bool) -> None:
+    """Outputs first: nothing is measured for a result that could not be written."""
     check_output(out, force)
     if plot is not None:
         if not any(t in PLOTTED for t in TEST_SETS[test]):
@@ -92,6 +86,16 @@ def run_command(test: str, *, node, cpus, size, threads, record_bytes, topk, pre
         except ImportError:
             raise UsageError("--plot needs matplotlib",
                              "pip install matplotlib (the 'plot' extra: pip install -e '.[plot]' in sactool's checkout)") from None
+
+
+def run_command(test: str, *, node, cpus, size, threads, record_bytes, topk, prefetch, pattern, trace, hugepages,
+                preset, seed, out: Path | None, force: bool, fmt: str, plot: Path | None,
+                sysfs_root: Path | None = None) -> int:
+    from sactool.bench.api import BenchOptions, run_bench, run_matrix
+    from sactool.memory.nodes import topology
+    from sactool.units import parse_size
+
+    _check_outputs(test, out, plot, force)
     if trace is not None and pattern == "uniform":
         pattern = "trace"
     nd = parse_node(node)
