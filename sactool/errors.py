@@ -88,19 +88,40 @@ class Terminated(KeyboardInterrupt):
     (``except KeyboardInterrupt``) keeps it on SIGTERM too; the exit code is then 143."""
 
 
-_SIGNALLED: dict[str, int | None] = {"signal": None}
+_SIGNALLED: dict[str, int | None] = {"signal": None, "count": 0}
 
 
 def handle_sigterm() -> None:
-    """Turn the first SIGTERM into :class:`Terminated` (a second one ends the process at once)."""
+    """Turn the first SIGTERM into :class:`Terminated` and the first SIGINT into KeyboardInterrupt;
+    later ones are counted, not fatal, so the finished record still reaches the disk (GNU
+    ``timeout`` signals the child and its group; a double Ctrl-C is a habit).
+
+    An exception raised while Python runs a ctypes callback (llvmlite's object-cache hook while
+    numba compiles) is printed and dropped, so the signal is also kept in :data:`_SIGNALLED` and
+    :func:`check_signalled` raises it again at the next measurement step."""
     import signal
 
     def handler(signum, frame):
+        _SIGNALLED["count"] = int(_SIGNALLED["count"] or 0) + 1
+        if _SIGNALLED["signal"] is not None:
+            return   # already on its way out: counted, the save goes on
         _SIGNALLED["signal"] = signum
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        raise Terminated
+        raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, handler)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, handler)
+
+
+def check_signalled() -> None:
+    """Raise the interrupt a signal asked for if it has not stopped the work yet (see
+    :func:`handle_sigterm`); measurement loops call this between steps. Work that has caught the
+    interrupt never calls it again, so the saving path is not interrupted twice."""
+    import signal
+
+    sig = _SIGNALLED["signal"]
+    if sig is not None:
+        raise Terminated if sig == signal.SIGTERM else KeyboardInterrupt
 
 
 def _interrupt_code() -> int:

@@ -78,10 +78,13 @@ def calibrate(cfg: Config, proto: Protocol, clock: Clock) -> None:
 def run_protocol(configs: list[Config], proto: Protocol, *, clock: Clock = time.perf_counter_ns,
                  progress: Callable[[str, int, int], None] | None = None) -> bool:
     """Measure every configuration; returns False when interrupted by Ctrl-C (samples kept)."""
+    from sactool.errors import check_signalled
+
     total = len(configs) * proto.rounds
     done = 0
     try:
         for cfg in configs:
+            check_signalled()
             if cfg.first_call_seconds is None:
                 cfg.first_call_seconds, _ = _timed(cfg, 1, clock)
             for _ in range(proto.warmup):
@@ -92,6 +95,7 @@ def run_protocol(configs: list[Config], proto: Protocol, *, clock: Clock = time.
         for r in range(proto.rounds):
             k = r % len(configs) if configs else 0
             for cfg in configs[k:] + configs[:k]:
+                check_signalled()
                 cfg.samples.append(_timed(cfg, cfg.reps, clock))
                 done += 1
                 if progress:

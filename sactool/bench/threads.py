@@ -32,15 +32,15 @@ def run_pinned(cpus: Sequence[int], fn: Callable[[int], float]) -> list[float]:
 
     ts = [threading.Thread(target=work, args=(i,), daemon=True, name=f"sactool-cpu{cpus[i]}") for i in range(n)]
     interrupted = False
-    started = []
     try:
         for t in ts:
             t.start()
-            started.append(t)
     except KeyboardInterrupt:   # a signal while starting: the started threads must not outlive the buffer
         interrupted = True
         barrier.abort()
-    for t in started:
+    # a thread counts as started once it has an ident: a signal inside t.start() (it waits for the new
+    # thread to run) arrives after the thread exists, and that thread holds views of the buffer too
+    for t in (t for t in ts if t.ident is not None):
         while t.is_alive():
             try:
                 t.join(0.05)  # short joins keep the main thread responsive to Ctrl-C

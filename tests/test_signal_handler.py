@@ -1,0 +1,55 @@
+"""The signal policy of every sactool process (errors.handle_sigterm), checked in a real interpreter with
+real signals: a signal that arrives while Python runs a ctypes callback (llvmlite's object-cache hook, called
+while numba compiles, is one) is printed and dropped by ctypes, so it must stay recorded and come back at
+the next measurement step; a second signal while the first is on its way out is counted, not fatal."""
+
+import subprocess
+import sys
+import textwrap
+
+CHILD = textwrap.dedent("""
+    import ctypes, os, signal, sys, time
+    from sactool.errors import check_signalled, handle_sigterm, Terminated, _SIGNALLED
+
+    handle_sigterm()
+    CB = ctypes.CFUNCTYPE(None)
+
+    def inside_callback():
+        os.kill(os.getpid(), signal.{sig})
+        time.sleep(0.05)   # the handler runs here and its exception is dropped by ctypes
+
+    CB(inside_callback)()
+    print("after-callback", flush=True)
+    try:
+        check_signalled()
+    except Terminated:
+        print("raised Terminated", flush=True)
+    except KeyboardInterrupt:
+        print("raised KeyboardInterrupt", flush=True)
+    try:
+        os.kill(os.getpid(), signal.{sig})   # a second one: counted, not fatal
+        time.sleep(0.05)
+        print("survived second, count", _SIGNALLED["count"], flush=True)
+    except BaseException as e:
+        print("second raised", type(e).__name__, flush=True)
+""")
+
+
+def _run(sig: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", CHILD.format(sig=sig)], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_sigterm_dropped_by_a_ctypes_callback_is_raised_at_the_next_step():
+    p = _run("SIGTERM")
+    assert p.returncode == 0, p.stderr
+    assert "after-callback" in p.stdout
+    assert "raised Terminated" in p.stdout
+    assert "survived second, count 2" in p.stdout
+
+
+def test_sigint_dropped_by_a_ctypes_callback_is_raised_at_the_next_step():
+    p = _run("SIGINT")
+    assert p.returncode == 0, p.stderr
+    assert "raised KeyboardInterrupt" in p.stdout and "raised Terminated" not in p.stdout
+    assert "survived second, count 2" in p.stdout
