@@ -289,3 +289,14 @@ def test_matching_rules():
     assert not matches(["a", "z"], ["a", "b", "z"])
     assert not matches(["fetch 1.2 ms"], ["fetch 1.3 ms"])
     assert jq_path({"v": {"p": [1, {"n": 2}]}}, ".v.p[1]") == {"n": 2}
+
+
+def test_readme_is_read_in_five_minutes_and_its_links_resolve():
+    """README.md stays one short page (issue 21: at most 200 lines) and every relative link or
+    picture in it names a file of this checkout (mkdocs checks docs/, not the README)."""
+    text = (REPO / "README.md").read_text()
+    assert len(text.splitlines()) <= 200, len(text.splitlines())
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    local = [t for t in targets if not re.match(r"^[a-z]+://", t)]
+    assert "docs/images/probe-sac2s.png" in local and "docs/images/serve-plan-sac2s.png" in local
+    assert [t for t in local if not (REPO / t).exists()] == []
