@@ -21,10 +21,16 @@ directory, this checkout and the running interpreter's directory are replaced by
 ``.venv/bin``: a line ``…`` stands for any number of lines, and ``…`` inside a line for any text
 (times and figures that vary, a trimmed table). A ``console`` block without a marker fails, and so
 does a block showing a ``$`` prompt that is not ``console``.
+
+``scripts/update-doc-examples`` (``SACTOOL_UPDATE_DOC_EXAMPLES=1``) rewrites the shown output of
+every example that drifted to what the command prints now, keeping each ``…`` where it still
+stands for something (:func:`refit`), then checks the pages again; an exit status that changed is
+reported, never rewritten.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
@@ -45,6 +51,7 @@ PAGES = sorted([REPO / "README.md", *(REPO / "docs").rglob("*.md")])
 MARKER = re.compile(r"^<!--\s*(example|live):?\s*(.*?)\s*-->\s*$")
 SETUP = ("mkdir", "tar", "cp", "cd", "sed")   # commands that prepare an example: they must succeed
 DATE = re.compile(r"\b20\d\d-\d\d-\d\d\b")
+UPDATE = os.environ.get("SACTOOL_UPDATE_DOC_EXAMPLES") == "1"
 
 
 @dataclass
@@ -93,21 +100,30 @@ ALL_BLOCKS = [b for p in PAGES for b in blocks_of(p)]
 
 # ---- commands and their output ------------------------------------------------------------------
 
-def commands_of(block: Block) -> list[tuple[str, list[str]]]:
-    """(command line, the output lines shown after it) for each ``$`` line of a block."""
-    steps: list[tuple[str, list[str]]] = []
-    lines = iter(block.text)
-    for s in lines:
+def spans_of(block: Block) -> list[tuple[str, int, int]]:
+    """(command line, first and end index in ``block.text`` of the output shown after it) for each
+    ``$`` line of a block."""
+    steps: list[tuple[str, int, int]] = []
+    k, text = 0, block.text
+    while k < len(text):
+        s = text[k]
         if s.startswith("$ "):
             cmd = s[2:]
-            while cmd.endswith("\\"):
-                cmd = cmd[:-1] + " " + next(lines).strip()
-            steps.append((cmd, []))
+            while cmd.endswith("\\") and k + 1 < len(text):
+                k += 1
+                cmd = cmd[:-1] + " " + text[k].strip()
+            steps.append((cmd, k + 1, k + 1))
         elif steps:
-            steps[-1][1].append(s)
+            steps[-1] = (steps[-1][0], steps[-1][1], k + 1)
         elif s.strip():
             raise AssertionError(f"{block.where}: output before the first '$ ' command: {s!r}")
+        k += 1
     return steps
+
+
+def commands_of(block: Block) -> list[tuple[str, list[str]]]:
+    """(command line, the output lines shown after it) for each ``$`` line of a block."""
+    return [(cmd, block.text[a:b]) for cmd, a, b in spans_of(block)]
 
 
 def jq_path(data, expr: str):
@@ -186,6 +202,84 @@ def matches(shown: list[str], actual: list[str]) -> bool:
     return re.fullmatch("".join(parts), "".join(a + "\n" for a in actual)) is not None
 
 
+def _line_matches(shown: str, actual: str) -> bool:
+    return shown.strip() != "…" and matches([shown], [actual])
+
+
+def refit_line(shown: str, actual: str) -> str:
+    """``actual``, keeping each ``…`` of ``shown`` where it stands for something there still."""
+    if "…" not in shown:
+        return actual
+    out = []
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, shown, actual, autojunk=False).get_opcodes():
+        part = shown[i1:i2]
+        if op == "equal":
+            out.append(part)
+        elif "…" in part:
+            out.append("…")
+        else:
+            out.append(actual[j1:j2])
+    line = re.sub("…+", "…", "".join(out))
+    return line if _line_matches(line, actual) else actual
+
+
+CHANGED = 1.25    # the cost of a changed line in refit (added: 1, gone: 1.5)
+
+
+def refit(shown: list[str], actual: list[str]) -> list[str]:
+    """The shown lines rewritten to match ``actual`` with the fewest changes: matching lines kept,
+    '…' lines kept (each still stands for the lines it covers, possibly none), a changed line
+    replaced (:func:`refit_line`), a line gone dropped, a new one added — an edit distance over
+    lines in which a '…' line absorbs any lines for free (a changed line costs a little more than a
+    new one, so a line added before a kept one is an addition, not a change of both)."""
+    while shown and not shown[-1].strip():
+        shown = shown[:-1]
+    n, m = len(shown), len(actual)
+    wild = [s.strip() == "…" for s in shown]
+    inf = float("inf")
+    cost = [[inf] * (m + 1) for _ in range(n + 1)]
+    cost[n][m] = 0.0
+    for j in range(m - 1, -1, -1):
+        cost[n][j] = cost[n][j + 1] + 1
+    for i in range(n - 1, -1, -1):
+        for j in range(m, -1, -1):
+            if wild[i]:
+                cost[i][j] = min(cost[i + 1][j], cost[i][j + 1] if j < m else inf)
+                continue
+            best = cost[i + 1][j] + 1.5                                   # the shown line is gone
+            if j < m:
+                same = _line_matches(shown[i], actual[j])
+                best = min(best, cost[i + 1][j + 1] + (0 if same else CHANGED), cost[i][j + 1] + 1)
+            cost[i][j] = best
+    out, i, j = [], 0, 0
+    while i < n or j < m:
+        if i < n and wild[i]:
+            if j < m and cost[i][j] == cost[i][j + 1]:
+                j += 1
+            else:
+                out.append(shown[i])
+                i += 1
+        elif i < n and j < m and cost[i][j] == cost[i + 1][j + 1] + (0 if _line_matches(shown[i], actual[j])
+                                                                      else CHANGED):
+            out.append(shown[i] if _line_matches(shown[i], actual[j]) else refit_line(shown[i], actual[j]))
+            i, j = i + 1, j + 1
+        elif i < n and cost[i][j] == cost[i + 1][j] + 1.5:
+            i += 1
+        else:
+            out.append(actual[j])
+            j += 1
+    return out
+
+
+def rewrite(page: Path, fixes: list[tuple[Block, int, int, list[str]]]) -> None:
+    """Put each fix (block, first and end index in its text, new lines) into the page, bottom up."""
+    lines = page.read_text().splitlines(keepends=True)
+    for block, a, b, new in sorted(fixes, key=lambda f: (f[0].line, f[1]), reverse=True):
+        indent = re.match(r"^(\s*)", lines[block.line - 1]).group(1)
+        lines[block.line + a:block.line + b] = [(indent + s if s else s) + "\n" for s in new]
+    page.write_text("".join(lines))
+
+
 # ---- the working directory ------------------------------------------------------------------------
 
 def workdir_for(tmp_path: Path) -> Path:
@@ -213,23 +307,37 @@ def prepare(block: Block, wd: Path, monkeypatch) -> None:
         monkeypatch.setenv(k, v)
 
 
-def check_block(block: Block, wd: Path, capsys, monkeypatch) -> list[str]:
-    """The block's commands run in ``wd``; a description of each difference (none: as shown)."""
+def check_block(block: Block, wd: Path, capsys, monkeypatch, fixes: list | None = None) -> list[str]:
+    """The block's commands run in ``wd``; a description of each difference (none: as shown).
+    With ``fixes`` (a list), a drifted output is not a problem but a fix appended to it."""
     problems = []
     prepare(block, wd, monkeypatch)
     want_rc = int(block.options.get("rc", ["0"])[-1])
     streams = block.options.get("streams", ["both"])[-1]
-    for cmd, shown in commands_of(block):
+    for cmd, a, b in spans_of(block):
+        shown = block.text[a:b]
         rc, out, err = run_line(cmd, capsys, monkeypatch)
         text = {"stdout": out, "stderr": err}.get(streams, out + err)
         actual = normalise(text, wd)
         expect = 0 if cmd.split()[0] in SETUP else want_rc
         if rc != expect:
             problems.append(f"{block.where}: `{cmd}` exited {rc}, expected {expect}\n{out}{err}")
-        elif not matches(shown, actual):
+        elif matches(shown, actual):
+            continue
+        elif fixes is not None and matches(new := refit(shown, actual), actual):
+            fixes.append((block, a, a + len(shown) - sum(1 for _ in _trailing_blank(shown)), new))
+        else:
             problems.append(f"{block.where}: `{cmd}` printed (normalised):\n" + "\n".join(actual)
-                            + "\n--- the page shows:\n" + "\n".join(shown))
+                            + "\n--- the page shows:\n" + "\n".join(shown)
+                            + "\n(scripts/update-doc-examples rewrites it)")
     return problems
+
+
+def _trailing_blank(lines: list[str]):
+    for s in reversed(lines):
+        if s.strip():
+            return
+        yield s
 
 
 # ---- the tests --------------------------------------------------------------------------------------
@@ -266,9 +374,13 @@ PAGES_WITH_EXAMPLES = sorted({b.page for b in ALL_BLOCKS if b.marker and b.marke
 
 @pytest.mark.parametrize("page", PAGES_WITH_EXAMPLES, ids=lambda p: str(p.relative_to(REPO)))
 def test_examples_run_as_shown(page, workdir, capsys, monkeypatch):
-    problems = []
+    problems: list[str] = []
+    fixes: list | None = [] if UPDATE else None
     for b in (b for b in ALL_BLOCKS if b.page == page and b.marker and b.marker[0] == "example"):
-        problems += check_block(b, workdir, capsys, monkeypatch)
+        problems += check_block(b, workdir, capsys, monkeypatch, fixes)
+    if fixes:
+        rewrite(page, fixes)
+        print(f"{page.relative_to(REPO)}: rewrote {len(fixes)} example output(s)")
     assert problems == [], "\n\n".join(problems)
 
 
@@ -281,6 +393,38 @@ def test_the_collector_can_fail(tmp_path, workdir, capsys, monkeypatch):
     assert check_block(right, workdir, capsys, monkeypatch) == []
     (problem,) = check_block(wrong, workdir, capsys, monkeypatch)
     assert "p.md:2" in problem and "0.0.0-not-this" in problem
+
+
+def test_refit_keeps_the_ellipses_and_changes_only_what_drifted(tmp_path):
+    shown = ["head", "…", "fetch … µs per token, pool 1.23 GiB", "gone", "tail", "…"]
+    actual = ["head", "x", "y", "fetch 901 µs per token, pool 1.50 GiB", "new", "tail", "z"]
+    new = refit(shown, actual)
+    assert matches(new, actual)
+    assert new == ["head", "…", "fetch … µs per token, pool 1.50 GiB", "new", "tail", "…"]
+    assert refit(["a", "b"], ["a", "b"]) == ["a", "b"] and refit([], ["x"]) == ["x"]
+    assert refit(["a", "c", "…"], ["a", "b", "c", "d"]) == ["a", "b", "c", "…"]     # added, not changed
+    page = tmp_path / "p.md"
+    page.write_text("text\n  <!-- example: -->\n  ```console\n  $ true\n  old\n  $ true\n  keep\n  ```\n")
+    (b,) = blocks_of(page)
+    (first, a, e), _ = spans_of(b)
+    rewrite(page, [(b, a, e, ["new 1", "", "new 2"])])
+    assert page.read_text() == ("text\n  <!-- example: -->\n  ```console\n  $ true\n  new 1\n\n  new 2\n"
+                                "  $ true\n  keep\n  ```\n")
+
+
+def test_update_mode_rewrites_a_drifted_block(tmp_path, workdir, capsys, monkeypatch):
+    """What scripts/update-doc-examples does to a page: the drifted output rewritten, then as shown."""
+    from sactool import __version__
+
+    page = tmp_path / "p.md"
+    page.write_text("<!-- example: -->\n```console\n$ sactool --version\n0.0.0-not-this\n```\n")
+    fixes: list = []
+    (b,) = blocks_of(page)
+    assert check_block(b, workdir, capsys, monkeypatch, fixes) == [] and len(fixes) == 1
+    rewrite(page, fixes)
+    (b,) = blocks_of(page)
+    assert check_block(b, workdir, capsys, monkeypatch) == []
+    assert __version__ in page.read_text() and "not-this" not in page.read_text()
 
 
 def test_matching_rules():
