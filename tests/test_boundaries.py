@@ -200,7 +200,7 @@ def test_plugin_loads_only_profile_hisparse_memory_host(node0_profile_file):
     allowed = ("sactool.sglang_plugin", "sactool.profile", "sactool.hisparse", "sactool.memory", "sactool.host",
                "sactool.topology", "sactool.errors", "sactool.records", "sactool.units")
     ours = [m for m in loaded if m.startswith("sactool.")]
-    assert "sactool.memory.alloc" in ours and "sactool.hisparse.hostpool" in ours   # it did place the pool
+    assert "sactool.memory.alloc" in ours and "sactool.profile.hostpool" in ours   # it did place the pool
     assert [m for m in ours if not _matches(m, allowed)] == []
 
 

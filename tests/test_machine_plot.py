@@ -252,3 +252,25 @@ def test_links_are_paired_into_hops_and_a_switch_gets_a_box(machine):
     links = [e for e in sc.edges if e.kind == "link" and "mem1" in (e.a, e.b) or e.b == "switch-0000:0d:00.0"]
     assert [(e.a, e.b, e.narrowest) for e in links] == [("pci0000:0c", "switch-0000:0d:00.0", True),
                                                          ("switch-0000:0d:00.0", "mem1", False)]
+
+
+def test_the_pictures_the_docs_show_are_what_the_commands_draw_now(tmp_path, capsys, monkeypatch):
+    """docs/images (drawn by scripts/doc-pictures) against a fresh drawing of the same recordings:
+    the same text and the same element ids (matplotlib's hashed clip ids aside). A change to the
+    picture or to probe that leaves the docs' pictures stale fails here: re-run scripts/doc-pictures."""
+    from fixtures.trees import unpack
+
+    images = HERE.parent / "docs" / "images"
+    t30, t20 = (unpack(n, tmp_path / n) for n in ("sac2s__30-system-ram", "sac2s__20-devdax"))   # titled by name
+
+    def names(svg: str) -> set[str]:
+        return {n for n in _names(svg) if not re.fullmatch(r"p[0-9a-f]{10}", n)}
+
+    fresh = tmp_path / "probe.svg"
+    assert main(["probe", "--sysfs-root", str(t30), "--plot", str(fresh), "-q",
+                 "--format", "json"]) == 0
+    assert names(fresh.read_text()) == names((images / "probe-sac2s.svg").read_text())
+    plan = tmp_path / "plan.svg"
+    _serve_plot(EXAMPLES / "sac-8rank-devdax.yaml", t20, plan, monkeypatch)
+    capsys.readouterr()
+    assert names(plan.read_text()) == names((images / "serve-plan-sac2s.svg").read_text())

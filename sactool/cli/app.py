@@ -16,8 +16,9 @@ import typer
 
 from sactool.cli import bench, gpugather, profile, serve, simulate, tune
 from sactool.cli.common import RAW_ARGS, QuietOpt, example, flag
+from sactool.cli.guard import run_guarded
 from sactool.cli.probe import register as register_probe
-from sactool.errors import ExitCode, run_guarded
+from sactool.errors import ExitCode
 
 def _flags_take_no_value() -> None:
     """typer 0.29's rich help prints a type for every option, ``--force <bool>`` included, though a

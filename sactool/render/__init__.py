@@ -67,7 +67,7 @@ def _console_class():
 
     class _Console(Console):
         def on_broken_pipe(self) -> None:
-            # rich exits 1 here; a closed pipe (| head) is quiet and exit 0 (errors.run_guarded)
+            # rich exits 1 here; a closed pipe (| head) is quiet and exit 0 (cli.guard.run_guarded)
             self.quiet = True
             raise BrokenPipeError
 

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from sactool.host.sysfs import SysfsReader, format_cpulist
 from sactool.topology.link import read_link
-from sactool.topology.model import GpuDevice, NumaNode
+from sactool.topology.hardware import GpuDevice
+from sactool.topology.records import NumaNode
 from sactool.topology.pci import host_bridge, narrowest, node_or_none, path_links
 
 PCI_DEVICES = "sys/bus/pci/devices"

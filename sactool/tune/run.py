@@ -86,7 +86,8 @@ def execute(job: Job) -> TuneResult:
 
     warnings: list[dict[str, str]] = []
     budget = gpus.kv_budget(model_name=job.spec.name, tp=job.o.tp, gpu=job.o.gpu,
-                            budget_bytes=job.o.gpu_kv_budget_bytes, weights_bytes=job.o.weights_bytes)
+                            budget_bytes=job.o.gpu_kv_budget_bytes, weights_bytes=job.o.weights_bytes,
+                            checkpoint=job.spec.checkpoint)
     contexts, replicates, trace = _workload(job, warnings)
     model_wl = _model_workload(job)
     _check_one_request(job, budget, contexts)
