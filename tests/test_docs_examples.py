@@ -14,6 +14,12 @@ command but the set-up ones (``mkdir``, ``tar``, ``cp``, ``sed``: 0) (default 0)
 * ``<!-- live: WHERE, DATE -->`` — a live measurement, shown as measured and never compared; the
   marker (and the text beside the block) says where and when (a YYYY-MM-DD date is required).
 
+Every other fenced block is ``bash`` (commands without their output: each ``sactool`` line's
+subcommands and options must exist), a file's content (``yaml``, ``json``, ``python``, ``toml``),
+or ``text`` with ``<!-- format: … -->`` (the shape of something sactool prints elsewhere, naming
+the file that prints it) or ``<!-- layout: -->`` (a tree of the package: every path it names
+exists).
+
 ``sactool …`` runs in this process (``sactool.cli.main``); other commands (``mkdir``, ``tar``,
 ``mpirun``) run in bash with this interpreter's bin directory first on PATH; ``| jq .a.b[0]`` (a path filter) is applied here, so jq need not be installed. The output
 shown is compared line by line after trailing spaces are dropped and the paths of the temporary
@@ -48,7 +54,7 @@ from fixtures.trees import unpack
 
 REPO = Path(__file__).resolve().parent.parent
 PAGES = sorted([REPO / "README.md", *(REPO / "docs").rglob("*.md")])
-MARKER = re.compile(r"^<!--\s*(example|live):?\s*(.*?)\s*-->\s*$")
+MARKER = re.compile(r"^<!--\s*(example|live|format|layout):?\s*(.*?)\s*-->\s*$")
 SETUP = ("mkdir", "tar", "cp", "cd", "sed")   # commands that prepare an example: they must succeed
 DATE = re.compile(r"\b20\d\d-\d\d-\d\d\b")
 UPDATE = os.environ.get("SACTOOL_UPDATE_DOC_EXAMPLES") == "1"
@@ -444,3 +450,117 @@ def test_readme_is_read_in_five_minutes_and_its_links_resolve():
     local = [t for t in targets if not re.match(r"^[a-z]+://", t)]
     assert "docs/images/probe-sac2s.png" in local and "docs/images/serve-plan-sac2s.png" in local
     assert [t for t in local if not (REPO / t).exists()] == []
+
+
+# ---- commands shown without their output -----------------------------------------------------------
+
+def sactool_lines(page: Path) -> list[str]:
+    """Every ``sactool …`` command line a page shows: in code spans, and at the start of a line of a
+    fenced block (after ``$ ``, ``mpirun …``, ``VAR=value``); MPMD ``:`` parts one by one."""
+    found = [m.group(1) for m in re.finditer(r"`(sactool [^`]+)`", page.read_text())]
+    text = "\n".join(s for b in ALL_BLOCKS if b.page == page for s in b.text).replace("\\\n", " ")
+    for m in re.finditer(r"^\s*(?:\$ )?(?:[A-Z_]+=\S+ )*(?:mpirun [^\n]*?)?(sactool [^\n#]*)", text, re.M):
+        found += ["sactool " + part.split("sactool ", 1)[1] if "sactool " in part else part
+                  for part in m.group(1).split(" : ")]
+    return [s.replace("\\", " ") for s in found]
+
+
+def unknown_words(line: str) -> list[str]:
+    """The subcommand or option names of a ``sactool`` command line that its definition lacks
+    (``--help`` aside); placeholders (``…``, ``[a|b]``, ``show|validate``, ``P``) are not names."""
+    from sactool.cli.reference import command
+
+    try:
+        words = shlex.split(line)
+    except ValueError:
+        words = line.split()
+    cmd, i, bad = command, 1, []
+    while hasattr(cmd, "commands") and i < len(words) and not words[i].startswith("-"):
+        if words[i] in cmd.commands:
+            cmd, i = cmd.commands[words[i]], i + 1
+            continue
+        if re.fullmatch(r"[a-z][a-z0-9-]+", words[i]):
+            bad.append(f"subcommand {words[i]!r}")
+        break
+    opts = {"--help"} | {o for p in cmd.params for o in (*p.opts, *p.secondary_opts)}
+    for w in words[i:]:
+        if w == "--":
+            break
+        name = w.split("=", 1)[0]
+        if re.match(r"^--?[A-Za-z]", name) and name not in opts:
+            bad.append(name)
+    return bad
+
+
+def test_every_sactool_command_the_pages_show_names_real_options():
+    """A command line shown without its output (``bash`` blocks, inline code) still cannot drift:
+    each subcommand and option it names exists in the command definitions."""
+    bad, seen = [], 0
+    for page in PAGES:
+        for line in sactool_lines(page):
+            seen += 1
+            if unknown := unknown_words(line):
+                bad.append(f"{page.relative_to(REPO)}: `{line.strip()}`: no {', '.join(unknown)}")
+    assert seen > 100 and bad == [], "\n".join(bad)
+    assert unknown_words("sactool bench gahter --node 0") == ["subcommand 'gahter'"]
+    assert unknown_words("sactool tune --model m --no-such-flag 1 -- --sglang-flag") == ["--no-such-flag"]
+
+
+FILE_KINDS = ("yaml", "json", "python", "toml")
+
+
+def test_every_other_block_is_commands_a_file_a_format_or_the_layout():
+    bad = []
+    for b in ALL_BLOCKS:
+        kind = b.marker[0] if b.marker else None
+        if b.info in ("console", "bash", *FILE_KINDS):
+            continue
+        if b.info != "text" or kind not in ("format", "layout"):
+            bad.append(f"{b.where}: a '{b.info or 'plain'}' block: make it console (compared or live), bash, "
+                       f"{'/'.join(FILE_KINDS)}, or text under <!-- format: FILE … --> or <!-- layout: -->")
+        elif kind == "format" and not [w for w in re.findall(r"[\w./-]+\.\w+", b.marker[1]) if (REPO / w).is_file()]:
+            bad.append(f"{b.where}: <!-- format: … --> names no file of the checkout that prints it")
+    assert bad == [], "\n".join(bad)
+
+
+def layout_paths(block: Block) -> list[str]:
+    """The paths a layout tree names: the leading words of each line (relative to the package, or
+    to the checkout for a top-level ``docs/…``), and ``dir/file.py`` words in the descriptions."""
+    root = block.text[0].strip().rstrip("/")
+    out = []
+    for s in block.text[1:]:
+        words = s.split()
+        top = not s.startswith(" ")
+        lead = []
+        for w in words:
+            if not re.fullmatch(r"[\w./<>-]+(/|\.py|\.md)", w):
+                break
+            lead.append(w)
+        out += [w if top else f"{root}/{w}" for w in lead]
+        out += [f"{root}/{w}" for w in re.findall(r"\b(\w+/\w+\.py)\b", s[len(" ".join(lead)) + 2:])]
+    return out
+
+
+def test_the_layout_trees_name_only_what_exists():
+    trees = [b for b in ALL_BLOCKS if b.marker and b.marker[0] == "layout"]
+    assert trees
+    for b in trees:
+        paths = layout_paths(b)
+        assert len(paths) > 10, (b.where, paths)
+        assert [p for p in paths if not (REPO / p).exists()] == [], b.where
+
+
+def test_every_path_of_this_checkout_the_pages_name_exists():
+    """A file moved or renamed (`sactool/…`, `tests/…`, `scripts/…`, `profiles/…`, `docs/…` in code)
+    without the manual following fails here; a recording may be named without ``.tar.gz``.
+    docs/sources.md is left out: it cites other repositories' paths."""
+    bad, seen = [], 0
+    for page in PAGES:
+        if page == REPO / "docs" / "sources.md":
+            continue
+        for m in re.finditer(r"`((?:sactool|tests|scripts|profiles|docs)/[\w./-]*)`", page.read_text()):
+            seen += 1
+            path = REPO / m.group(1)
+            if not (path.exists() or path.with_name(path.name + ".tar.gz").exists()):
+                bad.append(f"{page.relative_to(REPO)}: `{m.group(1)}`")
+    assert seen > 50 and bad == [], "\n".join(bad)

@@ -98,3 +98,60 @@ def test_serve_dry_run_json_keys_are_named(machine, capsys):
     text = section("commands/serve.md", "Output fields")
     assert _missing(out, text) == [] and _missing(out["plan"][0], text) == []
     assert _missing(out["plan_targets"][0], text) == []
+
+
+def _history_versions(kind: str) -> list[int]:
+    """The schema versions the format-history row of ``kind`` names ("1 — …; 2 — …")."""
+    text = section("reference/records.md", "Format history")
+    row = re.search(rf"^\| `{kind}` \|[^|]*\|(.*)\|\s*$", text, re.M)
+    assert row, f"records.md: no format-history row for `{kind}`"
+    return [int(v) for v in re.findall(r"(?:^|;)\s*(\d+) —", row.group(1))]
+
+
+def test_format_history_ends_at_each_record_s_current_version(capsys):
+    """Each versioned record's row in the format history names every version up to the one the
+    code writes now: a bump without its line in the history fails here."""
+    from sactool import profile
+    from sactool.bench import record as bench
+    from sactool.cli import main
+    from sactool.fleet import probe as fleet
+    from sactool.simulate import platform
+    from sactool.topology import records as topology
+
+    assert main(["simulate", "--platform", "sac-paper", "--context", "16k", "--concurrency", "8",
+                 "--hotbuffer-steps", "2", "--format", "json"]) == 0
+    simulation = json.loads(capsys.readouterr().out)["schema_version"]
+    current = {"topology": topology.SCHEMA_VERSION, "bench": bench.SCHEMA_VERSION, "profile": profile.SCHEMA_VERSION,
+               "simulation": simulation, "platform": platform.SCHEMA_VERSION, "fleet_topology": fleet.SCHEMA_VERSION}
+    for kind, version in current.items():
+        assert _history_versions(kind) == list(range(1, version + 1)), kind
+
+
+def _keys(obj, out: set[str]) -> set[str]:
+    """Every key of every object nested in a record (a SLIT row's node names aside)."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if not re.fullmatch(r"node\d+", k):
+                out.add(k)
+            _keys(v, out)
+    elif isinstance(obj, list):
+        for v in obj:
+            _keys(v, out)
+    return out
+
+
+def test_every_field_of_the_topology_record_is_named(machine, server_tree, capsys):
+    """Every key at any depth of ``probe --format json`` on every recording, on the generated
+    server tree (switches, GPUs, SNC) in both modes, is named in records.md or on probe's page."""
+    from fixtures.trees import ALL
+
+    from sactool.cli import main
+
+    roots = [machine(name) for name in ALL] + [server_tree("system-ram"), server_tree("devdax")]
+    keys: set[str] = set()
+    for root in roots:
+        assert main(["probe", "--sysfs-root", str(root), "--format", "json", "-q"]) == 0
+        _keys(json.loads(capsys.readouterr().out), keys)
+    text = section("reference/records.md", "probe: topology record") + (DOCS / "commands" / "probe.md").read_text()
+    assert len(keys) > 140
+    assert sorted(k for k in keys if f"`{k}`" not in text) == []

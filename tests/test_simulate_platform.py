@@ -152,9 +152,12 @@ def test_inputs_read_from_the_authors_logs_follow_their_arithmetic():
     ttft8 = {16384: 0.41641, 32768: 0.46011, 65536: 0.56761, 131072: 0.85809}
     for c, x in p.extend_points:
         assert x == pytest.approx(ttft8[c] - 8 * p.frontend_s_per_prompt_token * c, abs=0.0005)
-    # the DRAM-HiSparse step table: 4 contexts x 7 batches, the 128K c = 8 point = 43.77 ms (tbt_p50)
-    pts = {(q.context_tokens, q.requests_per_rank): q.step_time_s for q in p.gpu.dram_step_points}
-    assert len(pts) == 28 and pts[(131072, 1)] == 0.04377 and p.gpu.dram_step_buffer == 6144
+    # the calibration runs: 2 buffers x 2 placements x 4 contexts x 6 batches, no c = 64 run;
+    # the 128K c = 8 DRAM point of dc_0502 = 43.77 ms (tbt_p50)
+    pts = {(q.device_buffer_size, q.placement, q.context_tokens, q.requests_per_rank): q.step_time_s
+           for q in p.calibration_runs}
+    assert len(pts) == 96 and pts[(6144, "dram", 131072, 1)] == 0.04377
+    assert not any(q.requests_per_rank == 8 for q in p.calibration_runs)
 
 
 def test_logged_absolute_ttft_is_consistent_with_the_run_sets():
