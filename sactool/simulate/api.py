@@ -17,8 +17,8 @@ from sactool.errors import CapacityError, UsageError
 from sactool.simulate import engine
 from sactool.simulate.gpu import measured_model, prefill_s, roofline_model
 from sactool.simulate.misses import DEFAULT_STEPS, MissProfile, lru_profile
+from sactool.simulate.paths import path_model
 from sactool.simulate.platform import CASES, Platform
-from sactool.bench.record import lines_touched
 from sactool.hisparse.cost import rdma_full_prefix_bytes
 from sactool.units import format_bytes, format_tokens
 
@@ -127,24 +127,7 @@ def _pct(xs: list[float], q: float) -> float:
     return s[k]
 
 
-def _path(p: Platform, placement: str, record_bytes: int, common_s: float = 0.0) -> engine.PathModel:
-    """A rank's path to the memory it gathers from. A curve's measured all-threads bandwidth
-    (``aggregate_bytes_per_s``, from a bench record) is what one memory node/device delivers, shared
-    by the ranks mapped to it. ``common_s``: the calibrated cost per missed record every placement
-    pays (``calibration``)."""
-    curve = p.gather_cxl if placement == "sac" else p.gather_dram
-    fixed, slope = curve.line()
-    # one record = one warp's dependent 8-byte loads over the cache lines it touches: scale the
-    # measured per-record time by lines touched (656 B -> 11 lines, 1152 B -> 18), as bench does
-    s_rec = slope * lines_touched(record_bytes) / lines_touched(curve.record_bytes)
-    agg = curve.aggregate_bytes_per_s
-    if placement == "sac":
-        dev = min(p.cxl_device_read_bytes_per_s, agg) if agg else p.cxl_device_read_bytes_per_s
-        return engine.PathModel(fixed, s_rec, min(p.gpu_link_bytes_per_s, p.cxl_gpu_path_bytes_per_s),
-                                dev, p.cxl_devices, common_s)
-    if agg:
-        return engine.PathModel(fixed, s_rec, p.gpu_link_bytes_per_s, agg, p.dram_nodes, common_s)
-    return engine.PathModel(fixed, s_rec, p.gpu_link_bytes_per_s, None, 1, common_s)
+_path = path_model
 
 
 def calibration_of(p: Platform, record_bytes: int, layers: int):
@@ -335,6 +318,12 @@ def _default_miss_fn(opts: SimulationOptions, cal=None) -> Callable[[int, int], 
     from sactool.models import get_model
 
     p = opts.platform
+    if p.topk_workload == "filler":
+        from sactool.simulate.fillerfit import profile
+
+        steps = max(2, opts.output_tokens or p.output_tokens)
+        return lambda ctx, buf: profile(p.filler, ctx, buf, p.top_k, kernel=p.hisparse_kernel, steps=steps,
+                                        seed=opts.seed)
     if p.topk_workload == "calibrated":
         from sactool.simulate.misses import calibrated_profile
 
@@ -476,7 +465,12 @@ def _run_notes(p: Platform, opts: SimulationOptions, concs, harness: bool) -> li
         notes.append(f"{p.gpus} GPUs in {p.attn_dp_size} attention-DP ranks: each rank is simulated as one GPU; the "
                      "replicated swap-ins of its attention-TP peers are not added to the shared links")
     cal = p.calibration
-    if p.topk_workload == "calibrated" and cal is not None and not opts.miss_fn:
+    if p.topk_workload == "filler" and not opts.miss_fn:
+        notes.append("hot-buffer misses: LRU replay over each request's whole output of the filler workload "
+                     "(workload.topk filler: the prompt the runs decoded; its parameters fitted to the "
+                     f"calibration's misses at {', '.join(map(str, sorted({b for _, b in cal.misses}))) if cal else '?'} "
+                     "slots, simulate.fillerfit)")
+    elif p.topk_workload == "calibrated" and cal is not None and not opts.miss_fn:
         notes.append(f"hot-buffer misses: fitted on the platform's {cal.runs} calibration runs (workload.topk "
                      f"calibrated: the prompt those runs decoded), a request-life mean per context and buffer")
     else:
