@@ -199,7 +199,7 @@ def _fleet_record(test="gather", record_bytes=656, top=3, world=3):
 
 
 def test_split_shares_capacity_and_sums_each_hosts_ranks():
-    from sactool.fleet.split import plan, tune_inputs
+    from sactool.fleet.split import plan, pool_source
 
     shares, warns = plan(_fleet_record(top=4, world=4), 656, path="f.json", digest="sha256:x")
     by = {s.host: s for s in shares}
@@ -207,7 +207,8 @@ def test_split_shares_capacity_and_sums_each_hosts_ranks():
     assert by["a"].share_bytes == by["b"].share_bytes == 45 << 30 and by["c"].share_bytes == 50 << 30
     assert (by["a"].bandwidth_bytes_per_s, by["b"].bandwidth_bytes_per_s, by["c"].bandwidth_bytes_per_s) == (3e9, 4e9, 8e9)
     assert by["a"].bandwidth_source == "measured" and warns == []
-    pool, gather = tune_inputs(by["a"])
+    src = pool_source(by["a"])
+    pool, gather = src.pool, src.gather
     assert [(t.name, t.node, t.capacity_bytes) for t in pool.targets] == [("node2", 2, 45 << 30)]
     assert gather.rounds == ({"node2": 3e9},) and gather.info["source"] == "fleet"
     assert by["a"].machine == {"hostname": "a"} and by["a"].profile_block()["record"] == "f.json"

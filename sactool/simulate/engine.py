@@ -9,11 +9,12 @@ What is simulated (each mechanism is a named input, none is fitted to a result):
   per layer the swap-in of its requests' hot-buffer misses; swap-in and attention are serialized
   (no prefetch, docs/sources.md, SAC §2.5), or overlapped layer-ahead with ``prefetch``.
 * **Swap-in of one layer** = ``fixed + max(largest request's misses × s_per_record,
-  rank bytes / rank bandwidth)``: one CTA per request gathers at the measured single-request rate
+  rank bytes / rank bandwidth) + rank misses × common``: one CTA per request gathers at the measured single-request rate
   (``GatherCurve``), and all CTAs of a rank share the bottleneck bandwidth of its path:
   its PCIe link, its share of the PCIe switch uplink (minus NIC traffic crossing the same uplink),
   and for CXL its share of the CXL device it is mapped to (``rank % devices``) and the measured
-  GPU↔CXL path limit.
+  GPU↔CXL path limit; ``common`` is a cost per missed record that every placement pays
+  (fitted on the platform's calibration runs, ``simulate.calibration``).
 * **RDMA pool**: on admission a request's whole prefix KV is read over its NIC (``rank % nics``),
   FIFO behind earlier fetches on that NIC, in ``chunk`` messages each costing the measured
   per-message time, then optionally converted (page-first → layer-first) at a given rate; decode
@@ -46,6 +47,9 @@ class PathModel:
     link_bytes_per_s: float        # min(GPU PCIe link, path limit, measured aggregate) for one GPU
     device_bytes_per_s: float | None   # per pool device, shared by the ranks mapped to it (CXL)
     devices: int
+    # a cost per missed record every placement pays on top of its bandwidth share, serial per rank
+    # (the platform's calibration: ``simulate.calibration``; 0 without one)
+    common_s_per_record: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,7 @@ class Scenario:
     pool_write_bytes_per_s: float  # cache_populate: write of the prefix KV to the pool / host
     seed: int = 0
     overhead_fn: object = None     # requests per rank -> HiSparse per-step cost (else hisparse_overhead_s)
+    fetch_fixed_s: float = 0.0     # RDMA: fixed cost of one fetch, on top of wire and CPU passes
 
 
 @dataclass
@@ -147,7 +152,7 @@ def _step_time(sc: Scenario, counts: list[int], rec: list[float], mx: list[float
         bw = min(p.link_bytes_per_s, up / n_gpu)
         if p.device_bytes_per_s:
             bw = min(bw, p.device_bytes_per_s / dev_active[r % p.devices])
-        layer = p.fixed_s + max(mx[r] * p.s_per_record, rec[r] * sc.record_bytes / bw)
+        layer = p.fixed_s + max(mx[r] * p.s_per_record, rec[r] * sc.record_bytes / bw) + rec[r] * p.common_s_per_record
         comp = comp_cache.get(b)
         if comp is None:
             comp = comp_cache[b] = sc.compute.step_s(b, sc.context)
@@ -263,6 +268,7 @@ class _Run:
             self.fetch_start[i] = start
             end = start + _nic_time(sc, self.kv_bytes)
             self.nic_free[n] = end
+            end += sc.fetch_fixed_s
             if sc.conversion_bytes_per_s:
                 end += self.kv_bytes / sc.conversion_bytes_per_s
             if sc.fetch_blocks_decode:

@@ -118,7 +118,8 @@ def miss_check(p, *, contexts, layers: int, record_bytes: int, paths: dict[str, 
             "logs_one_minus_two_devices_s": dev_logs.get(ctx),
         }
         per[ctx] = row
-    out: dict[str, Any] = {"what": WHAT, "requests_per_rank": b, "prompt": logs.get("prompt"), "per_context": per}
+    out: dict[str, Any] = {"what": WHAT, "requests_per_rank": b, "prompt": logs.get("prompt"), "per_context": per,
+                           "misses_from": p.topk_workload}
     sweep = _keyed(logs.get("by_requests_per_rank_128k_s"))
     if sweep and 131072 in per:
         ctx = 131072

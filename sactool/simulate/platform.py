@@ -25,6 +25,10 @@ KIND = "platform"
 SCHEMA_VERSION = 1
 CASES = ("cache_hit", "cache_populate")
 HARNESSES = ("e2e_bench", "steady")
+TOPK_WORKLOADS = ("sharegpt-dsv32", "calibrated")
+"""``sharegpt-dsv32``: the LRU replay of the workload model fitted to the per-layer statistics of
+ShareGPT prompts (``sactool.workload``); ``calibrated``: the misses the platform's calibration runs
+imply (``simulate.calibration``), for the prompt those runs decoded."""
 """``e2e_bench``: the authors' benchmark client and SGLang's loop (``harness.py``: burst dispatch,
 round-duration throughput, first-chunk TTFT, front-end queue, lockstep extends and RDMA fetches);
 ``steady``: closed loop with first arrivals spread over one request lifetime and the saturated
@@ -135,8 +139,20 @@ class Platform:
     harness: str = "steady"
     hisparse_kernel: str = "sglang-0.5.23"               # whose LRU write-back (hisparse.hotbuffer.KERNELS)
     rdma_requests_per_concurrency: float | None = None   # the RDMA run set's own request count
+    shared_prefix: bool = False                          # every request decodes the same prompt (pool holds it once per rank)
+    rdma_fetch_fixed_s: float = 0.0                      # fixed cost of one RDMA fetch (beyond wire + CPU passes)
     frontend_s_per_prompt_token: float = 0.0             # serial tokenization in the server's loop
     extend_points: tuple[tuple[int, float], ...] = ()    # (context, s): one extend forward (first token)
+    # the runs the HiSparse step's free parameters are fitted on (``simulate.calibration``), their
+    # source, and the run families held out of the fit (agreement is reported only on those)
+    topk_workload: str = "sharegpt-dsv32"   # TOPK_WORKLOADS: where the hot-buffer misses come from
+    calibration_runs: tuple = ()
+    calibration_source: str = ""
+    calibration_held_out: tuple[str, ...] = ()
+    # the fit of those runs on this platform as its file describes it (``calibration.Calibration``),
+    # made once at load: a what-if (``--set``, ``dataclasses.replace``) changes the hardware, not
+    # what the runs measured, so it is not refitted
+    calibration: Any = field(default=None, compare=False, repr=False)
     sources: dict[str, str] = field(default_factory=dict)
     validation: dict[str, Any] = field(default_factory=dict)
     origin: str = ""
@@ -250,6 +266,13 @@ def _gather(d, path) -> GatherCurve:
     return curve
 
 
+def _choice(d, path: str, allowed: tuple[str, ...], default: str) -> str:
+    v = _get(d, path, optional=True, default=default)
+    if v not in allowed:
+        raise _err(path, f"must be one of {', '.join(allowed)}, got {v!r}")
+    return v
+
+
 def _bad(path: str):
     raise _err(path, "must be a mapping")
 
@@ -279,12 +302,14 @@ def _time_points(d, path: str) -> list[tuple[int, float]]:
 
 
 def from_data(data: Mapping[str, Any], *, origin: str = "platform") -> Platform:
-    """Build and validate a :class:`Platform` from loaded YAML/JSON."""
+    """Build and validate a :class:`Platform` from loaded YAML/JSON (and fit its calibration runs)."""
     data = upgrade(dict(data), kind=KIND, current=SCHEMA_VERSION, source=origin)
     d = data
     steps = _step_points(d, "gpu.decode_step.measured")
     dsteps = _step_points(d, "gpu.hisparse_dram_step.measured")
     extend = _time_points(d, "first_token.extend.measured")
+    from sactool.simulate.calibration import read_runs
+
     harness = _get(d, "workload.harness", optional=True, default="steady")
     from sactool.hisparse import KERNELS
 
@@ -293,15 +318,7 @@ def from_data(data: Mapping[str, Any], *, origin: str = "platform") -> Platform:
         raise _err("serving.hisparse_kernel", f"must be one of {', '.join(KERNELS)}, got {kernel!r}")
     if harness not in HARNESSES:
         raise _err("workload.harness", f"must be one of {', '.join(HARNESSES)}, got {harness!r}")
-    gpu = GpuSection(
-        dram_step_points=tuple(dsteps),
-        dram_step_buffer=_int(d, "gpu.hisparse_dram_step.device_buffer_size", optional=True),
-        name=str(_get(d, "gpu.name")),
-        step_points=tuple(steps),
-        hisparse_overhead_s=_num(d, "gpu.hisparse_overhead_s", optional=True, default=0.0, allow_zero=True),
-        kv_budget_bytes=_num(d, "gpu.kv_budget_bytes", optional=True),
-        source=str(_get(d, "gpu.source", optional=True, default="")),
-    )
+    gpu = _gpu(d, steps, dsteps)
     prefill = _time_points(d, "prefill.measured")
     rate = _num(d, "workload.arrival_rate_per_s", optional=True)
     case = _get(d, "workload.case", optional=True, default="cache_hit")
@@ -348,14 +365,44 @@ def from_data(data: Mapping[str, Any], *, origin: str = "platform") -> Platform:
         harness=harness,
         hisparse_kernel=kernel,
         rdma_requests_per_concurrency=_num(d, "rdma.requests_per_concurrency", optional=True),
+        shared_prefix=_bool(d, "workload.shared_prefix", default=False),
+        rdma_fetch_fixed_s=_num(d, "rdma.fetch_fixed_s", optional=True, default=0.0, allow_zero=True),
         frontend_s_per_prompt_token=_num(d, "frontend.s_per_prompt_token", optional=True, default=0.0,
                                          allow_zero=True),
         extend_points=tuple(sorted(extend)),
+        topk_workload=_choice(d, "workload.topk", TOPK_WORKLOADS, "sharegpt-dsv32"),
+        calibration_runs=read_runs(d),
+        calibration_source=str(_get(d, "calibration.source", optional=True, default="")),
+        calibration_held_out=tuple(str(x) for x in (_get(d, "calibration.held_out", optional=True, default=[]) or [])),
         sources={str(k): str(v) for k, v in (d.get("sources") or {}).items()},
         validation=dict(d.get("validation") or {}),
         origin=origin,
     )
-    return check(p)
+    return _with_calibration(check(p))
+
+
+def _gpu(d, steps, dsteps) -> GpuSection:
+    return GpuSection(
+        dram_step_points=tuple(dsteps),
+        dram_step_buffer=_int(d, "gpu.hisparse_dram_step.device_buffer_size", optional=True),
+        name=str(_get(d, "gpu.name")),
+        step_points=tuple(steps),
+        hisparse_overhead_s=_num(d, "gpu.hisparse_overhead_s", optional=True, default=0.0, allow_zero=True),
+        kv_budget_bytes=_num(d, "gpu.kv_budget_bytes", optional=True),
+        source=str(_get(d, "gpu.source", optional=True, default="")),
+    )
+
+
+def _with_calibration(p: Platform) -> Platform:
+    """The platform with its calibration runs fitted (``simulate.calibration``), when it has any."""
+    if not p.calibration_runs:
+        return p
+    from sactool.models import get_model
+    from sactool.simulate.calibration import calibrate
+
+    spec = get_model(p.model)
+    return dataclasses.replace(p, calibration=calibrate(p, record_bytes=spec.record_bytes(p.kv_dtype),
+                                                        layers=spec.num_layers))
 
 
 def check(p: Platform) -> Platform:
@@ -391,6 +438,8 @@ def check(p: Platform) -> Platform:
         if c > spec.max_position_embeddings:
             raise _err("workload.contexts", f"{c} tokens exceed {spec.name}'s max_position_embeddings "
                        f"{spec.max_position_embeddings}")
+    if p.topk_workload == "calibrated" and not p.calibration_runs:
+        raise _err("workload.topk", "calibrated needs calibration.runs")
     if p.case == "cache_populate" and not p.prefill_points:
         raise _err("prefill.measured", "is needed for workload.case cache_populate")
     return p
@@ -434,6 +483,11 @@ def apply_overrides(data: dict[str, Any], overrides: list[str] | None) -> dict[s
 
 def load_platform(path, overrides: list[str] | None = None) -> Platform:
     """Load and validate a platform file (YAML or JSON); ``overrides`` as for :func:`apply_overrides`."""
-    data = apply_overrides(load_structured(path, what="platform file"), overrides)
+    raw = load_structured(path, what="platform file")
+    data = apply_overrides(raw, overrides)
     origin = str(path) + (f" with {', '.join(overrides)}" if overrides else "")
-    return from_data(data, origin=origin)
+    p = from_data(data, origin=origin)
+    if overrides and p.calibration is not None and not any(str(o).startswith("calibration.") for o in overrides):
+        # the calibration runs ran on the platform as the file describes it, not on the what-if
+        p = dataclasses.replace(p, calibration=from_data(raw, origin=str(path)).calibration)
+    return p

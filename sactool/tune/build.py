@@ -28,7 +28,7 @@ def build_profile(d, *, chosen, ranked, evals, gather):
                      record_bytes=d.rec_bytes, indexer_bytes=d.spec.indexer_bytes)
     pool_s, hs, sg = _settings(d, c, plan)
     prov = _provenance(d, c, req, gather)
-    share = d.o.fleet_share
+    share = d.o.pool_source
     if share is not None:  # tune --fleet: the pool and its figures come from the fleet record
         src = f"fleet record {share.record_path}: {d.pool.reason}"
         prov.update({k: _p("measured", src) for k in ("pool.mode", "pool.nodes", "pool.stand_in")})
@@ -38,7 +38,7 @@ def build_profile(d, *, chosen, ranked, evals, gather):
     profile = new_profile(model=ModelRef.of(d.spec), pool=pool_s, hisparse=hs, sglang=sg, machine=d.machine,
                           request=_request(d), predictions=predictions, bench=dict(gather.info), provenance=prov,
                           workload=getattr(d, "workload", None),
-                          fleet=share.profile_block() if share is not None else None)
+                          fleet=share.block if share is not None else None)
     return profile, _summary(d, c, hs, gather, predictions), _alternatives(chosen, evals)
 
 
