@@ -37,19 +37,10 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from sactool.errors import RecordError
+from sactool.simulate.platform import CalibrationRun  # noqa: F401 (read with the platform file; re-exported)
 
 C_MAX_S = 1e-6
 """Upper end of the search for the per-record cost (1 µs: ~5× the CXL share's own 205 ns)."""
-
-
-@dataclass(frozen=True)
-class CalibrationRun:
-    placement: str            # dram | sac
-    device_buffer_size: int
-    context_tokens: int
-    requests_per_rank: int
-    step_time_s: float        # median inter-token gap of the run set (round2 tbt_p50_ms)
-    run: str                  # family/run id, e.g. dc_0502/p2_01
 
 
 @dataclass(frozen=True)
@@ -205,26 +196,6 @@ def fit(runs: tuple[CalibrationRun, ...], coeff: Callable[[str, int, int], float
         slope[ctx] = max(0.0, sum((q - mb) * (y - my) for q, y in zip(bs, ys)) / sxx) if sxx else 0.0
     return Calibration(c, misses, base, slope, math.sqrt(ss_all / len(runs)), len(runs),
                        max(r.requests_per_rank for r in runs), source)
-
-
-def read_runs(d, path: str = "calibration.runs") -> tuple[CalibrationRun, ...]:
-    """``[{placement, device_buffer_size, context_tokens, requests_per_rank, step_time_s, run}]``."""
-    from sactool.simulate.platform import _bad, _err, _get, _int, _num
-
-    out = []
-    for i, p in enumerate(_get(d, path, optional=True, default=[]) or []):
-        q = f"{path}[{i}]"
-        if not isinstance(p, dict):
-            _bad(q)
-        pl = p.get("placement")
-        if pl not in ("dram", "sac"):
-            raise _err(f"{q}.placement", f"must be dram or sac, got {pl!r}")
-        out.append(CalibrationRun(pl, _int(p, "device_buffer_size", label=f"{q}.device_buffer_size"),
-                                  _int(p, "context_tokens", label=f"{q}.context_tokens"),
-                                  _int(p, "requests_per_rank", label=f"{q}.requests_per_rank"),
-                                  _num(p, "step_time_s", label=f"{q}.step_time_s"),
-                                  str(p.get("run") or "")))
-    return tuple(out)
 
 
 def calibrate(p, *, record_bytes: int, layers: int) -> Calibration | None:
