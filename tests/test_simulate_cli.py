@@ -85,7 +85,7 @@ def test_convert_bench_replaces_the_logged_rate(tmp_path, capsys):
 
     bw, _ = convert_figure(load_bench(rec))
     assert data["inputs"]["rdma_conversion_bytes_per_s"] == bw
-    assert any("measured here" in n and "0.60 GB/s" in n for n in data["notes"])
+    assert any("measured here" in n and "0.61 GB/s" in n for n in data["notes"])
 
 
 def test_plot(tmp_path, capsys):

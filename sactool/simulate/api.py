@@ -242,7 +242,7 @@ def _sweep(st: "_Setup", indexer_bytes: int, contexts, concs):
         for conc in concs:
             fits_any = False
             for pl in opts.placements:
-                buf, cap, local, per_gpu_hot = _capacity(p, pl, conc, kv, idx_bytes, L, R)
+                buf, cap, local, per_gpu_hot = _capacity(p, pl, conc, kv, idx_bytes, L, R, st.out)
                 limit = min(conc, cap)
                 if limit < 1:
                     points.append(PlacementPoint(pl, ctx, conc, False, True, cap, local, per_gpu_hot))
@@ -270,7 +270,7 @@ def _sweep(st: "_Setup", indexer_bytes: int, contexts, concs):
     return points, miss_used, overheads
 
 
-def _capacity(p: Platform, pl: str, conc: int, kv: int, idx_bytes: int, L: int, R: int):
+def _capacity(p: Platform, pl: str, conc: int, kv: int, idx_bytes: int, L: int, R: int, out_tokens: int = 0):
     """One placement at one (context, concurrency): (device hot-buffer tokens, the largest
     concurrency that fits, the local memory the requested concurrency needs, hot buffers + index
     keys per GPU)."""
@@ -280,10 +280,18 @@ def _capacity(p: Platform, pl: str, conc: int, kv: int, idx_bytes: int, L: int, 
     # capacity: the memory that must hold every resident request's full KV
     cap_mem = p.cxl_capacity_bytes if pl == "sac" else p.dram_capacity_bytes
     cap = int(cap_mem // kv)
+    if p.shared_prefix and pl != "rdma":
+        # one prompt for all requests: each rank's slice of the pool holds the prefix once (reference
+        # counted) and every resident request's own output tokens
+        own = max(1, out_tokens) * L * R
+        cap = max(0, ranks * int((cap_mem / ranks - kv) // own))
+        conc_kv = kv * min(conc, ranks) + conc * own
+    else:
+        conc_kv = conc * kv
     if p.gpu.kv_budget_bytes:
         cap = min(cap, int(p.gpu.kv_budget_bytes // (hot + idx_bytes)) * ranks)
     # what the requested concurrency needs (max_concurrency says how much of it fits)
-    local = 0.0 if pl == "sac" else float(conc * kv)
+    local = 0.0 if pl == "sac" else float(conc_kv)
     per_gpu_hot = -(-conc // ranks) * (hot + idx_bytes)
     return buf, cap, local, per_gpu_hot
 
@@ -434,7 +442,7 @@ def _run_point(st: _Setup, pl: str, ctx: int, conc: int, limit: int, prof: MissP
         switch_uplink_bytes_per_s=p.switch_uplink_bytes_per_s, nics=p.nics,
         nic_bytes_per_s=p.nic_bytes_per_s, nic_chunk_bytes=p.nic_chunk_bytes,
         nic_per_message_s=p.nic_per_message_s, fetch_blocks_decode=p.rdma_fetch_blocks_decode,
-        conversion_bytes_per_s=p.rdma_conversion_bytes_per_s,
+        conversion_bytes_per_s=p.rdma_conversion_bytes_per_s, fetch_fixed_s=p.rdma_fetch_fixed_s,
         prefill_s=prefill_s(p.prefill_points, ctx) if p.prefill_points else 0.0,
         pool_write_bytes_per_s=p.cxl_write_bytes_per_s if pl == "sac" else p.dram_write_bytes_per_s,
         seed=opts.seed)

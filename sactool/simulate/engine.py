@@ -82,6 +82,7 @@ class Scenario:
     pool_write_bytes_per_s: float  # cache_populate: write of the prefix KV to the pool / host
     seed: int = 0
     overhead_fn: object = None     # requests per rank -> HiSparse per-step cost (else hisparse_overhead_s)
+    fetch_fixed_s: float = 0.0     # RDMA: fixed cost of one fetch, on top of wire and CPU passes
 
 
 @dataclass
@@ -267,6 +268,7 @@ class _Run:
             self.fetch_start[i] = start
             end = start + _nic_time(sc, self.kv_bytes)
             self.nic_free[n] = end
+            end += sc.fetch_fixed_s
             if sc.conversion_bytes_per_s:
                 end += self.kv_bytes / sc.conversion_bytes_per_s
             if sc.fetch_blocks_decode:

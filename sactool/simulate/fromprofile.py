@@ -140,7 +140,7 @@ def platform_from_profile(profile_path, base: Platform, *, dram_bench: str | Non
         validation={}, origin=f"{profile_path} (+ {base.origin})",
         # the profile's own prompts: the ShareGPT-profiled workload, not the base runs' filler prompt;
         # the base's calibration (zero-miss step, per-miss cost) only on the GPU it was measured on
-        topk_workload="sharegpt-dsv32",
+        topk_workload="sharegpt-dsv32", shared_prefix=False,
         calibration=base.calibration if gpu.name.lower() == base.gpu.name.lower() else None)
     if prof.bench.get("fetch_path") == "gpu":
         notes.append("the bench record's figures are GPU swap-in loads (sactool bench gpu-gather)")

@@ -139,6 +139,8 @@ class Platform:
     harness: str = "steady"
     hisparse_kernel: str = "sglang-0.5.23"               # whose LRU write-back (hisparse.hotbuffer.KERNELS)
     rdma_requests_per_concurrency: float | None = None   # the RDMA run set's own request count
+    shared_prefix: bool = False                          # every request decodes the same prompt (pool holds it once per rank)
+    rdma_fetch_fixed_s: float = 0.0                      # fixed cost of one RDMA fetch (beyond wire + CPU passes)
     frontend_s_per_prompt_token: float = 0.0             # serial tokenization in the server's loop
     extend_points: tuple[tuple[int, float], ...] = ()    # (context, s): one extend forward (first token)
     # the runs the HiSparse step's free parameters are fitted on (``simulate.calibration``), their
@@ -390,6 +392,8 @@ def from_data(data: Mapping[str, Any], *, origin: str = "platform") -> Platform:
         harness=harness,
         hisparse_kernel=kernel,
         rdma_requests_per_concurrency=_num(d, "rdma.requests_per_concurrency", optional=True),
+        shared_prefix=_bool(d, "workload.shared_prefix", default=False),
+        rdma_fetch_fixed_s=_num(d, "rdma.fetch_fixed_s", optional=True, default=0.0, allow_zero=True),
         frontend_s_per_prompt_token=_num(d, "frontend.s_per_prompt_token", optional=True, default=0.0,
                                          allow_zero=True),
         extend_points=tuple(sorted(extend)),
