@@ -37,10 +37,19 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from sactool.errors import RecordError
-from sactool.simulate.platform import CalibrationRun  # noqa: F401 (read with the platform file; re-exported)
 
 C_MAX_S = 1e-6
 """Upper end of the search for the per-record cost (1 µs: ~5× the CXL share's own 205 ns)."""
+
+
+@dataclass(frozen=True)
+class CalibrationRun:
+    placement: str            # dram | sac
+    device_buffer_size: int
+    context_tokens: int
+    requests_per_rank: int
+    step_time_s: float        # median inter-token gap of the run set (round2 tbt_p50_ms)
+    run: str                  # family/run id, e.g. dc_0502/p2_01
 
 
 @dataclass(frozen=True)
@@ -203,7 +212,7 @@ def calibrate(p, *, record_bytes: int, layers: int) -> Calibration | None:
     own path model for the bandwidth share so the fit and the simulation agree by construction."""
     if not p.calibration_runs:
         return None
-    from sactool.simulate.api import _path
+    from sactool.simulate.engine import path_model as _path
     from sactool.simulate.misscheck import _scenario, step_s
 
     def coeff(placement: str, b: int, ctx: int) -> float:

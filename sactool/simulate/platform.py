@@ -20,6 +20,7 @@ from typing import Any, Mapping
 
 from sactool.errors import RecordError
 from sactool.records import load_structured, upgrade
+from sactool.simulate.calibration import CalibrationRun
 
 KIND = "platform"
 SCHEMA_VERSION = 1
@@ -299,17 +300,6 @@ def _time_points(d, path: str) -> list[tuple[int, float]]:
             _bad(q)
         out.append((_int(p, "context_tokens", label=f"{q}.context_tokens"), _num(p, "time_s", label=f"{q}.time_s")))
     return out
-
-
-@dataclass(frozen=True)
-class CalibrationRun:
-    placement: str            # dram | sac
-    device_buffer_size: int
-    context_tokens: int
-    requests_per_rank: int
-    step_time_s: float        # median inter-token gap of the run set (round2 tbt_p50_ms)
-    run: str                  # family/run id, e.g. dc_0502/p2_01
-
 
 
 def read_runs(d, path: str = "calibration.runs") -> tuple[CalibrationRun, ...]:
