@@ -207,32 +207,12 @@ def fit(runs: tuple[CalibrationRun, ...], coeff: Callable[[str, int, int], float
                        max(r.requests_per_rank for r in runs), source)
 
 
-def read_runs(d, path: str = "calibration.runs") -> tuple[CalibrationRun, ...]:
-    """``[{placement, device_buffer_size, context_tokens, requests_per_rank, step_time_s, run}]``."""
-    from sactool.simulate.platform import _bad, _err, _get, _int, _num
-
-    out = []
-    for i, p in enumerate(_get(d, path, optional=True, default=[]) or []):
-        q = f"{path}[{i}]"
-        if not isinstance(p, dict):
-            _bad(q)
-        pl = p.get("placement")
-        if pl not in ("dram", "sac"):
-            raise _err(f"{q}.placement", f"must be dram or sac, got {pl!r}")
-        out.append(CalibrationRun(pl, _int(p, "device_buffer_size", label=f"{q}.device_buffer_size"),
-                                  _int(p, "context_tokens", label=f"{q}.context_tokens"),
-                                  _int(p, "requests_per_rank", label=f"{q}.requests_per_rank"),
-                                  _num(p, "step_time_s", label=f"{q}.step_time_s"),
-                                  str(p.get("run") or "")))
-    return tuple(out)
-
-
 def calibrate(p, *, record_bytes: int, layers: int) -> Calibration | None:
     """The platform's calibration (None when it lists no calibration runs), using the engine's
     own path model for the bandwidth share so the fit and the simulation agree by construction."""
     if not p.calibration_runs:
         return None
-    from sactool.simulate.api import _path
+    from sactool.simulate.engine import path_model as _path
     from sactool.simulate.misscheck import _scenario, step_s
 
     def coeff(placement: str, b: int, ctx: int) -> float:

@@ -20,6 +20,7 @@ from typing import Any, Mapping
 
 from sactool.errors import RecordError
 from sactool.records import load_structured, upgrade
+from sactool.simulate.calibration import CalibrationRun
 
 KIND = "platform"
 SCHEMA_VERSION = 1
@@ -301,6 +302,24 @@ def _time_points(d, path: str) -> list[tuple[int, float]]:
     return out
 
 
+def read_runs(d, path: str = "calibration.runs") -> tuple[CalibrationRun, ...]:
+    """``[{placement, device_buffer_size, context_tokens, requests_per_rank, step_time_s, run}]``."""
+    out = []
+    for i, p in enumerate(_get(d, path, optional=True, default=[]) or []):
+        q = f"{path}[{i}]"
+        if not isinstance(p, dict):
+            _bad(q)
+        pl = p.get("placement")
+        if pl not in ("dram", "sac"):
+            raise _err(f"{q}.placement", f"must be dram or sac, got {pl!r}")
+        out.append(CalibrationRun(pl, _int(p, "device_buffer_size", label=f"{q}.device_buffer_size"),
+                                  _int(p, "context_tokens", label=f"{q}.context_tokens"),
+                                  _int(p, "requests_per_rank", label=f"{q}.requests_per_rank"),
+                                  _num(p, "step_time_s", label=f"{q}.step_time_s"),
+                                  str(p.get("run") or "")))
+    return tuple(out)
+
+
 def from_data(data: Mapping[str, Any], *, origin: str = "platform") -> Platform:
     """Build and validate a :class:`Platform` from loaded YAML/JSON (and fit its calibration runs)."""
     data = upgrade(dict(data), kind=KIND, current=SCHEMA_VERSION, source=origin)
@@ -308,8 +327,6 @@ def from_data(data: Mapping[str, Any], *, origin: str = "platform") -> Platform:
     steps = _step_points(d, "gpu.decode_step.measured")
     dsteps = _step_points(d, "gpu.hisparse_dram_step.measured")
     extend = _time_points(d, "first_token.extend.measured")
-    from sactool.simulate.calibration import read_runs
-
     harness = _get(d, "workload.harness", optional=True, default="steady")
     from sactool.hisparse import KERNELS
 
