@@ -238,3 +238,18 @@ def test_every_key_of_a_tuned_and_an_example_profile_is_named(machine, tmp_path,
     text = (DOCS / "reference" / "profile.md").read_text()
     assert len(keys) > 100
     assert sorted(k for k in keys if f"`{k}`" not in text and not re.search(rf"\.{re.escape(k)}`", text)) == []
+
+
+def test_every_key_of_the_bench_and_simulation_records_is_named(capsys):
+    """Every key at any depth of the fixed bench record, and of a simulation record outside its
+    model-internal blocks (`inputs`, `validation`, `miss_check`), is named in records.md."""
+    from sactool.cli import main
+
+    keys = _keys(json.loads((REPO / "tests" / "fixtures" / "bench" / "node0-gather.json").read_text()), set())
+    assert main(["simulate", "--platform", "sac-paper", "--context", "16k", "--concurrency", "8",
+                 "--hotbuffer-steps", "2", "--format", "json"]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    _keys({k: v for k, v in rec.items() if k not in ("inputs", "validation", "miss_check")}, keys)
+    text = (DOCS / "reference" / "records.md").read_text()
+    assert len(keys) > 120
+    assert sorted(k for k in keys if f"`{k}`" not in text and not re.fullmatch(r"\d.*", k)) == []
