@@ -155,3 +155,51 @@ def test_every_field_of_the_topology_record_is_named(machine, server_tree, capsy
     text = section("reference/records.md", "probe: topology record") + (DOCS / "commands" / "probe.md").read_text()
     assert len(keys) > 140
     assert sorted(k for k in keys if f"`{k}`" not in text) == []
+
+
+def test_every_command_page_links_its_generated_reference_and_says_its_errors():
+    """One page per command (issue 21: what it answers, options, examples, output fields, errors):
+    each links its section of the generated CLI reference (mkdocs --strict checks the anchor) and
+    has an Errors section; the top-level commands' pages have an Output section too."""
+    from sactool.cli.reference import command
+
+    pages = {name: DOCS / "commands" / f"{name}.md" for name in command.commands} | {
+        "bench gpu-gather": DOCS / "commands" / "gpu-gather.md"}
+    for name, page in pages.items():
+        text = page.read_text()
+        assert f"reference/cli.md#sactool-{name.replace(' ', '-')}" in text, page.name
+        assert re.search(r"^## Errors$", text, re.M), page.name
+        if name != "profile":      # profile show/validate: its examples are its output
+            assert re.search(r"^## Output", text, re.M), page.name
+
+
+def test_the_generated_cli_reference_lists_every_command_and_option():
+    """docs/reference/cli.md is mkdocs-click over the typer app (what the site build renders, from
+    the page's own directive): every command and every option of it is in the generated text."""
+    from mkdocs_click._docs import make_command_docs
+
+    from sactool.cli.reference import command
+
+    page = (DOCS / "reference" / "cli.md").read_text()
+    directive = dict(re.findall(r"^\s+:(\w+): (.+)$", page, re.M))
+    assert directive["module"] == "sactool.cli.reference" and directive["command"] == "command"
+    text = "\n".join(make_command_docs(directive["prog_name"], command, depth=int(directive["depth"]),
+                                       style=directive["style"]))
+
+    sections = {}     # "sactool bench gather" -> its section, from the headings' nesting
+    stack: list[str] = []
+    for m in re.finditer(r"^(#+) (\S+)\n(.*?)(?=^#+ |\Z)", text, re.M | re.S):
+        depth = len(m.group(1)) - 2
+        stack[depth:] = [m.group(2)]
+        sections[" ".join(stack)] = m.group(3)
+
+    def walk(cmd, path):
+        yield path, cmd
+        for name, sub in getattr(cmd, "commands", {}).items():
+            yield from walk(sub, f"{path} {name}")
+
+    for path, cmd in walk(command, "sactool"):
+        assert path in sections, (path, sorted(sections))
+        for p in cmd.params:
+            if not getattr(p, "hidden", False):
+                assert all(o in sections[path] for o in p.opts), (path, p.opts)
