@@ -203,3 +203,38 @@ def test_the_generated_cli_reference_lists_every_command_and_option():
         for p in cmd.params:
             if not getattr(p, "hidden", False):
                 assert all(o in sections[path] for o in p.opts), (path, p.opts)
+
+
+def test_every_key_of_a_tuned_and_an_example_profile_is_named(machine, tmp_path, capsys):
+    """Every key at any depth of a profile tune writes (on a recording with the fixed bench record,
+    with a trace too) and of every shipped example — the settings, the header and the record of
+    why — is named on the profile page (provenance's keys are the settings fields themselves)."""
+    import numpy as np
+
+    from sactool.cli import main
+    from sactool.workload import save_trace
+
+    root = machine("this-machine")
+    bench = str(REPO / "tests" / "fixtures" / "bench" / "node0-gather.json")
+    common = ["tune", "--model", "deepseek-v3.2", "--sysfs-root", str(root), "--bench", bench, "--context", "16k",
+              "--steps", "4", "--replicates", "1", "-q"]
+    trace = tmp_path / "t.npz"
+    rng = np.random.default_rng(0)
+    idx = np.stack([np.stack([rng.choice(16384 + s, 2048, replace=False) for _ in range(61)]) for s in range(4)])
+    save_trace(trace, idx.astype(np.int32), 16384, model="deepseek-v3.2", source="test: uniform indices")
+    profiles = []
+    for extra in ([], ["--trace", str(trace)]):
+        out = tmp_path / f"p{len(profiles)}.yaml"
+        assert main([*common, *extra, "--out", str(out)]) == 0, capsys.readouterr().err
+        profiles.append(yaml.safe_load(out.read_text()))
+    assert profiles[1]["workload"]["source"] == "trace"
+    profiles += [yaml.safe_load(p.read_text()) for p in sorted((REPO / "profiles" / "examples").glob("*.yaml"))]
+    keys: set[str] = set()
+    for prof in profiles:
+        _keys({k: v for k, v in prof.items() if k != "provenance"}, keys)
+        for v in prof.get("provenance", {}).values():
+            _keys(v, keys)
+    capsys.readouterr()
+    text = (DOCS / "reference" / "profile.md").read_text()
+    assert len(keys) > 100
+    assert sorted(k for k in keys if f"`{k}`" not in text and not re.search(rf"\.{re.escape(k)}`", text)) == []
