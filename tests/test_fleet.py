@@ -311,3 +311,24 @@ def _tree(tmp_path):
     from fixtures.trees import unpack
 
     return unpack("this-machine", tmp_path / "tree")
+
+
+def test_size_hint_on_a_cxl_node_is_the_checks_own_room(tmp_path):
+    """The fleet's per-rank ``--size`` hint comes from the free-memory rule the check applies
+    (memory.nodes: a CPU-less node keeps back 3 %, not 512 MiB): on the SAC recording's 512 MiB CXL
+    node two ranks may take what the hint says between them, and the hint is not 0 (issue 19)."""
+    from sactool.errors import CapacityError
+    from sactool.fleet.bench import _check_fits_all
+    from sactool.memory.nodes import check_fits, free_estimate
+    from sactool.units import parse_size
+
+    reader = SysfsReader(unpack("sac2s__30-system-ram", tmp_path / "t"))
+    free = free_estimate(probe(reader), reader, 2)
+    assert free.cpu_less
+    with pytest.raises(CapacityError) as e:
+        _check_fits_all(free, 300 << 20, 2)
+    hinted = parse_size(e.value.hint.split()[2])   # "use --size N or less (per rank) …"
+    assert hinted > 0
+    check_fits(free, 2 * hinted, reader=reader)              # what the hint says fits
+    with pytest.raises(CapacityError):
+        check_fits(free, 2 * (hinted + (1 << 20)), reader=reader)   # and no more than about that

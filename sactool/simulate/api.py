@@ -17,7 +17,6 @@ from sactool.errors import CapacityError, UsageError
 from sactool.simulate import engine
 from sactool.simulate.gpu import measured_model, prefill_s, roofline_model
 from sactool.simulate.misses import DEFAULT_STEPS, MissProfile, lru_profile
-from sactool.simulate.paths import path_model
 from sactool.simulate.platform import CASES, Platform
 from sactool.hisparse.cost import rdma_full_prefix_bytes
 from sactool.units import format_bytes, format_tokens
@@ -127,7 +126,9 @@ def _pct(xs: list[float], q: float) -> float:
     return s[k]
 
 
-_path = path_model
+def _path(p: Platform, placement: str, record_bytes: int, common_s: float = 0.0) -> engine.PathModel:
+    """A rank's path to the memory it gathers from (:func:`sactool.simulate.engine.path_model`)."""
+    return engine.path_model(p, placement, record_bytes, common_s)
 
 
 def calibration_of(p: Platform, record_bytes: int, layers: int):

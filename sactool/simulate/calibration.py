@@ -212,7 +212,7 @@ def calibrate(p, *, record_bytes: int, layers: int) -> Calibration | None:
     own path model for the bandwidth share so the fit and the simulation agree by construction."""
     if not p.calibration_runs:
         return None
-    from sactool.simulate.paths import path_model as _path
+    from sactool.simulate.engine import path_model as _path
     from sactool.simulate.misscheck import _scenario, step_s
 
     def coeff(placement: str, b: int, ctx: int) -> float:

@@ -32,7 +32,9 @@ import heapq
 import math
 import random
 from dataclasses import dataclass, field
+from typing import Any
 
+from sactool.bench.record import lines_touched
 from sactool.hisparse.cost import fetch_bytes_per_token, rdma_full_prefix_bytes
 
 PLACEMENTS = ("sac", "rdma", "dram")
@@ -50,6 +52,27 @@ class PathModel:
     # a cost per missed record every placement pays on top of its bandwidth share, serial per rank
     # (the platform's calibration: ``simulate.calibration``; 0 without one)
     common_s_per_record: float = 0.0
+
+
+def path_model(p: Any, placement: str, record_bytes: int, common_s: float = 0.0) -> PathModel:
+    """A rank's path to the memory it gathers from. A curve's measured all-threads bandwidth
+    (``aggregate_bytes_per_s``, from a bench record) is what one memory node/device delivers, shared
+    by the ranks mapped to it. ``common_s``: the calibrated cost per missed record every placement
+    pays (``calibration``). ``p``: a :class:`sactool.simulate.platform.Platform` (its gather curves,
+    link and device figures); the simulation and the calibration fit both build their paths here."""
+    curve = p.gather_cxl if placement == "sac" else p.gather_dram
+    fixed, slope = curve.line()
+    # one record = one warp's dependent 8-byte loads over the cache lines it touches: scale the
+    # measured per-record time by lines touched (656 B -> 11 lines, 1152 B -> 18), as bench does
+    s_rec = slope * lines_touched(record_bytes) / lines_touched(curve.record_bytes)
+    agg = curve.aggregate_bytes_per_s
+    if placement == "sac":
+        dev = min(p.cxl_device_read_bytes_per_s, agg) if agg else p.cxl_device_read_bytes_per_s
+        return PathModel(fixed, s_rec, min(p.gpu_link_bytes_per_s, p.cxl_gpu_path_bytes_per_s),
+                                dev, p.cxl_devices, common_s)
+    if agg:
+        return PathModel(fixed, s_rec, p.gpu_link_bytes_per_s, agg, p.dram_nodes, common_s)
+    return PathModel(fixed, s_rec, p.gpu_link_bytes_per_s, None, 1, common_s)
 
 
 @dataclass(frozen=True)

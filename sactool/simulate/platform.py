@@ -20,6 +20,7 @@ from typing import Any, Mapping
 
 from sactool.errors import RecordError
 from sactool.records import load_structured, upgrade
+from sactool.simulate.calibration import CalibrationRun
 
 KIND = "platform"
 SCHEMA_VERSION = 1
@@ -306,8 +307,6 @@ def _time_points(d, path: str) -> list[tuple[int, float]]:
 
 def read_runs(d, path: str = "calibration.runs") -> tuple[CalibrationRun, ...]:
     """``[{placement, device_buffer_size, context_tokens, requests_per_rank, step_time_s, run}]``."""
-    from sactool.simulate.calibration import CalibrationRun
-
     out = []
     for i, p in enumerate(_get(d, path, optional=True, default=[]) or []):
         q = f"{path}[{i}]"
@@ -349,7 +348,6 @@ def from_data(data: Mapping[str, Any], *, origin: str = "platform") -> Platform:
     steps = _step_points(d, "gpu.decode_step.measured")
     dsteps = _step_points(d, "gpu.hisparse_dram_step.measured")
     extend = _time_points(d, "first_token.extend.measured")
-
     harness = _get(d, "workload.harness", optional=True, default="steady")
     from sactool.hisparse import KERNELS
 
