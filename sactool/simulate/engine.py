@@ -12,7 +12,8 @@ What is simulated (each mechanism is a named input, none is fitted to a result):
   rank bytes / rank bandwidth) + rank misses × common``: one CTA per request gathers at the measured single-request rate
   (``GatherCurve``), and all CTAs of a rank share the bottleneck bandwidth of its path:
   its PCIe link, its share of the PCIe switch uplink (minus NIC traffic crossing the same uplink),
-  and for CXL its share of the CXL device it is mapped to (``rank % devices``) and the measured
+  and for CXL its share of the CXL device it is mapped to (the profile's ``pool.rank_targets``, else
+  ``rank % devices``) and the measured
   GPU↔CXL path limit; ``common`` is a cost per missed record that every placement pays
   (fitted on the platform's calibration runs, ``simulate.calibration``).
 * **RDMA pool**: on admission a request's whole prefix KV is read over its NIC (``rank % nics``),
@@ -52,6 +53,13 @@ class PathModel:
     # a cost per missed record every placement pays on top of its bandwidth share, serial per rank
     # (the platform's calibration: ``simulate.calibration``; 0 without one)
     common_s_per_record: float = 0.0
+    # the device each rank's pool is on (index < devices), from the profile's pool.rank_targets;
+    # () = rank % devices, the paper platform's round robin (:meth:`device_of`)
+    rank_devices: tuple[int, ...] = ()
+
+    def device_of(self, rank: int) -> int:
+        """The pool device rank ``rank`` reads (shared with the other ranks mapped to it)."""
+        return self.rank_devices[rank] if rank < len(self.rank_devices) else rank % self.devices
 
 
 def path_model(p: Any, placement: str, record_bytes: int, common_s: float = 0.0) -> PathModel:
@@ -69,7 +77,7 @@ def path_model(p: Any, placement: str, record_bytes: int, common_s: float = 0.0)
     if placement == "sac":
         dev = min(p.cxl_device_read_bytes_per_s, agg) if agg else p.cxl_device_read_bytes_per_s
         return PathModel(fixed, s_rec, min(p.gpu_link_bytes_per_s, p.cxl_gpu_path_bytes_per_s),
-                                dev, p.cxl_devices, common_s)
+                                dev, p.cxl_devices, common_s, tuple(p.cxl_rank_devices))
     if agg:
         return PathModel(fixed, s_rec, p.gpu_link_bytes_per_s, agg, p.dram_nodes, common_s)
     return PathModel(fixed, s_rec, p.gpu_link_bytes_per_s, None, 1, common_s)
@@ -159,7 +167,7 @@ def _step_time(sc: Scenario, counts: list[int], rec: list[float], mx: list[float
     for r in range(R):
         if counts[r]:
             active_on_switch[r // gps] = active_on_switch.get(r // gps, 0) + 1
-            dev_active[r % p.devices] = dev_active.get(r % p.devices, 0) + 1
+            dev_active[p.device_of(r)] = dev_active.get(p.device_of(r), 0) + 1
     best = (0.0, 0.0, 0.0, 0.0)
     for r in range(R):
         b = counts[r]
@@ -174,7 +182,7 @@ def _step_time(sc: Scenario, counts: list[int], rec: list[float], mx: list[float
             up -= min(sc.nic_bytes_per_s, up / (n_gpu + 1))
         bw = min(p.link_bytes_per_s, up / n_gpu)
         if p.device_bytes_per_s:
-            bw = min(bw, p.device_bytes_per_s / dev_active[r % p.devices])
+            bw = min(bw, p.device_bytes_per_s / dev_active[p.device_of(r)])
         layer = p.fixed_s + max(mx[r] * p.s_per_record, rec[r] * sc.record_bytes / bw) + rec[r] * p.common_s_per_record
         comp = comp_cache.get(b)
         if comp is None:

@@ -105,7 +105,7 @@ def miss_check(p, *, contexts, layers: int, record_bytes: int, paths: dict[str, 
     for ctx in contexts:
         sac = _scenario(p, "sac", paths["sac"], layers, record_bytes, ctx, compute)
         dram = _scenario(p, "dram", paths["dram"], layers, record_bytes, ctx, compute)
-        one = dataclasses.replace(sac, path=dataclasses.replace(sac.path, devices=1))
+        one = dataclasses.replace(sac, path=dataclasses.replace(sac.path, devices=1, rank_devices=()))
         m = miss_fn(ctx, buf).steady
         row: dict[str, Any] = {
             "buffer_slots": buf, "model_misses_per_layer": m,

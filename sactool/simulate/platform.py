@@ -144,6 +144,8 @@ class Platform:
     rdma_requests_per_concurrency: float | None = None   # the RDMA run set's own request count
     shared_prefix: bool = False                          # every request decodes the same prompt (pool holds it once per rank)
     rdma_fetch_fixed_s: float = 0.0                      # fixed cost of one RDMA fetch (beyond wire + CPU passes)
+    cxl_rank_devices: tuple[int, ...] = ()               # the CXL device of each rank (a profile's pool.rank_targets);
+    #                                                      () = rank % cxl.devices, the paper's round robin
     frontend_s_per_prompt_token: float = 0.0             # serial tokenization in the server's loop
     extend_points: tuple[tuple[int, float], ...] = ()    # (context, s): one extend forward (first token)
     # the runs the HiSparse step's free parameters are fitted on (``simulate.calibration``), their
