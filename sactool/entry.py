@@ -72,7 +72,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
         return cli_main(argv)
     from sactool.cli.probe import run_probe
-    from sactool.errors import run_guarded
+    from sactool.cli.guard import run_guarded
 
     debug = kw.pop("debug")
     from sactool.render import set_quiet

@@ -124,60 +124,8 @@ def check_signalled() -> None:
         raise Terminated if sig == signal.SIGTERM else KeyboardInterrupt
 
 
-def _interrupt_code() -> int:
+def interrupt_code() -> int:
+    """143 after a SIGTERM, 130 after a Ctrl-C (the signal :func:`handle_sigterm` recorded)."""
     import signal
 
     return int(ExitCode.TERMINATED if _SIGNALLED["signal"] == signal.SIGTERM else ExitCode.INTERRUPTED)
-
-
-def run_guarded(fn, *, debug: bool = False) -> int:
-    """Run ``fn()`` the way every sactool entry point does and return the exit code.
-
-    SactoolError → ``error: …``/``hint: …`` on stderr and its code (traceback only with ``debug``);
-    Ctrl-C → ``interrupted``, 130 (SIGTERM after :func:`handle_sigterm`: ``terminated``, 143); a
-    closed stdout pipe (``| head``) → quiet, 0; stdout that cannot be written (``> /dev/full``,
-    closed) → one line, 1; a closed stderr keeps the exit code; an output encoding without ``—``
-    gets ASCII (:mod:`sactool.streams`). ``fn`` may return an int
-    exit code. Used by :func:`sactool.cli.app.main` and the fast probe path in :mod:`sactool.entry`.
-    """
-    from sactool.streams import guarded_streams
-
-    with guarded_streams():
-        code = _run(fn, debug)
-    if code:  # under mpirun, a rank failing before it joined its fleet must not leave the others waiting
-        from sactool.fleet.mpi import abort_if_alone
-
-        abort_if_alone(code)
-    return code
-
-
-def _run(fn, debug: bool) -> int:
-    import sys
-
-    from sactool.streams import quiet_closed_pipe
-
-    try:
-        rv = fn()
-        sys.stdout.flush()  # a full disk shows here, inside the guard, not at interpreter exit
-        return int(rv) if isinstance(rv, int) else int(ExitCode.OK)
-    except SactoolError as e:
-        if getattr(e, "quiet", False):  # fleet mode: rank 0 reports it for every rank
-            return int(e.exit_code)
-        if debug:
-            import traceback
-
-            traceback.print_exc()
-        code = _interrupt_code() if e.exit_code == ExitCode.INTERRUPTED else int(e.exit_code)
-        by = " (SIGTERM)" if code == ExitCode.TERMINATED else ""
-        from sactool.streams import printable
-
-        sys.stderr.write(printable(f"error: {e.message}{by}\n" + (f"hint: {e.hint}\n" if e.hint else "")))
-        sys.stderr.flush()
-        return code
-    except KeyboardInterrupt:
-        sys.stderr.write("terminated (SIGTERM)\n" if _interrupt_code() == ExitCode.TERMINATED else "interrupted\n")
-        return _interrupt_code()
-    except BrokenPipeError:
-        # stdout closed early: be quiet, and keep Python from complaining at exit
-        quiet_closed_pipe()
-        return int(ExitCode.OK)

@@ -14,7 +14,7 @@ record's fields bumps its version and adds an upgrade step ``n -> n+1`` next to 
   since (CPU node per pool node, DAX locality) are optional, so readers of 1 still read them.
 * ``bench`` (``sactool bench``, sactool/bench/record.py ``UPGRADES``): 1 — the first format; GPU
   gather results (``bench gpu-gather``) and ``convert`` results are new ``test`` values in it.
-* ``profile`` (``sactool tune``, sactool/profile.py ``_UPGRADES``): 1 — the first format.
+* ``profile`` (``sactool tune``, sactool/profile/__init__.py ``_UPGRADES``): 1 — the first format.
 * ``tune_result`` (``sactool tune --format json``): not versioned; a report, never read back.
 * ``simulation`` (``sactool simulate --format json``, sactool/simulate/api.py): 1 — the first format.
 * ``platform`` (``sactool simulate --platform``, sactool/simulate/platform.py): 1 — the first format.

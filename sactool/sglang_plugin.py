@@ -144,7 +144,7 @@ def register(registry: Any = None, hook_type: Any = None) -> bool:
 def with_env_gpu_nodes(profile: Any) -> Any:
     """The profile with ``$SACTOOL_GPU_LOCAL_NODES`` (set by ``sactool serve`` when the GPUs visible
     to SGLang sit on other sockets than the profile says) as each rank's GPU socket."""
-    from sactool.hisparse.hostpool import GPU_NODES_ENV, gpu_nodes_from_env, with_gpu_nodes
+    from sactool.profile.hostpool import GPU_NODES_ENV, gpu_nodes_from_env, with_gpu_nodes
 
     value = os.environ.get(GPU_NODES_ENV)
     if not value:
@@ -301,8 +301,7 @@ def pool_budget(plan: Any, reader: Any = None) -> tuple[int | None, str]:
         return None, ""
     from sactool.units import format_bytes
 
-    margin = f.margin_bytes
-    room = max(f.bytes - margin, 0)
+    margin, room = f.margin_bytes, f.room_bytes
     share = _pinned_share(plan)
     if share is not None and share < room:   # pool.capacity_bytes pins what this rank's pool may take
         return share, (f"rank {plan.rank}'s share of {plan.target}'s pinned capacity: {format_bytes(share)} "
@@ -435,7 +434,7 @@ def standin_devices() -> dict[str, dict]:
 def live_targets(profile: Any, reader: Any = None) -> list[Any]:
     """The profile's pool targets with the facts of this machine (sizes, align, CPU node), or of
     the files standing in for DAX devices (``$SACTOOL_DEVDAX_STANDIN``)."""
-    from sactool.hisparse.hostpool import pool_targets as names_of
+    from sactool.profile.hostpool import pool_targets as names_of
     from sactool.hisparse.rankplan import Target
     from sactool.hisparse.targets import pool_targets
     from sactool.host.sysfs import SysfsReader
@@ -463,7 +462,7 @@ def live_targets(profile: Any, reader: Any = None) -> list[Any]:
 
 def plans_for(rank: int, reader: Any = None) -> Any:
     """This rank's PoolPlan (the rank plan over this machine's targets), computed once."""
-    from sactool.hisparse.hostpool import plan_for_rank, rank_plan
+    from sactool.profile.hostpool import plan_for_rank, rank_plan
 
     profile = _STATE["profile"]
     cached = _STATE.get("plans")

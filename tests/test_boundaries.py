@@ -5,11 +5,14 @@
 * ``/sys`` and ``/proc`` are read only through ``sactool/host/`` (everything else goes through a
   :class:`sactool.host.sysfs.SysfsReader`, so a recorded tree can stand in for the machine);
 * ``tune/``, ``serve/`` and ``simulate/`` use ``hisparse/`` and never each other's modules;
-* no import cycle between modules at module level;
+* no import cycle between modules, counting every import — those inside functions too (a deferred
+  import still ties the two modules together: neither can be read, tested or moved alone) — and
+  none between packages (``sactool.X`` and the top-level modules, each one node);
 * the ``sactool_cxl`` entry point, imported and registered in a fresh interpreter with the
   stand-in SGLang of tests/standins/site, loads only profile, hisparse, memory and host (plus
   errors, records, units, and the topology memory's free check reads) — no sactool.serve, no
-  sactool.cli, no typer, no rich, no subprocess.
+  sactool.cli, no typer, no rich, no subprocess; and everything the plug-in module could ever
+  import, deferred imports followed, stays clear of the same list.
 
 Each rule's checker is also run on a small module that breaks it, so the checks can fail.
 """
@@ -48,8 +51,9 @@ def _modules() -> dict[str, Path]:
     return out
 
 
-def imports(source: str, module: str, *, top_level_only: bool = False) -> set[str]:
-    """Absolute names of every module ``source`` imports (relative imports resolved)."""
+def imports(source: str, module: str, *, top_level_only: bool = False, package: bool = False) -> set[str]:
+    """Absolute names of every module ``source`` imports (relative imports resolved; ``package``:
+    ``source`` is the package's ``__init__.py``, so ``from . import x`` is relative to itself)."""
     tree = ast.parse(source)
     nodes = tree.body if top_level_only else list(ast.walk(tree))
     out: set[str] = set()
@@ -59,7 +63,8 @@ def imports(source: str, module: str, *, top_level_only: bool = False) -> set[st
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                pkg = module.split(".")[: -node.level] if not module.endswith("__init__") else module.split(".")
+                pkg = module.split(".") if package else module.split(".")[:-1]
+                pkg = pkg[: len(pkg) - (node.level - 1)]
                 base = ".".join(pkg + ([base] if base else []))
             out.add(base)
             out |= {f"{base}.{a.name}" for a in node.names}
@@ -70,8 +75,8 @@ def _matches(name: str, prefixes) -> bool:
     return any(name == p or name.startswith(p + ".") for p in prefixes)
 
 
-def ui_violations(source: str, module: str) -> list[str]:
-    return sorted(n for n in imports(source, module) if _matches(n, UI_MODULES))
+def ui_violations(source: str, module: str, package: bool = False) -> list[str]:
+    return sorted(n for n in imports(source, module, package=package) if _matches(n, UI_MODULES))
 
 
 def _call_name(func: ast.AST) -> str:
@@ -101,10 +106,10 @@ def kernel_path_violations(source: str) -> list[str]:
     return out
 
 
-def consumer_violations(source: str, module: str) -> list[str]:
+def consumer_violations(source: str, module: str, package: bool = False) -> list[str]:
     own = module.split(".")[1]
     others = [f"sactool.{c}" for c in CONSUMERS if c != own]
-    return sorted(n for n in imports(source, module) if _matches(n, others))
+    return sorted(n for n in imports(source, module, package=package) if _matches(n, others))
 
 
 # ---- the checkers fail on a module that breaks each rule -----------------------------------------
@@ -127,7 +132,7 @@ def test_checkers_catch_what_they_forbid():
                                     or m == "sactool"])
 def test_library_never_imports_the_ui(module):
     path = _modules()[module]
-    assert ui_violations(path.read_text(), module) == [], f"{path.relative_to(REPO)} imports the command line or rich"
+    assert ui_violations(path.read_text(), module, path.name == "__init__.py") == [], f"{path.relative_to(REPO)} imports the command line or rich"
 
 
 def test_sys_and_proc_only_through_host():
@@ -138,35 +143,110 @@ def test_sys_and_proc_only_through_host():
 
 def test_consumers_of_hisparse_do_not_import_each_other():
     bad = {m: v for m, p in _modules().items()
-           if m.split(".")[1:2] and m.split(".")[1] in CONSUMERS and (v := consumer_violations(p.read_text(), m))}
+           if m.split(".")[1:2] and m.split(".")[1] in CONSUMERS and (v := consumer_violations(p.read_text(), m, p.name == "__init__.py"))}
     assert bad == {}
 
 
-def test_no_module_level_import_cycles():
-    mods = _modules()
-    graph = {m: {n for n in imports(p.read_text(), m, top_level_only=True) if n in mods and n != m}
+def import_graph(mods: dict[str, Path] | None = None) -> dict[str, set[str]]:
+    """module -> the sactool modules it imports anywhere in its source (functions included)."""
+    mods = _modules() if mods is None else mods
+    graph = {m: {n for n in imports(p.read_text(), m, package=p.name == "__init__.py") if n in mods and n != m}
              for m, p in mods.items()}
     # a package's __init__ imported by its own submodules is not a cycle worth breaking
-    graph = {m: {n for n in deps if not m.startswith(n + ".")} for m, deps in graph.items()}
-    seen: dict[str, int] = {}
+    return {m: {n for n in deps if not m.startswith(n + ".")} for m, deps in graph.items()}
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The same edges between packages: ``sactool.X`` for everything under ``sactool/X/``, each
+    top-level module its own node."""
+    def pkg(m: str) -> str:
+        return ".".join(m.split(".")[:2])
+
+    out: dict[str, set[str]] = {}
+    for m, deps in graph.items():
+        out.setdefault(pkg(m), set()).update(pkg(n) for n in deps if pkg(n) != pkg(m))
+    return out
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one node (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
     stack: list[str] = []
-    cycles: list[list[str]] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
 
-    def visit(m: str) -> None:
-        seen[m] = 1
-        stack.append(m)
-        for n in sorted(graph[m]):
-            if seen.get(n) == 1:
-                cycles.append(stack[stack.index(n):] + [n])
-            elif n not in seen:
-                visit(n)
-        stack.pop()
-        seen[m] = 2
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
 
-    for m in sorted(graph):
-        if m not in seen:
-            visit(m)
-    assert cycles == []
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(out)
+
+
+def test_cycle_finder_finds_deferred_and_package_cycles(tmp_path):
+    pkg = tmp_path / "sactool"
+    for rel, text in {"__init__.py": "", "a/__init__.py": "", "a/x.py": "def f():\n    from sactool.b import y\n",
+                      "b/__init__.py": "", "b/y.py": "from ..a import x\n", "b/z.py": "from . import y\n",
+                      "c.py": "import sactool.b.z\n"}.items():
+        (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / rel).write_text(text)
+    mods = {".".join(p.relative_to(tmp_path).with_suffix("").parts).removesuffix(".__init__"): p
+            for p in sorted(pkg.rglob("*.py"))}
+    graph = import_graph(mods)
+    assert graph["sactool.b.z"] == {"sactool.b.y"}            # ``from . import y`` inside the package
+    assert cycles(graph) == [["sactool.a.x", "sactool.b.y"]]  # one edge is a deferred import
+    assert cycles(package_graph(graph)) == [["sactool.a", "sactool.b"]]
+    assert cycles({"p": {"q"}, "q": set()}) == []
+
+
+def test_no_module_import_cycles_even_through_deferred_imports():
+    assert cycles(import_graph()) == []
+
+
+def test_no_package_import_cycles():
+    assert cycles(package_graph(import_graph())) == []
+
+
+def test_the_plugin_could_never_import_the_launcher_or_the_ui():
+    """Every module the plug-in could import, deferred imports followed (the run below sees one path)."""
+    mods = _modules()
+    seen: set[str] = set()
+    todo = ["sactool.sglang_plugin"]
+    outside: set[str] = set()
+    while todo:
+        m = todo.pop()
+        if m in seen:
+            continue
+        seen.add(m)
+        parts = m.split(".")
+        todo += [".".join(parts[:k]) for k in range(1, len(parts))]   # a submodule runs its packages' __init__
+        names = imports(mods[m].read_text(), m, package=mods[m].name == "__init__.py")
+        todo += [n for n in names if n in mods]
+        outside |= {n for n in names if not n.startswith("sactool")}
+    forbidden = ("sactool.serve", "sactool.cli", "sactool.render", "sactool.tune", "sactool.simulate",
+                 "sactool.fleet", "typer", "click", "rich", "subprocess")
+    assert [m for m in sorted(seen | outside) if _matches(m, forbidden)] == []
+    assert "sactool.memory.alloc" in seen   # the walk does reach what the plug-in uses
 
 
 # ---- the plug-in's import set, in a fresh interpreter -------------------------------------------------
@@ -200,7 +280,7 @@ def test_plugin_loads_only_profile_hisparse_memory_host(node0_profile_file):
     allowed = ("sactool.sglang_plugin", "sactool.profile", "sactool.hisparse", "sactool.memory", "sactool.host",
                "sactool.topology", "sactool.errors", "sactool.records", "sactool.units")
     ours = [m for m in loaded if m.startswith("sactool.")]
-    assert "sactool.memory.alloc" in ours and "sactool.hisparse.hostpool" in ours   # it did place the pool
+    assert "sactool.memory.alloc" in ours and "sactool.profile.hostpool" in ours   # it did place the pool
     assert [m for m in ours if not _matches(m, allowed)] == []
 
 

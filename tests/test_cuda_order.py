@@ -19,7 +19,7 @@ import pytest
 
 from fixtures.trees import MI300X, add_gpus, add_nvidia_info
 from sactool.cli import main
-from sactool.hisparse.hostpool import GPU_NODES_ENV, rank_plan
+from sactool.profile.hostpool import GPU_NODES_ENV, rank_plan
 from sactool.host.sysfs import SysfsReader
 from sactool.profile import load_profile, save_profile, validate
 from sactool.topology import probe

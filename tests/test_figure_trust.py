@@ -99,7 +99,7 @@ def test_fleet_records_are_flagged_per_host():
     480 MiB cache (flagged), b's rank was descheduled."""
     from test_fleet import _fleet_record
 
-    from sactool.fleet.split import plan, tune_inputs
+    from sactool.fleet.split import plan, pool_source
 
     rec = _fleet_record(top=4, world=4)
     for r in rec["fleet"]["ranks"]:
@@ -111,5 +111,5 @@ def test_fleet_records_are_flagged_per_host():
     assert [w["code"] for w in by["a"].flags] == ["bench_in_cache"] and "256.00 MiB in all" in by["a"].flags[0]["message"]
     assert [w["code"] for w in by["b"].flags] == ["bench_descheduled"] and "understated" in by["b"].flags[0]["message"]
     assert by["c"].flags == ()
-    _, gather = tune_inputs(by["a"])
+    gather = pool_source(by["a"]).gather
     assert gather.warnings == by["a"].flags and gather.info["figure_flags"][0]["code"] == "bench_in_cache"

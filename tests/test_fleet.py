@@ -199,7 +199,7 @@ def _fleet_record(test="gather", record_bytes=656, top=3, world=3):
 
 
 def test_split_shares_capacity_and_sums_each_hosts_ranks():
-    from sactool.fleet.split import plan, tune_inputs
+    from sactool.fleet.split import plan, pool_source
 
     shares, warns = plan(_fleet_record(top=4, world=4), 656, path="f.json", digest="sha256:x")
     by = {s.host: s for s in shares}
@@ -207,7 +207,8 @@ def test_split_shares_capacity_and_sums_each_hosts_ranks():
     assert by["a"].share_bytes == by["b"].share_bytes == 45 << 30 and by["c"].share_bytes == 50 << 30
     assert (by["a"].bandwidth_bytes_per_s, by["b"].bandwidth_bytes_per_s, by["c"].bandwidth_bytes_per_s) == (3e9, 4e9, 8e9)
     assert by["a"].bandwidth_source == "measured" and warns == []
-    pool, gather = tune_inputs(by["a"])
+    src = pool_source(by["a"])
+    pool, gather = src.pool, src.gather
     assert [(t.name, t.node, t.capacity_bytes) for t in pool.targets] == [("node2", 2, 45 << 30)]
     assert gather.rounds == ({"node2": 3e9},) and gather.info["source"] == "fleet"
     assert by["a"].machine == {"hostname": "a"} and by["a"].profile_block()["record"] == "f.json"
@@ -310,3 +311,24 @@ def _tree(tmp_path):
     from fixtures.trees import unpack
 
     return unpack("this-machine", tmp_path / "tree")
+
+
+def test_size_hint_on_a_cxl_node_is_the_checks_own_room(tmp_path):
+    """The fleet's per-rank ``--size`` hint comes from the free-memory rule the check applies
+    (memory.nodes: a CPU-less node keeps back 3 %, not 512 MiB): on the SAC recording's 512 MiB CXL
+    node two ranks may take what the hint says between them, and the hint is not 0 (issue 19)."""
+    from sactool.errors import CapacityError
+    from sactool.fleet.bench import _check_fits_all
+    from sactool.memory.nodes import check_fits, free_estimate
+    from sactool.units import parse_size
+
+    reader = SysfsReader(unpack("sac2s__30-system-ram", tmp_path / "t"))
+    free = free_estimate(probe(reader), reader, 2)
+    assert free.cpu_less
+    with pytest.raises(CapacityError) as e:
+        _check_fits_all(free, 300 << 20, 2)
+    hinted = parse_size(e.value.hint.split()[2])   # "use --size N or less (per rank) …"
+    assert hinted > 0
+    check_fits(free, 2 * hinted, reader=reader)              # what the hint says fits
+    with pytest.raises(CapacityError):
+        check_fits(free, 2 * (hinted + (1 << 20)), reader=reader)   # and no more than about that

@@ -23,7 +23,7 @@ import pytest
 
 from sactool.errors import CapacityError
 from sactool.fleet.daxslice import check_fits_slice, dax_slices, fleet_slices
-from sactool.hisparse.hostpool import rank_plan
+from sactool.profile.hostpool import rank_plan
 from sactool.hisparse.targets import pool_targets
 from sactool.host.sysfs import SysfsReader
 from sactool.profile import validate

@@ -1,11 +1,12 @@
 """``sactool probe --plot`` and ``sactool serve --dry-run --plot``: the machine drawn for every
-recording (SVG for all of them, PNG for a few — rendering is the costly part), every element
+recording (SVG and PNG for each), every element
 named in the SVG (its text and its ``id``), the rank plan on the SAC shape, the output rules
 (checked before work, exists/--force, bad extension), and the 8-GPU × 4-device server picture.
 
 GPUs: no recording has any (QEMU had none). The GPU cases add GPU PCI functions to a copy of a
-recording (:func:`fixtures.trees.add_gpus`), and the server picture uses the constructed topology
-of :mod:`fixtures.server` — both say so; nothing else here is constructed.
+recording (:func:`fixtures.trees.add_gpus`), and the server pictures use the generated server tree
+(:mod:`fixtures.servertree`: 2 sockets with SNC-3, 8 GPUs, 4 CXL devices, two behind switches) —
+both say so; nothing else here is constructed.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.server import GPU_NODES, server_topology
 from fixtures.trees import ALL, add_gpus
 from sactool.cli import main
 from sactool.entry import main as entry_main
@@ -28,7 +28,7 @@ pytest.importorskip("matplotlib")   # the 'plot' extra; the README's test instal
 HERE = Path(__file__).resolve().parent
 EXAMPLES = HERE.parent / "profiles" / "examples"
 STANDIN_SITE = HERE / "standins" / "site"
-PNG_TOO = {"sac2s__20-devdax", "sac2s__30-system-ram"}
+GPU_NODES = (0, 0, 0, 0, 1, 1, 1, 1)      # the SAC shape's GPU sockets (constructed: no recording has GPUs)
 
 
 def _names(svg: str) -> set[str]:
@@ -39,9 +39,12 @@ def _names(svg: str) -> set[str]:
 
 
 def expected(t) -> set[str]:
-    """The id of every socket, memdev, region, DAX device, system-ram DAX node and GPU of a topology
-    (the other nodes are named in their socket's text: :func:`_every_node_named`)."""
-    out = {f"socket-{n.name}" for n in t.nodes if n.has_cpu}
+    """The id of every socket (its first CPU node: sub-NUMA clusters share one), memdev, region, DAX
+    device, system-ram DAX node and GPU of a topology (the other nodes are named in their socket's
+    text: :func:`_every_node_named`)."""
+    from sactool.render.machine import socket_groups
+
+    out = {f"socket-node{leader}" for leader in socket_groups(t).values()}
     out |= {m.name for m in t.memdevs} | {r.name for r in t.regions} | {d.name for d in t.dax_devices}
     out |= {n.name for n in t.nodes if any(d.target_node == n.id and d.mode == "system-ram" for d in t.dax_devices)}
     out |= {f"gpu-{g.pci_device}" for g in t.gpus}
@@ -68,10 +71,9 @@ def test_probe_plot_names_every_element(name, machine, tmp_path, capsys):
     for m in t.memdevs:       # each device's path: its links, labelled, the narrowest one marked
         if m.narrowest_link is not None:
             assert f'id="link-{m.host_bridge}-{m.name}"' in svg and "narrowest link" in svg
-    if name in PNG_TOO:
-        png = tmp_path / "m.png"
-        assert main(["probe", "--sysfs-root", str(root), "--plot", str(png), "-q"]) == 0
-        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    png = tmp_path / "m.png"
+    assert main(["probe", "--sysfs-root", str(root), "--plot", str(png), "-q"]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_probe_plot_on_the_fast_path_and_its_output_rules(machine, tmp_path, capsys):
@@ -134,10 +136,9 @@ def test_serve_plot_draws_the_rank_plan(name, machine, tmp_path, capsys, monkeyp
             assert f'id="arrow-rank-{r["rank"]}"' in svg
     else:
         assert "no rank plan" in cap.err
-    if name in PNG_TOO:
-        png = tmp_path / "plan.png"
-        assert _serve_plot(_profile_for(name, tmp_path), root, png, monkeypatch) == rc
-        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    png = tmp_path / "plan.png"
+    assert _serve_plot(_profile_for(name, tmp_path), root, png, monkeypatch) == rc
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_serve_plot_on_the_sac_shape_names_gpus_slices_and_sockets(machine, tmp_path, capsys, monkeypatch):
@@ -169,37 +170,47 @@ def test_serve_plot_needs_dry_run_and_is_checked_first(machine, tmp_path, capsys
     assert cap.out == "" and out.read_text() == "keep"        # refused before the launch was built
 
 
-def test_server_picture_with_eight_gpus_and_four_devices(tmp_path):
-    """The constructed server topology (fixtures.server): 8 GPUs, 4 CXL devices, a plan of 8 ranks
-    by locality; every element named, the downgraded GPU link said, PNG readable size."""
-    from sactool.hisparse.rankplan import Target, plan
-    from sactool.render.machine import ROW_H, machine_scene
-    from sactool.render.machinedraw import plot_machine
+@pytest.mark.parametrize("mode", ["devdax", "system-ram"])
+def test_server_pictures_with_eight_gpus_and_four_devices(mode, server_tree, tmp_path, capsys, monkeypatch):
+    """The generated server tree (fixtures.servertree): probe --plot names every element, serve
+    --dry-run --plot draws 8 ranks by locality on its 4 CXL targets from the GPUs the tree shows
+    (no placeholder), the downgraded GPU link is said, and no two device boxes overlap."""
+    import json
 
-    t = server_topology(tmp_path)
+    from fixtures.servertree import sac_profile
+    from sactool.render.machine import ROW_H, machine_scene
+
+    root = server_tree(mode)
+    t = probe(SysfsReader(root))
     assert (len(t.gpus), len(t.memdevs), len(t.dax_devices)) == (8, 4, 4)
-    targets = [Target(f"dax{i}.0", "devdax", 512 << 20, "size", 2 << 20, cpu_node=i % 2) for i in range(4)]
-    p = plan(8, targets, "locality", rank_cpu_nodes=GPU_NODES)
-    gpus = [f"gpu-{g.pci_device}" for g in sorted(t.gpus, key=lambda g: g.pci_device)]
-    sc = machine_scene(t, p, gpus)
-    svg = plot_machine(sc, "svg").decode()
-    names = _names(svg)
-    assert expected(t) <= names
-    assert {f"rank {s.rank} → {s.target}" for s in p.slots} <= names
-    assert "negotiated below its cap (downgraded)" in names       # GPU 6 at x8
-    # every rank of a socket's GPUs goes to a device of that socket
-    assert all(s.cpu_node == GPU_NODES[s.rank] for s in p.slots)
-    # boxes do not overlap
-    boxes = list(sc.boxes.values())
+    out = tmp_path / "machine.svg"
+    assert main(["probe", "--sysfs-root", str(root), "--plot", str(out), "-q", "--format", "json"]) == 0
+    capsys.readouterr()
+    svg = out.read_text()
+    assert expected(t) <= _names(svg), expected(t) - _names(svg)
+    _every_node_named(svg, t)
+    assert "negotiated below its cap (downgraded)" in _names(svg)       # GPU 6 at x8
+    plan_svg = tmp_path / "plan.svg"
+    assert _serve_plot(sac_profile(tmp_path / "p.yaml", mode), root, plan_svg, monkeypatch) == 0
+    d = json.loads(capsys.readouterr().out)
+    names = _names(plan_svg.read_text())
+    assert expected(t) <= names and len(d["plan"]) == 8
+    for r in d["plan"]:       # each rank on a target of its GPU's socket
+        assert f"rank {r['rank']} → {r['target']}" in names and f'id="arrow-rank-{r["rank"]}"' in plan_svg.read_text()
+        assert r["cpu_node"] == (0 if r["rank"] < 4 else 3)
+    assert len({r["target"] for r in d["plan"]}) == 4 and "not seen in sysfs" not in names
+    # SNC-3: one socket box per socket (SLIT 12 inside, 21 across), a line per node with its CPUs
+    sockets = sorted(n for n in names if n.startswith("socket-node") and "-" not in n[len("socket-node"):])
+    assert sockets == ["socket-node0", "socket-node3"], sockets
+    assert "socket node0 + node1 + node2 (SLIT 12 between them)" in names
+    assert any(n.startswith("node4 dram") and "CPUs 171-213,427-469" in n for n in names)
+    sc = machine_scene(t)
+    boxes = [b for b in sc.boxes.values() if b.kind != "socket"]
     for i, a in enumerate(boxes):
         for b in boxes[i + 1:]:
-            if a.kind == "socket" or b.kind == "socket":
-                continue
             dx = abs(a.x - b.x) < (a.w + b.w) / 2
             dy = abs(a.y - b.y) * ROW_H < (a.height() + b.height()) / 2
             assert not (dx and dy), f"{a.gid} overlaps {b.gid}"
-    png = plot_machine(sc, "png")
-    assert png[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_numa_plan_lines_end_at_the_cxl_nodes(machine):
@@ -252,3 +263,25 @@ def test_links_are_paired_into_hops_and_a_switch_gets_a_box(machine):
     links = [e for e in sc.edges if e.kind == "link" and "mem1" in (e.a, e.b) or e.b == "switch-0000:0d:00.0"]
     assert [(e.a, e.b, e.narrowest) for e in links] == [("pci0000:0c", "switch-0000:0d:00.0", True),
                                                          ("switch-0000:0d:00.0", "mem1", False)]
+
+
+def test_the_pictures_the_docs_show_are_what_the_commands_draw_now(tmp_path, capsys, monkeypatch):
+    """docs/images (drawn by scripts/doc-pictures) against a fresh drawing of the same recordings:
+    the same text and the same element ids (matplotlib's hashed clip ids aside). A change to the
+    picture or to probe that leaves the docs' pictures stale fails here: re-run scripts/doc-pictures."""
+    from fixtures.trees import unpack
+
+    images = HERE.parent / "docs" / "images"
+    t30, t20 = (unpack(n, tmp_path / n) for n in ("sac2s__30-system-ram", "sac2s__20-devdax"))   # titled by name
+
+    def names(svg: str) -> set[str]:
+        return {n for n in _names(svg) if not re.fullmatch(r"p[0-9a-f]{10}", n)}
+
+    fresh = tmp_path / "probe.svg"
+    assert main(["probe", "--sysfs-root", str(t30), "--plot", str(fresh), "-q",
+                 "--format", "json"]) == 0
+    assert names(fresh.read_text()) == names((images / "probe-sac2s.svg").read_text())
+    plan = tmp_path / "plan.svg"
+    _serve_plot(EXAMPLES / "sac-8rank-devdax.yaml", t20, plan, monkeypatch)
+    capsys.readouterr()
+    assert names(plan.read_text()) == names((images / "serve-plan-sac2s.svg").read_text())

@@ -71,7 +71,7 @@ def test_missing_config_path(tmp_path):
 def test_model_ref_roundtrip():
     from sactool.profile import ModelRef
 
-    ref = get_model("glm-5").to_model_ref()
+    ref = ModelRef.of(get_model("glm-5"))
     assert isinstance(ref, ModelRef)
     assert ref.num_layers == 78 and ref.architecture == "GlmMoeDsaForCausalLM"
 

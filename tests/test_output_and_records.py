@@ -1,6 +1,6 @@
 """Issue 11 item 8 (library parts): bad sizes and damaged bench records give one-line errors with
 the README's exit codes; stdout/stderr trouble (ASCII-only encoding, /dev/full, closed stdout or
-stderr, a closed pipe) is handled in one place (errors.run_guarded + sactool.streams).
+stderr, a closed pipe) is handled in one place (cli.guard.run_guarded + sactool.cli.streams).
 
 The stream cases run real processes: the descriptors are what is being tested."""
 

@@ -7,13 +7,13 @@ import yaml
 
 from sactool.errors import ExistsError, RecordError
 from sactool.models import get_model
-from sactool.profile import (HiSparseSettings, PoolSettings, Provenance, SglangSettings, from_data, load_profile,
+from sactool.profile import (HiSparseSettings, ModelRef, PoolSettings, Provenance, SglangSettings, from_data, load_profile,
                              new_profile, save_profile, settings_fields)
 
 
 def _profile(**over):
     prov = {k: Provenance("default", "test") for k in settings_fields()}
-    kw = dict(model=get_model("deepseek-v3.2").to_model_ref(),
+    kw = dict(model=ModelRef.of(get_model("deepseek-v3.2")),
               pool=PoolSettings(nodes=(2, 3), rank_targets=("node2", "node3") * 4),
               hisparse=HiSparseSettings(device_buffer_size=6144, host_to_device_ratio=4),
               sglang=SglangSettings(tp_size=8, attn_dp_size=8, max_total_tokens=8 * 6208),

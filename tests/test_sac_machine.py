@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from sactool.cli import main
-from sactool.hisparse.hostpool import rank_plan
+from sactool.profile.hostpool import rank_plan
 from sactool.hisparse.placement import pool_bytes_per_rank, round_robin
 from sactool.hisparse.rankplan import check_disjoint
 from sactool.hisparse.targets import pool_targets

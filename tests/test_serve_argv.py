@@ -14,7 +14,7 @@ from sactool.errors import ExitCode, RecordError
 from sactool.profile import load_profile
 from sactool.serve.argv import build_command
 from sactool.serve.checks import EngineInfo, check_conflicts, check_engine, check_model, version_in
-from sactool.hisparse.hostpool import host_sizing, rank_target, row_bytes
+from sactool.profile.hostpool import host_sizing, rank_target, row_bytes
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((REPO / "profiles" / "examples").glob("*.yaml"))

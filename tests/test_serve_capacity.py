@@ -14,7 +14,7 @@ from sactool.errors import CapacityError, ExitCode, RecordError, TopologyError
 from sactool.host.sysfs import SysfsReader
 from sactool.profile import load_profile, validate
 from sactool.serve.capacity import check_pool
-from sactool.hisparse.hostpool import host_sizing
+from sactool.profile.hostpool import host_sizing
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -14,7 +14,7 @@ import pytest
 from sactool.profile import load_profile, settings_fields
 from sactool.serve.argv import build_command
 from sactool.serve.checks import EngineInfo, check_engine
-from sactool.hisparse.hostpool import host_sizing, plan_for_rank, pool_targets, rank_plan
+from sactool.profile.hostpool import host_sizing, plan_for_rank, pool_targets, rank_plan
 from sactool.hisparse.rankplan import Target
 
 REPO = Path(__file__).resolve().parent.parent

@@ -85,7 +85,7 @@ def test_convert_bench_replaces_the_logged_rate(tmp_path, capsys):
 
     bw, _ = convert_figure(load_bench(rec))
     assert data["inputs"]["rdma_conversion_bytes_per_s"] == bw
-    assert any("measured here" in n and "0.60 GB/s" in n for n in data["notes"])
+    assert any("measured here" in n and "0.61 GB/s" in n for n in data["notes"])
 
 
 def test_plot(tmp_path, capsys):
@@ -219,3 +219,36 @@ def test_profile_form_without_the_gpu_record_says_whose_width_the_block_is(tmp_p
     assert data["inputs"]["paths"]["sac"]["device_bytes_per_s"] == 20e9
     assert any("bench block's figure stands (tune's, at 960 threads per CTA)" in n and "swap_in_block_size is 512" in n
                for n in data["notes"])
+
+
+def _two_node_profile(tmp_path, name, rank_targets):
+    d = yaml.safe_load((ROOT / "profiles" / "examples" / "cxl-two-nodes.yaml").read_text())
+    d["bench"] = {"source": "file", "path": None, "memory_node": "node2", "record_bytes": 656, "threads": 8,
+                  "bandwidth_bytes_per_s": 2e9, "ns_per_record": 32.8, "stand_in": False}
+    d["pool"]["rank_assignment"], d["pool"]["rank_targets"] = "locality", rank_targets
+    prof = tmp_path / f"{name}.yaml"
+    prof.write_text(yaml.safe_dump(d))
+    return prof
+
+
+def test_profile_form_reads_the_rank_map_not_rank_mod_devices(tmp_path, capsys):
+    """A locality profile whose GPUs sit unevenly (six on node2's socket, two on node3's): each
+    rank's pool is where pool.rank_targets puts it, so node2 is shared by six ranks and SAC is
+    slower than on the even map; rank % devices (the old rule) made the two runs the same (issue 19)."""
+    from sactool.simulate.fromprofile import platform_from_profile
+
+    base = [f"node{2 + r % 2}" for r in range(8)]
+    uneven = ["node2"] * 6 + ["node3"] * 2
+    runs = {}
+    for name, targets in (("even", base), ("uneven", uneven)):
+        prof = _two_node_profile(tmp_path, name, targets)
+        assert main(["simulate", "--profile", str(prof), "--context", "32k", "--concurrency", "64",
+                     "--output-tokens", "32", "--hotbuffer-steps", "16", "--placements", "sac",
+                     "--format", "json"]) == 0
+        runs[name] = json.loads(capsys.readouterr().out)["points"][0]
+    assert runs["uneven"]["tbt_mean_s"] > runs["even"]["tbt_mean_s"] * 1.05
+    from sactool.data import paper_platform
+    from sactool.simulate.platform import load_platform
+
+    p, _ = platform_from_profile(str(_two_node_profile(tmp_path, "u", uneven)), load_platform(paper_platform()))
+    assert p.cxl_rank_devices == (0, 0, 0, 0, 0, 0, 1, 1) and p.cxl_devices == 2

@@ -126,7 +126,8 @@ def _opts(plat, **kw):
 
 def test_capacity_caps_concurrency_and_local_memory():
     plat = load_platform(PLATFORM, ["dram.capacity_bytes=10e9", "workload.concurrency=[4]",
-                                    "workload.contexts=[16k]", "workload.output_tokens=64"])
+                                    "workload.contexts=[16k]", "workload.output_tokens=64",
+                                    "workload.shared_prefix=false"])
     kv = 16384 * 61 * 1152
     res = simulate(_opts(plat))
     sac, rdma, dram = (res.point(p, 16384, 4) for p in ("sac", "rdma", "dram"))

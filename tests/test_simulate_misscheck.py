@@ -97,7 +97,7 @@ def test_cli_explain_shows_the_view_and_json_carries_it(capsys):
     assert main(["simulate", "--platform", str(PLATFORM), *quick, "--placements", "sac,dram", "--explain"]) == 0
     out = capsys.readouterr().out
     assert "validation, not an input" in out and "misses the logs' step needs" in out
-    assert "no top-k locality or hit rate of that prompt is published" in out
+    assert "fitted on the platform's calibration runs" in out and "never in the fit" in out
     assert main(["simulate", "--platform", str(PLATFORM), *quick, "--placements", "sac,dram", "-f", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["miss_check"]["per_context"]["16384"]["logs_gap_s"] == 0.00206

@@ -100,12 +100,16 @@ def test_outputs_on_the_shipped_platform():
     assert 0.8 < mean.sac_vs_dram_throughput < 1.0
     for ctx in (16384, 131072):
         s, r, d = (res.point(x, ctx, 64) for x in ("sac", "rdma", "dram"))
-        assert s.local_memory_bytes == 0 and r.local_memory_bytes == d.local_memory_bytes == 64 * ctx * 61 * 1152
+        # RDMA holds a fetched copy per request; DRAM (one shared prompt) the prefix once per rank
+        # plus each request's 1024 own tokens
+        assert s.local_memory_bytes == 0 and r.local_memory_bytes == 64 * ctx * 61 * 1152
+        assert d.local_memory_bytes == 8 * ctx * 61 * 1152 + 64 * 1024 * 61 * 1152
         assert s.fits and r.fits and d.fits and not (s.capped or r.capped or d.capped)
         assert r.breakdown["nic_bytes_per_request"] == pytest.approx(ctx * 61 * 1152)
         assert s.ttft_p99_s >= s.ttft_mean_s and 0.9 < s.hit_rate < 1.0
-    # the 2 TB pool holds 217 requests of 128K BF16 KV (9.21 GB each)
-    assert res.point("sac", 131072, 64).max_concurrency == int(2.0e12 // (131072 * 61 * 1152)) == 217
+    # the runs' 2 x 256 GiB pool, 68.7 GB per rank: one 128K prefix (9.21 GB) + 1024-token requests
+    own, per_rank = 1024 * 61 * 1152, 2 * 256 * 2 ** 30 / 8
+    assert res.point("sac", 131072, 64).max_concurrency == 8 * int((per_rank - 131072 * 61 * 1152) // own) == 6608
     data = res.to_data()
     assert data["kind"] == "simulation" and data["validation"]["rdma_vs_sac_ttft"] == 9.7
 
@@ -139,22 +143,31 @@ def test_inputs_read_from_the_authors_logs_follow_their_arithmetic():
     """The platform file's comments give the logged figures and the arithmetic; redo it here."""
     p = load_platform(PLATFORM)
     assert p.harness == "e2e_bench" and p.rdma_requests_per_concurrency == 8 and p.requests_per_concurrency == 2
-    # RDMA CPU passes: fetch steps at c = 8 vs prefix bytes, through the origin, minus the wire
+    # RDMA fetch: steps at c = 8 vs prefix bytes, a least-squares line with its intercept (the fixed
+    # cost of one fetch), the slope minus the wire = the CPU passes
     steps = {16384: 2.23, 32768: 4.00, 65536: 8.11, 131072: 16.0}
     b = {c: c * 61 * 1152 / 1e9 for c in steps}
-    s_per_gb = sum(b[c] * steps[c] for c in steps) / sum(b[c] ** 2 for c in steps)
-    assert s_per_gb == pytest.approx(1.744, abs=0.001)
+    n = len(steps)
+    mb, mt = sum(b.values()) / n, sum(steps.values()) / n
+    s_per_gb = sum((b[c] - mb) * (steps[c] - mt) for c in steps) / sum((b[c] - mb) ** 2 for c in steps)
+    assert s_per_gb == pytest.approx(1.7185, abs=0.001)
+    assert p.rdma_fetch_fixed_s == pytest.approx(mt - s_per_gb * mb, abs=0.001)
     cpu = 1e9 / (s_per_gb - 1e9 / p.nic_bytes_per_s)
     assert p.rdma_conversion_bytes_per_s == pytest.approx(cpu, rel=0.002)
+    # the CXL pool the runs mapped: 2 devices x 256 GiB ("size=274.88 GB" per device in the logs)
+    assert p.cxl_capacity_bytes == 2 * 256 * 2 ** 30
     # front-end: 13 POSTs per second at 128K
     assert p.frontend_s_per_prompt_token == pytest.approx(1 / 13 / 131072, rel=0.002)
     # extend: c = 8 TTFT minus the 8-request backlog
     ttft8 = {16384: 0.41641, 32768: 0.46011, 65536: 0.56761, 131072: 0.85809}
     for c, x in p.extend_points:
         assert x == pytest.approx(ttft8[c] - 8 * p.frontend_s_per_prompt_token * c, abs=0.0005)
-    # the DRAM-HiSparse step table: 4 contexts x 7 batches, the 128K c = 8 point = 43.77 ms (tbt_p50)
-    pts = {(q.context_tokens, q.requests_per_rank): q.step_time_s for q in p.gpu.dram_step_points}
-    assert len(pts) == 28 and pts[(131072, 1)] == 0.04377 and p.gpu.dram_step_buffer == 6144
+    # the calibration runs: 2 buffers x 2 placements x 4 contexts x 6 batches, no c = 64 run;
+    # the 128K c = 8 DRAM point of dc_0502 = 43.77 ms (tbt_p50)
+    pts = {(q.device_buffer_size, q.placement, q.context_tokens, q.requests_per_rank): q.step_time_s
+           for q in p.calibration_runs}
+    assert len(pts) == 96 and pts[(6144, "dram", 131072, 1)] == 0.04377
+    assert not any(q.requests_per_rank == 8 for q in p.calibration_runs)
 
 
 def test_logged_absolute_ttft_is_consistent_with_the_run_sets():

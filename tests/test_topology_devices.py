@@ -251,6 +251,43 @@ def test_gpu_socket_from_host_bridge_then_local_cpus(tmp_path):
     assert g.cpu_node is None and "socket unknown" in g.cpu_node_evidence
 
 
+class _OneGpuDriver:
+    """Stands in for numba-cuda's driver on a machine without a GPU: one device whose PCI address
+    is the recorded tree's GPU (0000:18:00.0). What is tested is gpu-gather's reading of sysfs."""
+
+    implementation = "NVIDIA"
+    gpus = [0]
+
+    class _Dev:
+        name, compute_capability = b"NVIDIA H100 80GB HBM3", (9, 0)
+        PCI_DOMAIN_ID, PCI_BUS_ID, PCI_DEVICE_ID = 0, 0x18, 0
+        MULTIPROCESSOR_COUNT, L2_CACHE_SIZE = 132, 50 << 20
+
+    def select_device(self, index):
+        assert index == 0
+
+    def get_current_device(self):
+        return self._Dev()
+
+
+def test_gpu_gather_record_gets_the_gpus_socket_by_probes_rule(tmp_path, monkeypatch):
+    """A GPU whose numa_node is -1 (a BIOS without _PXM for it) sits on socket 1 by its host bridge:
+    probe says so, and the gpu-gather record says the same (it read numa_node only; issue 19)."""
+    from numba.core import config
+
+    from sactool.bench.gpuplace import select_gpu
+
+    monkeypatch.setattr(config, "ENABLE_CUDASIM", 0)
+    reader = SysfsReader(_gpu_tree(tmp_path, numa_node="-1"))
+    topo = probe(reader)
+    (g,) = topo.gpus
+    info = select_gpu(_OneGpuDriver(), 0, reader, topo.nodes)
+    assert info.numa_node is None and g.numa_node is None
+    assert (info.cpu_node, info.cpu_node_evidence) == (g.cpu_node, g.cpu_node_evidence) == (
+        1, "0000:18:00.0/numa_node -1; host bridge pci0000:17 on node1")
+    assert info.to_data()["cpu_node"] == 1
+
+
 def test_gpu_tree_snapshot_replays(tmp_path):
     from sactool.topology.snapshot import write_snapshot
 

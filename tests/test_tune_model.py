@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sactool.errors import CapacityError, UsageError
-from sactool.models import get_model
+from sactool.models import checkpoint_of, get_model
 from sactool.hisparse import capacity, cost, gpus, placement
 from sactool.hisparse.capacity import Deployment, PoolTarget
 
@@ -81,20 +81,24 @@ def test_replication_with_plain_tp():
 
 
 def test_gpu_budget():
-    b = gpus.kv_budget(model_name="deepseek-v3.2", tp=8, gpu="h200", budget_bytes=None)
+    b = gpus.kv_budget(model_name="deepseek-v3.2", tp=8, gpu="h200", budget_bytes=None,
+                       checkpoint=checkpoint_of("deepseek-v3.2"))
     assert b.bytes_per_gpu == int(141e9 * 0.85) - -(-(642 * 2**30) // 8)
     assert b.source == "derived"
     assert gpus.kv_budget(model_name="x", tp=1, gpu=None, budget_bytes=5).bytes_per_gpu == 5
     with pytest.raises(CapacityError):   # FP8 DeepSeek-V3.2 weights do not fit 8 x H20 at 0.85
-        gpus.kv_budget(model_name="deepseek-v3.2", tp=8, gpu="h20", budget_bytes=None)
+        gpus.kv_budget(model_name="deepseek-v3.2", tp=8, gpu="h20", budget_bytes=None,
+                       checkpoint=checkpoint_of("deepseek-v3.2"))
     with pytest.raises(UsageError, match="h100, h20, h200"):
         gpus.get_gpu("a100")
     for glm in ("glm-5", "glm-5.1"):   # checkpoint sizes ship in sactool/data/models/<name>.json
-        g = gpus.kv_budget(model_name=glm, tp=8, gpu="h200", budget_bytes=None)
+        g = gpus.kv_budget(model_name=glm, tp=8, gpu="h200", budget_bytes=None,
+                       checkpoint=checkpoint_of(glm))
         assert g.bytes_per_gpu == int(141e9 * 0.85) - -(-(754 * 10**9) // 8)
         assert "754 GB" in g.detail
     with pytest.raises(UsageError, match="checkpoint size of my-model") as e:
-        gpus.kv_budget(model_name="my-model", tp=8, gpu="h200", budget_bytes=None)
+        gpus.kv_budget(model_name="my-model", tp=8, gpu="h200", budget_bytes=None,
+                       checkpoint=checkpoint_of("my-model"))
     assert "--gpu-kv-budget" in e.value.hint
 
 

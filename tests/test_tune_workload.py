@@ -136,12 +136,13 @@ def _calls(name: str) -> dict[str, list[bool]]:
 
 
 def test_one_place_decides_which_workload_a_model_gets():
-    """Only workload/layers.py maps models to per-layer profiles; tune takes its traces from
+    """Only workload/layers.py maps models to per-layer profiles (the table of them is its data fit's,
+    workload/layerfit.py); tune takes its traces from
     model_workload; the remaining generate_topk calls are the workload package's own, simulate's
     (its targets come from the same rule, simulate/api._layer_targets), and gpu-gather's index
     streams (one layer stream per request, no model: the default spread)."""
     users = {str(p.relative_to(PKG)) for p in PKG.rglob("*.py") if "DATASETS" in p.read_text()}
-    assert users == {"workload/layers.py"}
+    assert users == {"workload/layers.py", "workload/layerfit.py"}
     calls = _calls("generate_topk")
     assert set(calls) == {"workload/layers.py", "workload/calibrate.py", "simulate/misses.py",
                           "bench/gpugather.py"}, calls

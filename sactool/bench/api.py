@@ -12,15 +12,13 @@ from typing import Callable
 
 from sactool import records
 from sactool.bench import record as R
+from sactool.bench.catalog import CHAIN_TESTS, TESTS  # re-exported: bench.api.TESTS
 from sactool.bench.protocol import PRESETS, Protocol
 from sactool.bench.trust import ON_CPU_MIN  # the one cache-and-noise rule (re-exported here)
 from sactool.errors import SactoolError, TopologyError, UsageError
 from sactool.host.sysfs import SysfsReader, format_cpulist
 from sactool.units import format_bytes, format_size_arg
 
-TESTS = ("latency", "mlp", "loaded", "gather", "bandwidth", "convert")
-"""All tests, in the order ``all`` runs them (write/copy bandwidth and the RDMA layout conversion
-last: they overwrite the chains)."""
 
 PRESET_SIZES = {"fast": 512 << 20, "default": 1 << 30, "rigorous": 4 << 30}
 """Smallest default buffer per preset; the default is 8× the measuring CPUs' last-level cache where that
@@ -88,8 +86,6 @@ def resolve_cpus(topo, mem_node: int, cpus: tuple[int, ...] | None) -> tuple[int
     return cpu_node, use
 
 
-CHAIN_TESTS = ("latency", "mlp", "loaded")
-"""Tests that walk the two pointer-chase chains built over the buffer's halves (bench/runner.py)."""
 CHAIN_PAGE_BYTES = 4096
 """The page-local chain visits whole 4 KiB pages (bench/suite.py ``PAGE``)."""
 MIN_CHAIN_BUFFER_BYTES = 2 * CHAIN_PAGE_BYTES

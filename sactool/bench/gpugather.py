@@ -437,7 +437,7 @@ def run_gpu_gather(o: GpuGatherOptions, *, reader: SysfsReader | None = None, pr
                             "sactool bench gpu-gather measures the running machine: drop --sysfs-root")
     warnings: list[dict] = []
     topo, mem, cpu_node, cpus = _resolve(o, reader, warnings)
-    gpu = gpuplace.select_gpu(cuda, o.gpu, reader)
+    gpu = gpuplace.select_gpu(cuda, o.gpu, reader, topo.nodes if topo is not None else ())
     plan = _plan(o, gpu, sim, topo, mem, reader, warnings, progress)
     proto = o.protocol or PRESETS[o.preset]
     if progress:
@@ -655,11 +655,11 @@ def _stand_in(topo, mem, dax):
 
 def _path_warnings(gpu, topo, mem) -> list[dict]:
     out = []
-    if topo is None or mem is None or gpu.numa_node is None or mem not in topo.node_ids:
+    if topo is None or mem is None or gpu.cpu_node is None or mem not in topo.node_ids:
         return out
     near = topo.nearest_cpu_node(mem)
-    if near != gpu.numa_node:
-        out.append(records.warning("gpu_remote_memory", f"GPU {gpu.index} hangs off node{gpu.numa_node}, the memory's nearest "
+    if near != gpu.cpu_node:
+        out.append(records.warning("gpu_remote_memory", f"GPU {gpu.index} hangs off node{gpu.cpu_node}, the memory's nearest "
                          f"CPU node is node{near}: reads cross the inter-socket link",
                          "SAC places each rank's pool on the CXL device of its own socket"))
     return out

@@ -68,7 +68,9 @@ def gpu_runtime():
 class GpuInfo:
     """The GPU measured. ``pci_bus_id``: ``dddd:bb:dd.0`` (from the CUDA device attributes);
     ``l2_bytes``: CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE; ``numa_node``: the PCI device's
-    ``numa_node`` in sysfs (None when unreadable or -1); ``implementation``: "NVIDIA" (numba-cuda)
+    ``numa_node`` in sysfs (None when unreadable or -1); ``cpu_node``: its socket by probe's rule
+    (:func:`sactool.topology.gpus.pci_socket`: numa_node, else host bridge, else local_cpulist),
+    with ``cpu_node_evidence``; ``implementation``: "NVIDIA" (numba-cuda)
     or "Built-in" (numba's own target)."""
 
     index: int
@@ -81,18 +83,21 @@ class GpuInfo:
     simulator: bool
     implementation: str
     driver_version: int | None
+    cpu_node: int | None = None
+    cpu_node_evidence: str | None = None
 
     def to_data(self) -> dict:
         return {"index": self.index, "name": self.name,
                 "compute_capability": list(self.compute_capability) if self.compute_capability else None,
                 "sm_count": self.sm_count, "l2_bytes": self.l2_bytes, "pci_bus_id": self.pci_bus_id,
                 "numa_node": f"node{self.numa_node}" if self.numa_node is not None else None,
+                "cpu_node": self.cpu_node, "cpu_node_evidence": self.cpu_node_evidence,
                 "simulator": self.simulator, "numba_cuda": self.implementation,
                 "driver_version": self.driver_version}
 
 
-def select_gpu(cuda, index: int, reader: SysfsReader) -> GpuInfo:
-    """Make GPU ``index`` current and describe it."""
+def select_gpu(cuda, index: int, reader: SysfsReader, nodes=()) -> GpuInfo:
+    """Make GPU ``index`` current and describe it (``nodes``: the probed NUMA nodes, for its socket)."""
     impl = str(getattr(cuda, "implementation", "Built-in"))
     if simulated():
         if index != 0:
@@ -114,6 +119,9 @@ def select_gpu(cuda, index: int, reader: SysfsReader) -> GpuInfo:
     dom, bus, slot = attr("PCI_DOMAIN_ID"), attr("PCI_BUS_ID"), attr("PCI_DEVICE_ID")
     bdf = f"{dom:04x}:{bus:02x}:{slot:02x}.0" if None not in (dom, bus, slot) else None
     node = reader.int(f"sys/bus/pci/devices/{bdf}/numa_node") if bdf else None
+    from sactool.topology.gpus import pci_socket
+
+    cpu, why = pci_socket(reader, bdf, nodes) if bdf else (None, "no PCI address from the CUDA driver")
     name = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
     try:
         major, minor = cuda.cudadrv.driver.driver.get_version()
@@ -121,7 +129,8 @@ def select_gpu(cuda, index: int, reader: SysfsReader) -> GpuInfo:
     except Exception:
         drv = None
     return GpuInfo(index, name, tuple(dev.compute_capability), attr("MULTIPROCESSOR_COUNT"),
-                   attr("L2_CACHE_SIZE"), bdf, node if node is not None and node >= 0 else None, False, impl, drv)
+                   attr("L2_CACHE_SIZE"), bdf, node if node is not None and node >= 0 else None, False, impl, drv,
+                   cpu, why)
 
 
 # ---- link ceiling ----------------------------------------------------------------------------

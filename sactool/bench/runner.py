@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from sactool.bench import suite
+from sactool.bench.catalog import TESTS
 from sactool.bench.protocol import Protocol, run_protocol
 from sactool.bench.stats import stats_dict, summarize
 
@@ -68,7 +69,7 @@ def walker_slots() -> tuple[int, dict[int, int], int]:
 
 def measure_all(buf, opts, proto: Protocol, cpus, threads, llc: int, gather_idx, results: list, warnings: list,
                 *, progress=None, clock=None) -> bool:
-    """Run the requested tests in :data:`sactool.bench.api.TESTS` order; False when interrupted."""
+    """Run the requested tests in :data:`sactool.bench.catalog.TESTS` order; False when interrupted."""
     words = buf.array("uint64")
     half_lines = words.size // suite.WPL // 2
     chains: dict[str, np.ndarray] = {}
@@ -82,7 +83,6 @@ def measure_all(buf, opts, proto: Protocol, cpus, threads, llc: int, gather_idx,
         # every walker of the random chain gets its own start slot (latency, each MLP chain, each
         # loaded-latency chaser), so no walker re-reads lines another one just brought into the LLC
         slots, mlp_first, loaded_first = walker_slots()
-        from sactool.bench.api import TESTS
 
         for test in [t for t in TESTS if t in opts.tests]:
             if test == "latency":

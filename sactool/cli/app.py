@@ -16,8 +16,9 @@ import typer
 
 from sactool.cli import bench, gpugather, profile, serve, simulate, tune
 from sactool.cli.common import RAW_ARGS, QuietOpt, example, flag
+from sactool.cli.guard import run_guarded
 from sactool.cli.probe import register as register_probe
-from sactool.errors import ExitCode, run_guarded
+from sactool.errors import ExitCode
 
 def _flags_take_no_value() -> None:
     """typer 0.29's rich help prints a type for every option, ``--force <bool>`` included, though a
@@ -84,7 +85,7 @@ def _usage_error(e) -> int:
     where = ctx.command_path if ctx is not None else "sactool"
     msg = e.format_message() if hasattr(e, "format_message") else str(e)
     msg = msg.replace("Value error, ", "")   # typer 0.29 validates choices through pydantic
-    from sactool.streams import printable
+    from sactool.render import printable
 
     sys.stderr.write(printable(f"error: {msg}\nhint: see '{where} --help'\n"))
     return int(ExitCode.USAGE)

@@ -14,7 +14,7 @@ from sactool.cli.common import (FormatOpt, QuietOpt, SysfsRootOpt, check_format,
 from sactool.errors import Interrupted, UsageError
 from sactool.memory.placed import HUGEPAGE_CHOICES
 
-from sactool.bench.api import TESTS  # light: no numpy/numba until something is measured
+from sactool.bench.catalog import TESTS  # light: no numpy/numba until something is measured
 
 TEST_SETS = {**{t: (t,) for t in TESTS}, "all": TESTS}
 

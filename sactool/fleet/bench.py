@@ -214,8 +214,7 @@ def _check_fits_all(free, size: int, ranks_here: int) -> None:
     except CapacityError as e:
         if ranks_here == 1 or free.bytes is None:
             raise
-        margin = max(nodes.SAFETY_MARGIN_BYTES, int(nodes.SAFETY_MARGIN_FRACTION * (free.total_bytes or 0)))
-        per = max(0, free.bytes - margin) // ranks_here
+        per = (free.room_bytes or 0) // ranks_here   # the check's own rule (memory.nodes: CPU-less nodes keep 3 %)
         raise CapacityError(e.message, f"use --size {format_bytes(per).replace(' ', '')} or less (per rank), or fewer ranks "
                                        "per machine") from None
 
@@ -350,7 +349,7 @@ def run_fleet_bench(fleet: Fleet, opts, *, reader=None, write: Writer | None = N
         if e.local:  # this rank gave up waiting: the others may hang, so end the job (after saying why)
             import sys
 
-            from sactool.streams import printable
+            from sactool.render import printable
 
             sys.stderr.write(printable(f"error: {e.message}\nhint: {e.hint}\n"))
             sys.stderr.flush()

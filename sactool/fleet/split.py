@@ -166,11 +166,11 @@ def plan(data: dict[str, Any], record_bytes: int, *, path: str | None = None,
     return shares, warnings
 
 
-def tune_inputs(share: HostShare):
-    """(PoolInfo, GatherInputs) for :mod:`sactool.tune.run`: one pool target holding the share,
-    gathering at the host's all-at-once bandwidth."""
+def pool_source(share: HostShare):
+    """The :class:`sactool.tune.pool.PoolSource` tune receives for this host: one pool target
+    holding the share, gathering at the host's all-at-once bandwidth."""
     from sactool.hisparse.capacity import PoolTarget
-    from sactool.tune.pool import GatherInputs, PoolInfo
+    from sactool.tune.pool import GatherInputs, PoolInfo, PoolSource
 
     name = f"node{share.memory_node}"
     others = [h for h in share.hosts_sharing if h != share.host]
@@ -187,7 +187,8 @@ def tune_inputs(share: HostShare):
             "ns_per_record": 1e9 * share.record_bytes / share.bandwidth_bytes_per_s,
             "figure_source": share.bandwidth_source, "detail": share.bandwidth_detail,
             "figure_flags": [dict(w) for w in share.flags]}
-    return pool, GatherInputs(({name: share.bandwidth_bytes_per_s},), info, tuple(share.flags))
+    gather = GatherInputs(({name: share.bandwidth_bytes_per_s},), info, tuple(share.flags))
+    return PoolSource(share.machine, pool, gather, share.profile_block(), share.record_path)
 
 
 def load_plan(path, record_bytes: int):
@@ -199,4 +200,4 @@ def load_plan(path, record_bytes: int):
     return (*plan(rec.data, record_bytes, path=str(path), digest=digest(Path(path).read_bytes())), rec.data)
 
 
-__all__ = ["HostShare", "plan", "load_plan", "tune_inputs", "host_file_name", "SHARE_RULE"]
+__all__ = ["HostShare", "plan", "load_plan", "pool_source", "host_file_name", "SHARE_RULE"]

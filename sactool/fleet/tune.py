@@ -25,7 +25,7 @@ def profile_paths(shares, model_name: str, out_dir: Path | None) -> dict[str, Pa
 
 def tune_fleet(options, fleet_path: Path, progress=None):
     """(results, warnings): a :class:`~sactool.tune.options.TuneResult` per host."""
-    from sactool.fleet.split import load_plan
+    from sactool.fleet.split import load_plan, pool_source
     from sactool.models import get_model, normalize_kv_dtype
     from sactool.tune.api import tune
 
@@ -45,7 +45,7 @@ def tune_fleet(options, fleet_path: Path, progress=None):
 
     results, cache = [], HotBufferCache()   # hosts with the same simulation inputs simulate once
     for share in shares:
-        results.append(tune(replace(options, out=paths[share.host], fleet_share=share, hotbuffer_cache=cache),
+        results.append(tune(replace(options, out=paths[share.host], pool_source=pool_source(share), hotbuffer_cache=cache),
                             progress=progress))
     return results, warnings
 

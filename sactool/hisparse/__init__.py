@@ -7,14 +7,16 @@ Light to import (each module imports only what it uses; nothing is imported here
   config.json fields a DSA model needs;
 * :mod:`~sactool.hisparse.capacity`  — device slots, host-pool and GPU bytes of one rank;
 * :mod:`~sactool.hisparse.placement` — the rank → pool target rule (round_robin, packed);
-* :mod:`~sactool.hisparse.hostpool`  — a profile's host pool: targets, per-rank sizing, the
-  plan the plug-in carries out;
+* :mod:`~sactool.hisparse.engine`    — SGLang's fixed facts: the DSA page, swap-in CTA widths,
+  the settings the engine decides, the tested SGLang range;
 * :mod:`~sactool.hisparse.hotbuffer` — exact simulation of the per-request LRU hot buffer;
 * :mod:`~sactool.hisparse.cost`      — fetch bytes and time per decode step;
 * :mod:`~sactool.hisparse.gpus`      — GPU catalog and the per-GPU KV budget.
 
 Consumers: ``tune/`` (search over these), ``serve/`` (launch checks), ``simulate/`` (serving
-model), and the plug-in (``sactool/sglang_plugin.py``).
+model), and the plug-in (``sactool/sglang_plugin.py``). A profile's host pool — targets, per-rank sizing, the plan
+the plug-in carries out — is :mod:`sactool.profile.hostpool` (it reads a profile; this package
+never imports one).
 """
 
 #: HiSparse swap-in kernel versions whose LRU write-back differs (``hotbuffer``, "Kernel version"):

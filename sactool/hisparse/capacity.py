@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sactool.profile import DSA_PAGE_SIZE_CUDA
+from sactool.hisparse.engine import DSA_PAGE_SIZE_CUDA
 from sactool.units import format_bytes
 
 PAGE = DSA_PAGE_SIZE_CUDA

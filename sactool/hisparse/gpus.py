@@ -66,20 +66,20 @@ class GpuBudget:
 
 
 def kv_budget(*, model_name: str, tp: int, gpu: str | None, budget_bytes: int | None,
-              weights_bytes: int | None = None,
+              weights_bytes: int | None = None, checkpoint: tuple[int, str] | None = None,
               mem_fraction_static: float = DEFAULT_MEM_FRACTION_STATIC) -> GpuBudget:
     """The per-GPU KV budget: given (``--gpu-kv-budget``), or ``fraction × HBM − weights / tp``.
 
-    Weights are split over the ``tp`` GPUs of one model instance (tensor/expert parallel).
+    Weights are split over the ``tp`` GPUs of one model instance (tensor/expert parallel):
+    ``weights_bytes`` (given) or the model's ``checkpoint`` (bytes, source: its
+    :class:`sactool.models.ModelSpec`'s ``checkpoint_bytes``/``checkpoint_source``).
     Raises CapacityError when the weights leave nothing, UsageError when the weights are unknown.
     """
     if budget_bytes is not None:
         return GpuBudget(budget_bytes, "user", "--gpu-kv-budget", gpu, mem_fraction_static)
     spec = get_gpu(gpu or DEFAULT_GPU)
     if weights_bytes is None:
-        from sactool.models import checkpoint_of
-
-        known = checkpoint_of(model_name)   # sactool/data/models/<name>.json: checkpoint_bytes, its source
+        known = checkpoint   # sactool/data/models/<name>.json: checkpoint_bytes, its source
         if known is None:
             raise UsageError(f"the checkpoint size of {model_name} is not known to sactool",
                              "give --gpu-kv-budget SIZE (per GPU) or --weights-bytes SIZE")

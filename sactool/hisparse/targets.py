@@ -56,8 +56,7 @@ def pool_targets(topo, reader, names: Sequence[str], *, capacity_bytes: int | No
             f = memnodes.free_estimate(topo, reader, nid)
             cap, src = None, f.source
             if f.bytes is not None:
-                margin = f.margin_bytes
-                cap, src = max(f.bytes - margin, 0), f"{f.source}, minus {format_bytes(margin)} kept back"
+                cap, src = f.room_bytes, f"{f.source}, minus {format_bytes(f.margin_bytes)} kept back"
             if capacity_bytes is not None:
                 cap, src = capacity_bytes, pinned_source
             cpu, ev = numa_cpu_node(topo, nid)

@@ -45,7 +45,8 @@ class FreeEstimate:
 
     @property
     def room_bytes(self) -> int | None:
-        """Free estimate minus the margin (None when unknown)."""
+        """Free estimate minus the margin (None when unknown): the one room rule — the size checks,
+        the ``--size`` hints, the pool targets' capacity and the plug-in's budget all read it."""
         return None if self.bytes is None else max(self.bytes - self.margin_bytes, 0)
 
 
@@ -109,16 +110,16 @@ def check_fits(free: FreeEstimate, size_bytes: int, *, what: str = "buffer", opt
     """CapacityError when ``size_bytes`` exceeds the node's free estimate minus the margin, or what this
     process may still map under its address-space/data limits (``ulimit -v``/``-d``: what it maps
     already counts against them; checked on the live machine only, ``reader`` None or live)."""
-    if free.bytes is not None:
+    room = free.room_bytes
+    if free.bytes is not None and room is not None:
         margin = free.margin_bytes
-        room = free.bytes - margin
         if size_bytes > room:
             from sactool.units import format_bytes
 
             raise CapacityError(
                 f"{what} of {format_bytes(size_bytes)} does not fit node{free.node}: "
                 f"{format_bytes(free.bytes)} free, {format_bytes(margin)} kept back",
-                f"use {option} {format_bytes(max(room, 0)).replace(' ', '')} or less",
+                f"use {option} {format_bytes(room).replace(' ', '')} or less",
             )
     if reader is None or reader.live:
         left, limit = process_room()

@@ -66,14 +66,10 @@ class ModelSpec:
         """KV record bytes of one token over all layers (the host pool's bytes per token)."""
         return self.record_bytes(kv_dtype) * self.num_layers
 
-    def to_model_ref(self):
-        """The profile's :class:`sactool.profile.ModelRef` for this model."""
-        from sactool.profile import ModelRef
-
-        return ModelRef(name=self.name, hf_id=self.hf_id, architecture=self.architecture,
-                        num_layers=self.num_layers, kv_lora_rank=self.kv_lora_rank,
-                        qk_rope_head_dim=self.qk_rope_head_dim, index_topk=self.index_topk,
-                        max_position_embeddings=self.max_position_embeddings)
+    @property
+    def checkpoint(self) -> tuple[int, str] | None:
+        """(checkpoint bytes, source), or None when sactool does not know the size."""
+        return None if self.checkpoint_bytes is None else (self.checkpoint_bytes, self.checkpoint_source)
 
 
 def from_hf_config(config: Mapping[str, Any], *, name: str, hf_id: str, where: str,

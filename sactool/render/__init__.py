@@ -9,6 +9,15 @@ FORMATS = ("table", "json", "yaml")
 
 _QUIET = {"on": False}
 
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x09), *range(0x0B, 0x20), 0x7F, *range(0x80, 0xA0))}
+
+
+def printable(text: str) -> str:
+    """``text`` with every C0/C1 control character but tab and newline written out as ``\\xNN``
+    (ESC, CR, BEL, DEL, CSI …): what a terminal shows is what the file holds, and a hostile
+    string cannot move the cursor, set the title or clear the screen."""
+    return text.translate(_CONTROLS)
+
 
 def set_quiet(on: bool = True) -> None:
     """``--quiet``: no progress, notes or warnings on stderr (errors still print; data is unchanged)."""
@@ -22,8 +31,6 @@ def quiet() -> bool:
 def note(message: str) -> None:
     """One plain line on stderr (a note, a path written), unless ``--quiet``."""
     if not _QUIET["on"]:
-        from sactool.streams import printable
-
         sys.stderr.write(printable(message) + "\n")
         sys.stderr.flush()
 
@@ -67,8 +74,6 @@ def check_format(fmt: str) -> str:
 def _console_class():
     from rich.console import Console
 
-    from sactool.streams import printable
-
     class _Console(Console):
         def _render_buffer(self, buffer):
             # text from files (a recorded tree, a profile) may hold ESC and friends; rich strips
@@ -77,7 +82,7 @@ def _console_class():
                                           for seg in buffer)
 
         def on_broken_pipe(self) -> None:
-            # rich exits 1 here; a closed pipe (| head) is quiet and exit 0 (errors.run_guarded)
+            # rich exits 1 here; a closed pipe (| head) is quiet and exit 0 (cli.guard.run_guarded)
             self.quiet = True
             raise BrokenPipeError
 

@@ -1,6 +1,9 @@
 """The machine as a picture (``sactool probe --plot``, ``sactool serve --dry-run --plot``), as lstopo
-would draw it for this purpose. Each CPU node (socket) gets an area headed by a box naming its CPUs
-and its DRAM node(s); inside it, top to bottom, one column per CXL memdev:
+would draw it for this purpose. Each socket gets an area headed by a box naming its CPUs and its
+DRAM node(s) — a socket is a CPU node, or the CPU nodes nearer to each other than SLIT's remote
+distance 20 (sub-NUMA clusters, :func:`socket_groups`), one line per node; the recordings carry no
+``cpuN/topology``, so SLIT is what tells them apart —; inside it, top to bottom, one column per
+CXL memdev:
 
     CXL host bridge (names its CXL port)
     switch, when the memdev's path has one      ← each PCIe link labelled with its negotiated speed ×
@@ -183,9 +186,39 @@ def _devices(topo: Topology, cpu_nodes: set[int], extra_gpus: Sequence[tuple[str
     return devs
 
 
-def _socket_lines(topo: Topology, sid: int | None, memory_nodes: list) -> list[str]:
+REMOTE_DISTANCE = 20   # SLIT: Linux's REMOTE_DISTANCE (include/linux/topology.h), ACPI's default remote
+
+
+def socket_groups(topo: Topology) -> dict[int, int]:
+    """Each CPU node → the first CPU node of its socket as the picture draws it: CPU nodes nearer to
+    each other than ``REMOTE_DISTANCE`` both ways (SLIT: sub-NUMA clusters, SNC/NPS, read 11-12)
+    are one socket; without a SLIT entry each CPU node is its own."""
+    cpu = sorted(n.id for n in topo.nodes if n.has_cpu)
+    dist = {(n.id, m): d for n in topo.nodes for m, d in n.distances}
+    leader = {n: n for n in cpu}
+    for a in cpu:
+        for b in cpu:
+            if a < b and dist.get((a, b), 255) < REMOTE_DISTANCE and dist.get((b, a), 255) < REMOTE_DISTANCE:
+                la, lb = leader[a], leader[b]
+                for n, v in leader.items():
+                    if v == max(la, lb):
+                        leader[n] = min(la, lb)
+    return leader
+
+
+def _socket_lines(topo: Topology, sid: int | None, memory_nodes: list, members: Sequence[int] = ()) -> list[str]:
     if sid is None:
         return ["socket unknown"]
+    if len(members) > 1:       # sub-NUMA clusters: one line per node with its CPUs
+        dist = {(n.id, m): d for n in topo.nodes if n.id in members for m, d in n.distances if m in members}
+        far = max(d for (a, b), d in dist.items() if a != b)
+        lines = [f"socket {' + '.join(f'node{m}' for m in members)} (SLIT {far} between them)"]
+        for m in memory_nodes:
+            tier = f" · tier {m.tier}" if m.tier is not None else ""
+            size = format_bytes(m.mem_total_bytes) if m.mem_total_bytes else "?"
+            cpus = f" · CPUs {format_cpulist(m.cpus)}" if m.has_cpu else " (CPU-less)"
+            lines.append(f"{m.name} {m.kind} {size}{tier}{cpus}")
+        return lines
     n = topo.node(sid)
     cpus = format_cpulist(n.cpus) or "none"
     head = f"socket node{sid} · CPUs {cpus}"
@@ -205,7 +238,8 @@ def machine_scene(topo: Topology, plan=None, rank_gpus: Sequence[str | None] = (
     ``rank_gpus[r]``: gid of rank r's GPU box (``gpu-<bdf>``) or None when the GPU is not in the
     topology; then a placeholder box is drawn on socket ``gpu_sockets[r]`` (the profile's
     ``pool.gpu_local_nodes``), marked as not seen."""
-    cpu_nodes = {n.id for n in topo.nodes if n.has_cpu}
+    group = socket_groups(topo)
+    cpu_nodes = set(group)
     dax_nodes = {d.target_node for d in topo.dax_devices if d.mode == "system-ram" and d.target_node is not None}
     extra = []
     if plan is not None:
@@ -215,7 +249,9 @@ def machine_scene(topo: Topology, plan=None, rank_gpus: Sequence[str | None] = (
                 extra.append((f"gpu-{s.gpu}", sock if sock in cpu_nodes else None, f"GPU {s.gpu}"))
     extra = list(dict.fromkeys(extra))
     devs = _devices(topo, cpu_nodes, extra)
-    sockets: list[int | None] = sorted(cpu_nodes) + ([None] if any(d.socket is None for d in devs) else [])
+    for d in devs:
+        d.socket = group.get(d.socket) if d.socket is not None else None
+    sockets: list[int | None] = sorted(set(group.values())) + ([None] if any(d.socket is None for d in devs) else [])
     order = {"gpu": 0, "missing": 0, "memdev": 1}
     sc = Scene(title or _title(topo, plan))
     deepest = max((len(d.hops) for d in devs), default=1)
@@ -242,10 +278,10 @@ def machine_scene(topo: Topology, plan=None, rank_gpus: Sequence[str | None] = (
                            [bridge, kind]))
         if left == start:
             left += W_MEM + GAP
-        mem = [n for n in topo.nodes if n.id not in dax_nodes and _home(topo, n) == sid]
+        mem = [n for n in topo.nodes if n.id not in dax_nodes and group.get(_home(topo, n), _home(topo, n)) == sid]
         sock = f"socket-node{sid}" if sid is not None else "socket-unknown"
         sc.add(Box(sock, "socket", (start + left - GAP) / 2, rows["socket"], left - GAP - start,
-                   _socket_lines(topo, sid, mem)))
+                   _socket_lines(topo, sid, mem, sorted(n for n, v in group.items() if v == sid))))
         for d in mine:
             if d.kind != "memdev":
                 sc.edges.append(Edge(sock, d.gid, kind="trunk", x=start + 0.12))
@@ -255,6 +291,7 @@ def machine_scene(topo: Topology, plan=None, rank_gpus: Sequence[str | None] = (
     if plan is not None:
         _rank_edges(sc, topo, plan, rank_gpus)
     _stack(sc)
+    _below_the_title(sc)
     sc.rows = max(b.y + b.height() / 2 / ROW_H + 0.25 for b in sc.boxes.values())
     if not devs:
         sc.notes.append("no CXL memory device and no GPU seen" + ("" if topo.gpus or topo.gpu_scan is None
@@ -291,6 +328,16 @@ def _stack(sc: Scene) -> None:
         for b in boxes:
             b.y = y + b.height() / 2 / ROW_H
             y += (b.height() + 0.18) / ROW_H
+
+
+def _below_the_title(sc: Scene) -> None:
+    """Everything moved down as far as a socket box with more lines than three (sub-NUMA
+    clusters: a line per node) reaches above a three-line one, so it stays below the title."""
+    tallest = max((b.height() for b in sc.boxes.values() if b.kind == "socket"), default=0.0)
+    lift = (tallest - (0.16 + LINE_H * 3)) / 2 / ROW_H
+    if lift > 0:
+        for b in sc.boxes.values():
+            b.y += lift
 
 
 def _home(topo: Topology, n) -> int | None:

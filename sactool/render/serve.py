@@ -5,8 +5,7 @@ from __future__ import annotations
 import shlex
 import sys
 
-from sactool.render import emit_data, stdout_console
-from sactool.streams import printable
+from sactool.render import emit_data, printable, stdout_console
 
 
 def render_launch(launch, fmt: str) -> None:

@@ -6,6 +6,6 @@ Command building: :mod:`sactool.serve.argv`; checks: :mod:`sactool.serve.checks`
 :mod:`sactool.serve.capacity`.
 
 Nothing is imported here: the ``sactool_cxl`` plug-in (``sactool/sglang_plugin.py``) runs in every
-SGLang scheduler process and reads the profile through :mod:`sactool.hisparse.hostpool`, never
+SGLang scheduler process and reads the profile through :mod:`sactool.profile.hostpool`, never
 through the launcher.
 """

@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
+from sactool.hisparse.engine import RADIX_CACHE_WHY
 from sactool.profile import Profile
 
 PLUGIN_NAME = "sactool_cxl"            # entry point name in group sglang.srt.plugins (pyproject.toml)
@@ -79,7 +80,7 @@ def sglang_flags(profile: Profile, *, model_path: str | None) -> list[Flag]:
                     "656 B FP8 records or 1152 B BF16 records per token and layer"))
     out.append(Flag(("--page-size", str(s.page_size)), "sglang.page_size", "DSA forces 64 on CUDA; stated, not tuned"))
     if s.role != "prefill":
-        out.append(Flag(("--disable-radix-cache",), "sactool", "HiSparse requires it (hisparse_hook.py)"))
+        out.append(Flag(("--disable-radix-cache",), "sactool", RADIX_CACHE_WHY))
         out.append(Flag(("--enable-hisparse",), "sglang.role",
                         f"role {s.role}: full KV in the host pool, top-k fetched per layer"))
         out.append(Flag(("--hisparse-config", json.dumps(h.config_json(), separators=(",", ":"))),
@@ -210,7 +211,7 @@ def build_command(profile: Profile, *, profile_path: str, extra_args: Sequence[s
 
 def _targets(profile: Profile) -> str:
     from sactool.errors import SactoolError
-    from sactool.hisparse.hostpool import ranks_by_target
+    from sactool.profile.hostpool import ranks_by_target
 
     try:
         return "; ".join(f"{t} <- ranks {','.join(map(str, rs))}" for t, rs in ranks_by_target(profile).items())

@@ -1,6 +1,6 @@
 """Does the pool fit? Every pool node / DAX device against the host bytes of the ranks mapped to it.
 
-Bytes per rank: :func:`sactool.hisparse.hostpool.host_sizing` (§2.5 of the integration notes). Node free
+Bytes per rank: :func:`sactool.profile.hostpool.host_sizing` (§2.5 of the integration notes). Node free
 memory follows :mod:`sactool.memory.nodes` (``nodeN/meminfo`` MemFree plus the node's reclaimable
 page cache, plus free memory ``/proc/meminfo`` counts but no node reports, minus the safety margin
 kept back there), so the launcher and the plug-in's own ``allocate(check_free=True)`` apply the same
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from sactool.errors import CapacityError
 from sactool.host.sysfs import SysfsReader
 from sactool.profile import Profile
-from sactool.hisparse.hostpool import HostSizing, host_sizing, rank_plan
-from sactool.hisparse.hostpool import pool_targets as names_of
+from sactool.profile.hostpool import HostSizing, host_sizing, rank_plan
+from sactool.profile.hostpool import pool_targets as names_of
 from sactool.hisparse.rankplan import RankPlan, Target
 from sactool.hisparse.targets import pool_targets
 from sactool.units import format_bytes
@@ -65,7 +65,7 @@ def _node_share(profile: Profile, per_rank: int, by_target: dict[str, list[int]]
 
 def check_pool(profile: Profile, reader: SysfsReader) -> PoolCheck:
     """Raise TopologyError (target absent / wrong mode) or CapacityError (too small); else report,
-    with the rank plan (:func:`sactool.hisparse.hostpool.rank_plan`): each rank's target and, in
+    with the rank plan (:func:`sactool.profile.hostpool.rank_plan`): each rank's target and, in
     devdax mode, its own aligned slice of a shared device."""
     sizing = host_sizing(profile)
     q = profile.pool

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from sactool.errors import SactoolError, TopologyError
-from sactool.hisparse.hostpool import GPU_NODES_ENV, with_gpu_nodes
+from sactool.profile.hostpool import GPU_NODES_ENV, with_gpu_nodes
 from sactool.host.sysfs import SysfsReader
 from sactool.profile import Profile
 from sactool.serve.argv import EnvVar

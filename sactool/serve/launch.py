@@ -179,7 +179,7 @@ def _with_placement(profile: Profile, placement: str | None) -> Profile:
 
 def _plugin_lines(profile: Profile, pool: capacity.PoolCheck | None) -> list[str]:
     """What the plug-in will do in each rank: the rank plan's row when the pool was checked."""
-    from sactool.hisparse.hostpool import plan_for_rank
+    from sactool.profile.hostpool import plan_for_rank
 
     if pool is None or pool.plan is None:
         return ["plug-in: " + plan_for_rank(profile, r).describe() for r in range(profile.world_size)]

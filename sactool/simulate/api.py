@@ -18,7 +18,6 @@ from sactool.simulate import engine
 from sactool.simulate.gpu import measured_model, prefill_s, roofline_model
 from sactool.simulate.misses import DEFAULT_STEPS, MissProfile, lru_profile
 from sactool.simulate.platform import CASES, Platform
-from sactool.bench.record import lines_touched
 from sactool.hisparse.cost import rdma_full_prefix_bytes
 from sactool.units import format_bytes, format_tokens
 
@@ -127,23 +126,14 @@ def _pct(xs: list[float], q: float) -> float:
     return s[k]
 
 
-def _path(p: Platform, placement: str, record_bytes: int) -> engine.PathModel:
-    """A rank's path to the memory it gathers from. A curve's measured all-threads bandwidth
-    (``aggregate_bytes_per_s``, from a bench record) is what one memory node/device delivers, shared
-    by the ranks mapped to it."""
-    curve = p.gather_cxl if placement == "sac" else p.gather_dram
-    fixed, slope = curve.line()
-    # one record = one warp's dependent 8-byte loads over the cache lines it touches: scale the
-    # measured per-record time by lines touched (656 B -> 11 lines, 1152 B -> 18), as bench does
-    s_rec = slope * lines_touched(record_bytes) / lines_touched(curve.record_bytes)
-    agg = curve.aggregate_bytes_per_s
-    if placement == "sac":
-        dev = min(p.cxl_device_read_bytes_per_s, agg) if agg else p.cxl_device_read_bytes_per_s
-        return engine.PathModel(fixed, s_rec, min(p.gpu_link_bytes_per_s, p.cxl_gpu_path_bytes_per_s),
-                                dev, p.cxl_devices)
-    if agg:
-        return engine.PathModel(fixed, s_rec, p.gpu_link_bytes_per_s, agg, p.dram_nodes)
-    return engine.PathModel(fixed, s_rec, p.gpu_link_bytes_per_s, None, 1)
+def _path(p: Platform, placement: str, record_bytes: int, common_s: float = 0.0) -> engine.PathModel:
+    """A rank's path to the memory it gathers from (:func:`sactool.simulate.engine.path_model`)."""
+    return engine.path_model(p, placement, record_bytes, common_s)
+
+
+def calibration_of(p: Platform, record_bytes: int, layers: int):
+    """The platform's fitted calibration (``calibration.calibrate``, made when it was loaded), or None."""
+    return p.calibration
 
 
 def _check(opts: SimulationOptions, spec, contexts, concs, out: int, case: str, rate) -> None:
@@ -196,12 +186,13 @@ def simulate(opts: SimulationOptions) -> SimulationResult:
     else:
         compute = roofline_model(p.gpu.name, model_name=spec.name, tp=p.gpus, layers=L, top_k=p.top_k,
                                  record_bytes=R, index_key_bytes=spec.indexer_bytes)
-    miss_fn = opts.miss_fn or _default_miss_fn(opts)
+    cal = calibration_of(p, R, L)
+    miss_fn = opts.miss_fn or _default_miss_fn(opts, cal)
     harness = p.harness == "e2e_bench" and case == "cache_hit" and rate is None
     if p.harness == "e2e_bench" and not harness:
         notes.append("the benchmark harness models the cache-hit round in a closed loop: "
                      f"{'cache_populate' if case != 'cache_hit' else 'Poisson arrivals'} use the steady model")
-    setup = _Setup(p, opts, L, R, out, case, rate, prefetch, compute, miss_fn, harness)
+    setup = _Setup(p, opts, L, R, out, case, rate, prefetch, compute, miss_fn, harness, cal)
     points, miss_used, overheads = _sweep(setup, spec.indexer_bytes, contexts, concs)
     ratios = _ratios(points, contexts, concs)
     if opts.progress:
@@ -214,7 +205,7 @@ def simulate(opts: SimulationOptions) -> SimulationResult:
         from sactool.simulate.misscheck import miss_check
 
         check = miss_check(p, contexts=contexts, layers=L, record_bytes=R,
-                           paths={pl: _path(p, pl, R) for pl in ("sac", "dram")}, compute=compute,
+                           paths={pl: _path(p, pl, R, setup.common_s) for pl in ("sac", "dram")}, compute=compute,
                            miss_fn=miss_fn, layer_profile=_layer_targets(p))
     return SimulationResult(p.name, p.origin, spec.name, p.kv_dtype, R, case, out, opts.hotbuffer_steps, inputs,
                             tuple(points), tuple(ratios), dict(p.validation), tuple(notes), check)
@@ -235,7 +226,7 @@ def _sweep(st: "_Setup", indexer_bytes: int, contexts, concs):
         for conc in concs:
             fits_any = False
             for pl in opts.placements:
-                buf, cap, local, per_gpu_hot = _capacity(p, pl, conc, kv, idx_bytes, L, R)
+                buf, cap, local, per_gpu_hot = _capacity(p, pl, conc, kv, idx_bytes, L, R, st.out)
                 limit = min(conc, cap)
                 if limit < 1:
                     points.append(PlacementPoint(pl, ctx, conc, False, True, cap, local, per_gpu_hot))
@@ -263,7 +254,7 @@ def _sweep(st: "_Setup", indexer_bytes: int, contexts, concs):
     return points, miss_used, overheads
 
 
-def _capacity(p: Platform, pl: str, conc: int, kv: int, idx_bytes: int, L: int, R: int):
+def _capacity(p: Platform, pl: str, conc: int, kv: int, idx_bytes: int, L: int, R: int, out_tokens: int = 0):
     """One placement at one (context, concurrency): (device hot-buffer tokens, the largest
     concurrency that fits, the local memory the requested concurrency needs, hot buffers + index
     keys per GPU)."""
@@ -273,10 +264,18 @@ def _capacity(p: Platform, pl: str, conc: int, kv: int, idx_bytes: int, L: int, 
     # capacity: the memory that must hold every resident request's full KV
     cap_mem = p.cxl_capacity_bytes if pl == "sac" else p.dram_capacity_bytes
     cap = int(cap_mem // kv)
+    if p.shared_prefix and pl != "rdma":
+        # one prompt for all requests: each rank's slice of the pool holds the prefix once (reference
+        # counted) and every resident request's own output tokens
+        own = max(1, out_tokens) * L * R
+        cap = max(0, ranks * int((cap_mem / ranks - kv) // own))
+        conc_kv = kv * min(conc, ranks) + conc * own
+    else:
+        conc_kv = conc * kv
     if p.gpu.kv_budget_bytes:
         cap = min(cap, int(p.gpu.kv_budget_bytes // (hot + idx_bytes)) * ranks)
     # what the requested concurrency needs (max_concurrency says how much of it fits)
-    local = 0.0 if pl == "sac" else float(conc * kv)
+    local = 0.0 if pl == "sac" else float(conc_kv)
     per_gpu_hot = -(-conc // ranks) * (hot + idx_bytes)
     return buf, cap, local, per_gpu_hot
 
@@ -297,7 +296,8 @@ def _inputs(st: "_Setup", contexts, overheads: dict[int, dict[int, float]],
         "hisparse_kernel": p.hisparse_kernel,
         "prefetch": st.prefetch,
         "arrival": f"poisson {st.rate}/s" if st.rate else "closed loop",
-        "paths": {pl: dataclasses.asdict(_path(p, pl, st.record_bytes)) for pl in ("sac", "dram")},
+        "paths": {pl: dataclasses.asdict(_path(p, pl, st.record_bytes, st.common_s)) for pl in ("sac", "dram")},
+        "calibration": st.cal.to_data() if st.cal else None,
         "nic": {"count": p.nics, "bandwidth_bytes_per_s": p.nic_bytes_per_s,
                 "fetch_blocks_decode": p.rdma_fetch_blocks_decode},
         "misses": miss_used,
@@ -314,11 +314,25 @@ def _layer_targets(p: Platform) -> str | None:
     return model_workload(spec.name, spec.num_layers, p.top_k).layer_targets
 
 
-def _default_miss_fn(opts: SimulationOptions) -> Callable[[int, int], MissProfile]:
+def _default_miss_fn(opts: SimulationOptions, cal=None) -> Callable[[int, int], MissProfile]:
     """Hot-buffer misses from the workload model + LRU replay (per-layer targets when profiled)."""
     from sactool.models import get_model
 
     p = opts.platform
+    if p.topk_workload == "filler":
+        from sactool.simulate.fillerfit import profile
+
+        steps = max(2, opts.output_tokens or p.output_tokens)
+        return lambda ctx, buf: profile(p.filler, ctx, buf, p.top_k, kernel=p.hisparse_kernel, steps=steps,
+                                        seed=opts.seed)
+    if p.topk_workload == "calibrated":
+        from sactool.simulate.misses import calibrated_profile
+
+        if cal is None:
+            spec = get_model(p.model)
+            cal = calibration_of(p, spec.record_bytes(p.kv_dtype), spec.num_layers)
+
+        return lambda ctx, buf: calibrated_profile(cal, ctx, buf, p.top_k)
     L = get_model(p.model).num_layers
     case = opts.case or p.case
     mode = "pd" if case == "cache_hit" else "colocated"
@@ -364,6 +378,21 @@ def _overhead_fn(p: Platform, sc, compute, dram_misses: MissProfile, ctx: int):
     return fn, table
 
 
+def _calibrated_overhead_fn(cal, sc, compute, ctx: int):
+    """HiSparse per-step cost at b requests per rank: the calibrated zero-miss step
+    (``Calibration.base_s``) minus GPU compute minus the per-layer kernel latency the engine adds
+    (the misses' cost is added by the engine itself), >= 0."""
+    cache: dict[int, float] = {}
+
+    def fn(b: int) -> float:
+        if b not in cache:
+            cache[b] = max(0.0, cal.base_s(b, ctx) - compute.step_s(b, ctx) - sc.layers * sc.path.fixed_s)
+        return cache[b]
+
+    table = {b: fn(b) for b, _ in cal.base[min(cal.base, key=lambda c: abs(c - ctx))]}
+    return fn, table
+
+
 @dataclass(frozen=True)
 class _Setup:
     """What every simulated point of one run shares."""
@@ -379,6 +408,11 @@ class _Setup:
     compute: Any
     miss_fn: Callable[[int, int], MissProfile]
     harness: bool
+    cal: Any = None                 # calibration.Calibration or None
+
+    @property
+    def common_s(self) -> float:
+        return self.cal.per_missed_record_s if self.cal else 0.0
 
 
 def _run_point(st: _Setup, pl: str, ctx: int, conc: int, limit: int, prof: MissProfile,
@@ -393,16 +427,19 @@ def _run_point(st: _Setup, pl: str, ctx: int, conc: int, limit: int, prof: MissP
         placement=pl, ranks=p.attn_dp_size, layers=L, record_bytes=R, context=ctx, output_tokens=out,
         concurrency=conc, limit=limit, requests=max(conc, int(round(rpc * conc))),
         arrival_rate_per_s=rate, case=case, compute=compute,
-        hisparse_overhead_s=p.gpu.hisparse_overhead_s, prefetch=prefetch, path=_path(p, pl, R),
+        hisparse_overhead_s=p.gpu.hisparse_overhead_s, prefetch=prefetch, path=_path(p, pl, R, st.common_s),
         misses=prof, gpus_per_switch=p.gpus_per_switch,
         switch_uplink_bytes_per_s=p.switch_uplink_bytes_per_s, nics=p.nics,
         nic_bytes_per_s=p.nic_bytes_per_s, nic_chunk_bytes=p.nic_chunk_bytes,
         nic_per_message_s=p.nic_per_message_s, fetch_blocks_decode=p.rdma_fetch_blocks_decode,
-        conversion_bytes_per_s=p.rdma_conversion_bytes_per_s,
+        conversion_bytes_per_s=p.rdma_conversion_bytes_per_s, fetch_fixed_s=p.rdma_fetch_fixed_s,
         prefill_s=prefill_s(p.prefill_points, ctx) if p.prefill_points else 0.0,
         pool_write_bytes_per_s=p.cxl_write_bytes_per_s if pl == "sac" else p.dram_write_bytes_per_s,
         seed=opts.seed)
-    if p.gpu.dram_step_points:
+    if st.cal is not None:
+        ovh_fn, overheads[ctx] = _calibrated_overhead_fn(st.cal, sc, compute, ctx)
+        sc = dataclasses.replace(sc, overhead_fn=ovh_fn)
+    elif p.gpu.dram_step_points:
         ovh_fn, overheads[ctx] = _overhead_fn(p, sc, compute,
                                               miss_fn(ctx, p.gpu.dram_step_buffer or p.device_buffer_size), ctx)
         sc = dataclasses.replace(sc, overhead_fn=ovh_fn)
@@ -428,8 +465,23 @@ def _run_notes(p: Platform, opts: SimulationOptions, concs, harness: bool) -> li
     if p.attn_dp_size < p.gpus:
         notes.append(f"{p.gpus} GPUs in {p.attn_dp_size} attention-DP ranks: each rank is simulated as one GPU; the "
                      "replicated swap-ins of its attention-TP peers are not added to the shared links")
-    notes.append(f"hot-buffer misses from {opts.hotbuffer_steps} simulated decode steps per context "
-                 f"({p.hisparse_kernel} HiSparse kernel's LRU); later steps use the steady mean")
+    cal = p.calibration
+    if p.topk_workload == "filler" and not opts.miss_fn:
+        notes.append("hot-buffer misses: LRU replay over each request's whole output of the filler workload "
+                     "(workload.topk filler: the prompt the runs decoded; its parameters fitted to the "
+                     f"calibration's misses at {', '.join(map(str, sorted({b for _, b in cal.misses}))) if cal else '?'} "
+                     "slots, simulate.fillerfit)")
+    elif p.topk_workload == "calibrated" and cal is not None and not opts.miss_fn:
+        notes.append(f"hot-buffer misses: fitted on the platform's {cal.runs} calibration runs (workload.topk "
+                     f"calibrated: the prompt those runs decoded), a request-life mean per context and buffer")
+    else:
+        notes.append(f"hot-buffer misses from {opts.hotbuffer_steps} simulated decode steps per context "
+                     f"({p.hisparse_kernel} HiSparse kernel's LRU) of the ShareGPT-profiled workload model; "
+                     "later steps use the steady mean")
+    if cal is not None:
+        notes.append(f"decode step: zero-miss step and a per-missed-record cost of "
+                     f"{cal.per_missed_record_s * 1e9:.0f} ns (every placement) fitted on {cal.runs} calibration "
+                     f"runs (rms {cal.rms_s * 1e3:.2f} ms); held out: {'; '.join(p.calibration_held_out) or '-'}")
     if harness:
         rq = {pl: max(1, int(round((p.rdma_requests_per_concurrency if pl == "rdma" and p.rdma_requests_per_concurrency
                                     else p.requests_per_concurrency) * concs[0]))) for pl in opts.placements}

@@ -9,11 +9,13 @@ What is simulated (each mechanism is a named input, none is fitted to a result):
   per layer the swap-in of its requests' hot-buffer misses; swap-in and attention are serialized
   (no prefetch, docs/sources.md, SAC §2.5), or overlapped layer-ahead with ``prefetch``.
 * **Swap-in of one layer** = ``fixed + max(largest request's misses × s_per_record,
-  rank bytes / rank bandwidth)``: one CTA per request gathers at the measured single-request rate
+  rank bytes / rank bandwidth) + rank misses × common``: one CTA per request gathers at the measured single-request rate
   (``GatherCurve``), and all CTAs of a rank share the bottleneck bandwidth of its path:
   its PCIe link, its share of the PCIe switch uplink (minus NIC traffic crossing the same uplink),
-  and for CXL its share of the CXL device it is mapped to (``rank % devices``) and the measured
-  GPU↔CXL path limit.
+  and for CXL its share of the CXL device it is mapped to (the profile's ``pool.rank_targets``, else
+  ``rank % devices``) and the measured
+  GPU↔CXL path limit; ``common`` is a cost per missed record that every placement pays
+  (fitted on the platform's calibration runs, ``simulate.calibration``).
 * **RDMA pool**: on admission a request's whole prefix KV is read over its NIC (``rank % nics``),
   FIFO behind earlier fetches on that NIC, in ``chunk`` messages each costing the measured
   per-message time, then optionally converted (page-first → layer-first) at a given rate; decode
@@ -31,7 +33,9 @@ import heapq
 import math
 import random
 from dataclasses import dataclass, field
+from typing import Any
 
+from sactool.bench.record import lines_touched
 from sactool.hisparse.cost import fetch_bytes_per_token, rdma_full_prefix_bytes
 
 PLACEMENTS = ("sac", "rdma", "dram")
@@ -46,6 +50,37 @@ class PathModel:
     link_bytes_per_s: float        # min(GPU PCIe link, path limit, measured aggregate) for one GPU
     device_bytes_per_s: float | None   # per pool device, shared by the ranks mapped to it (CXL)
     devices: int
+    # a cost per missed record every placement pays on top of its bandwidth share, serial per rank
+    # (the platform's calibration: ``simulate.calibration``; 0 without one)
+    common_s_per_record: float = 0.0
+    # the device each rank's pool is on (index < devices), from the profile's pool.rank_targets;
+    # () = rank % devices, the paper platform's round robin (:meth:`device_of`)
+    rank_devices: tuple[int, ...] = ()
+
+    def device_of(self, rank: int) -> int:
+        """The pool device rank ``rank`` reads (shared with the other ranks mapped to it)."""
+        return self.rank_devices[rank] if rank < len(self.rank_devices) else rank % self.devices
+
+
+def path_model(p: Any, placement: str, record_bytes: int, common_s: float = 0.0) -> PathModel:
+    """A rank's path to the memory it gathers from. A curve's measured all-threads bandwidth
+    (``aggregate_bytes_per_s``, from a bench record) is what one memory node/device delivers, shared
+    by the ranks mapped to it. ``common_s``: the calibrated cost per missed record every placement
+    pays (``calibration``). ``p``: a :class:`sactool.simulate.platform.Platform` (its gather curves,
+    link and device figures); the simulation and the calibration fit both build their paths here."""
+    curve = p.gather_cxl if placement == "sac" else p.gather_dram
+    fixed, slope = curve.line()
+    # one record = one warp's dependent 8-byte loads over the cache lines it touches: scale the
+    # measured per-record time by lines touched (656 B -> 11 lines, 1152 B -> 18), as bench does
+    s_rec = slope * lines_touched(record_bytes) / lines_touched(curve.record_bytes)
+    agg = curve.aggregate_bytes_per_s
+    if placement == "sac":
+        dev = min(p.cxl_device_read_bytes_per_s, agg) if agg else p.cxl_device_read_bytes_per_s
+        return PathModel(fixed, s_rec, min(p.gpu_link_bytes_per_s, p.cxl_gpu_path_bytes_per_s),
+                                dev, p.cxl_devices, common_s, tuple(p.cxl_rank_devices))
+    if agg:
+        return PathModel(fixed, s_rec, p.gpu_link_bytes_per_s, agg, p.dram_nodes, common_s)
+    return PathModel(fixed, s_rec, p.gpu_link_bytes_per_s, None, 1, common_s)
 
 
 @dataclass(frozen=True)
@@ -78,6 +113,7 @@ class Scenario:
     pool_write_bytes_per_s: float  # cache_populate: write of the prefix KV to the pool / host
     seed: int = 0
     overhead_fn: object = None     # requests per rank -> HiSparse per-step cost (else hisparse_overhead_s)
+    fetch_fixed_s: float = 0.0     # RDMA: fixed cost of one fetch, on top of wire and CPU passes
 
 
 @dataclass
@@ -131,7 +167,7 @@ def _step_time(sc: Scenario, counts: list[int], rec: list[float], mx: list[float
     for r in range(R):
         if counts[r]:
             active_on_switch[r // gps] = active_on_switch.get(r // gps, 0) + 1
-            dev_active[r % p.devices] = dev_active.get(r % p.devices, 0) + 1
+            dev_active[p.device_of(r)] = dev_active.get(p.device_of(r), 0) + 1
     best = (0.0, 0.0, 0.0, 0.0)
     for r in range(R):
         b = counts[r]
@@ -146,8 +182,8 @@ def _step_time(sc: Scenario, counts: list[int], rec: list[float], mx: list[float
             up -= min(sc.nic_bytes_per_s, up / (n_gpu + 1))
         bw = min(p.link_bytes_per_s, up / n_gpu)
         if p.device_bytes_per_s:
-            bw = min(bw, p.device_bytes_per_s / dev_active[r % p.devices])
-        layer = p.fixed_s + max(mx[r] * p.s_per_record, rec[r] * sc.record_bytes / bw)
+            bw = min(bw, p.device_bytes_per_s / dev_active[p.device_of(r)])
+        layer = p.fixed_s + max(mx[r] * p.s_per_record, rec[r] * sc.record_bytes / bw) + rec[r] * p.common_s_per_record
         comp = comp_cache.get(b)
         if comp is None:
             comp = comp_cache[b] = sc.compute.step_s(b, sc.context)
@@ -263,6 +299,7 @@ class _Run:
             self.fetch_start[i] = start
             end = start + _nic_time(sc, self.kv_bytes)
             self.nic_free[n] = end
+            end += sc.fetch_fixed_s
             if sc.conversion_bytes_per_s:
                 end += self.kv_bytes / sc.conversion_bytes_per_s
             if sc.fetch_blocks_decode:

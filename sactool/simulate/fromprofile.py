@@ -2,7 +2,8 @@
 
 From the profile: model, KV dtype, GPUs (``sglang.tp_size``), attention-DP ranks, top-k, hot-buffer
 size (used for the RDMA placement too: like for like), pool targets (``pool.nodes`` or
-``pool.dax_devices``: one CXL device each, ranks mapped ``rank % targets``).
+``pool.dax_devices``: one CXL device each, each rank on the target ``pool.rank_targets`` names (or
+the profile's rank rule), so an uneven map shares a device among more ranks).
 From its bench block / record (``sactool bench gather`` → ``sactool tune --bench``): the pool's
 gather figures — one request's time per record (the 1-thread figure when the record is at hand,
 else the record's figure) and the all-threads gather bandwidth as the pool device's deliverable
@@ -116,6 +117,8 @@ def platform_from_profile(profile_path, base: Platform, *, dram_bench: str | Non
     if prof.bench.get("stand_in") or prof.pool.stand_in:
         notes.append(f"the profile's pool node ({node}) is a DRAM node standing in for CXL")
     targets = len(prof.pool.dax_devices if prof.pool.mode == "devdax" else prof.pool.nodes) or 1
+    rank_devices, map_note = _rank_devices(prof)
+    notes += [map_note] if map_note else []
     gpus = prof.sglang.tp_size
     ranks = prof.sglang.attn_dp_size
     gpu, gpu_notes = _gpu_section(prof, base)
@@ -132,12 +135,17 @@ def platform_from_profile(profile_path, base: Platform, *, dram_bench: str | Non
         # a profile is served by `sactool serve` on SGLang 0.5.23: its kernel, not the SAC fork's
         hisparse_kernel="sglang-0.5.23",
         pcie_switches=min(base.pcie_switches, gpus), nics=min(base.nics, min(base.pcie_switches, gpus)),
-        cxl_devices=min(targets, ranks), cxl_capacity_bytes=cxl_cap, gpu=gpu,
+        cxl_devices=len(set(rank_devices)) if rank_devices else min(targets, ranks), cxl_rank_devices=rank_devices,
+        cxl_capacity_bytes=cxl_cap, gpu=gpu,
         gather_cxl=cxl, gather_dram=dram,
         # standing in: the same memory node serves both placements, shared the same way
         dram_nodes=base.dram_nodes if dram_bench else min(targets, ranks),
         contexts=tuple(c for c in base.contexts if c <= spec.max_position_embeddings) or base.contexts,
-        validation={}, origin=f"{profile_path} (+ {base.origin})")
+        validation={}, origin=f"{profile_path} (+ {base.origin})",
+        # the profile's own prompts: the ShareGPT-profiled workload, not the base runs' filler prompt;
+        # the base's calibration (zero-miss step, per-miss cost) only on the GPU it was measured on
+        topk_workload="sharegpt-dsv32", shared_prefix=False,
+        calibration=base.calibration if gpu.name.lower() == base.gpu.name.lower() else None)
     if prof.bench.get("fetch_path") == "gpu":
         notes.append("the bench record's figures are GPU swap-in loads (sactool bench gpu-gather)")
     else:
@@ -147,6 +155,22 @@ def platform_from_profile(profile_path, base: Platform, *, dram_bench: str | Non
         notes.append("benchmark harness, front-end time per prompt token, extend time and RDMA CPU-pass rate "
                      f"from the base platform (the authors' logs), not measured for this profile")
     return check(p), notes
+
+
+def _rank_devices(prof) -> tuple[tuple[int, ...], str | None]:
+    """The pool device of each simulated (attention-DP) rank, from the target each GPU rank maps
+    (:func:`sactool.profile.hostpool.rank_target`: ``pool.rank_targets`` when tune resolved them, else
+    the profile's rule), numbered over the targets used; ((), note) when the rule needs the machine
+    (``locality`` without resolved targets): then ``rank % targets``, said."""
+    from sactool.profile.hostpool import rank_target
+
+    ranks, world = prof.sglang.attn_dp_size, prof.world_size
+    try:
+        names = [rank_target(prof, r * world // ranks) for r in range(ranks)]   # DP rank r's first GPU rank
+    except RecordError as e:
+        return (), f"which device each rank reads is not in the profile ({e.message}): ranks spread rank % targets"
+    used = list(dict.fromkeys(names))
+    return tuple(used.index(n) for n in names), None
 
 
 def _gpu_section(prof, base: Platform):

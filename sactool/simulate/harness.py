@@ -71,8 +71,8 @@ class _Harness:
         self.kv_bytes = rdma_full_prefix_bytes(sc.context, sc.record_bytes, sc.layers)
         self.table = list(sc.misses.per_step)
         self.rdma = sc.placement == "rdma"
-        self.conv = (self.kv_bytes / sc.conversion_bytes_per_s
-                     if (self.rdma and sc.conversion_bytes_per_s) else 0.0)
+        self.conv = ((self.kv_bytes / sc.conversion_bytes_per_s if sc.conversion_bytes_per_s else 0.0)
+                     + sc.fetch_fixed_s) if self.rdma else 0.0
         # per request: POST, tokenized, extend start/end, first and last chunk out, waits
         self.post_t: dict[int, float] = {}
         self.tok_t: dict[int, float] = {}

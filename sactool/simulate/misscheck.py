@@ -105,7 +105,7 @@ def miss_check(p, *, contexts, layers: int, record_bytes: int, paths: dict[str, 
     for ctx in contexts:
         sac = _scenario(p, "sac", paths["sac"], layers, record_bytes, ctx, compute)
         dram = _scenario(p, "dram", paths["dram"], layers, record_bytes, ctx, compute)
-        one = dataclasses.replace(sac, path=dataclasses.replace(sac.path, devices=1))
+        one = dataclasses.replace(sac, path=dataclasses.replace(sac.path, devices=1, rank_devices=()))
         m = miss_fn(ctx, buf).steady
         row: dict[str, Any] = {
             "buffer_slots": buf, "model_misses_per_layer": m,
@@ -118,7 +118,8 @@ def miss_check(p, *, contexts, layers: int, record_bytes: int, paths: dict[str, 
             "logs_one_minus_two_devices_s": dev_logs.get(ctx),
         }
         per[ctx] = row
-    out: dict[str, Any] = {"what": WHAT, "requests_per_rank": b, "prompt": logs.get("prompt"), "per_context": per}
+    out: dict[str, Any] = {"what": WHAT, "requests_per_rank": b, "prompt": logs.get("prompt"), "per_context": per,
+                           "misses_from": p.topk_workload}
     sweep = _keyed(logs.get("by_requests_per_rank_128k_s"))
     if sweep and 131072 in per:
         ctx = 131072

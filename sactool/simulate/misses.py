@@ -86,3 +86,19 @@ def constant_profile(cold: float, steady: float, *, context_tokens: int = 0, buf
     """A profile with ``cold`` misses at step 0 and ``steady`` after (for what-if runs and tests)."""
     return MissProfile(context_tokens, buffer_slots, top_k, (float(cold),), float(steady),
                        1.0 - steady / top_k if top_k else 0.0, source)
+
+
+def calibrated_profile(cal, context_tokens: int, buffer_slots: int, top_k: int) -> MissProfile:
+    """The misses the platform's calibration fitted at a calibrated buffer (``calibration``): a
+    request-life mean, the same at every step. Refused for a buffer the calibration runs did not use."""
+    from sactool.errors import UsageError
+
+    m = cal.misses_at(context_tokens, buffer_slots) if cal is not None else None
+    if m is None:
+        bufs = sorted({b for _, b in cal.misses}) if cal is not None else []
+        raise UsageError(f"no calibrated misses for a {buffer_slots}-slot hot buffer (calibrated: "
+                         f"{', '.join(map(str, bufs)) or 'none'})",
+                         "use a calibrated buffer size, or a workload the LRU replay can run (workload.topk)")
+    return MissProfile(context_tokens, buffer_slots, top_k, (m,), m, 1.0 - m / top_k,
+                       f"fitted on the platform's calibration runs ({cal.runs} runs; simulate.calibration), "
+                       "mean over a request's life")

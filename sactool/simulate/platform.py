@@ -20,11 +20,18 @@ from typing import Any, Mapping
 
 from sactool.errors import RecordError
 from sactool.records import load_structured, upgrade
+from sactool.simulate.calibration import CalibrationRun
 
 KIND = "platform"
 SCHEMA_VERSION = 1
 CASES = ("cache_hit", "cache_populate")
 HARNESSES = ("e2e_bench", "steady")
+TOPK_WORKLOADS = ("sharegpt-dsv32", "filler", "calibrated")
+"""``sharegpt-dsv32``: the LRU replay of the workload model fitted to the per-layer statistics of
+ShareGPT prompts (``sactool.workload``); ``filler``: the LRU replay of the paper runs' filler-prompt
+model (``workload.filler``) with the parameters of ``workload.filler`` fitted to the calibration's
+misses (``simulate.fillerfit``), over a whole request; ``calibrated``: the calibration's fitted
+request-life means themselves (at the calibrated buffers only)."""
 """``e2e_bench``: the authors' benchmark client and SGLang's loop (``harness.py``: burst dispatch,
 round-duration throughput, first-chunk TTFT, front-end queue, lockstep extends and RDMA fetches);
 ``steady``: closed loop with first arrivals spread over one request lifetime and the saturated
@@ -135,8 +142,23 @@ class Platform:
     harness: str = "steady"
     hisparse_kernel: str = "sglang-0.5.23"               # whose LRU write-back (hisparse.hotbuffer.KERNELS)
     rdma_requests_per_concurrency: float | None = None   # the RDMA run set's own request count
+    shared_prefix: bool = False                          # every request decodes the same prompt (pool holds it once per rank)
+    rdma_fetch_fixed_s: float = 0.0                      # fixed cost of one RDMA fetch (beyond wire + CPU passes)
+    cxl_rank_devices: tuple[int, ...] = ()               # the CXL device of each rank (a profile's pool.rank_targets);
+    #                                                      () = rank % cxl.devices, the paper's round robin
     frontend_s_per_prompt_token: float = 0.0             # serial tokenization in the server's loop
     extend_points: tuple[tuple[int, float], ...] = ()    # (context, s): one extend forward (first token)
+    # the runs the HiSparse step's free parameters are fitted on (``simulate.calibration``), their
+    # source, and the run families held out of the fit (agreement is reported only on those)
+    topk_workload: str = "sharegpt-dsv32"   # TOPK_WORKLOADS: where the hot-buffer misses come from
+    filler: dict = field(default_factory=dict)   # context -> workload.filler.FillerParams
+    calibration_runs: tuple = ()
+    calibration_source: str = ""
+    calibration_held_out: tuple[str, ...] = ()
+    # the fit of those runs on this platform as its file describes it (``calibration.Calibration``),
+    # made once at load: a what-if (``--set``, ``dataclasses.replace``) changes the hardware, not
+    # what the runs measured, so it is not refitted
+    calibration: Any = field(default=None, compare=False, repr=False)
     sources: dict[str, str] = field(default_factory=dict)
     validation: dict[str, Any] = field(default_factory=dict)
     origin: str = ""
@@ -250,6 +272,13 @@ def _gather(d, path) -> GatherCurve:
     return curve
 
 
+def _choice(d, path: str, allowed: tuple[str, ...], default: str) -> str:
+    v = _get(d, path, optional=True, default=default)
+    if v not in allowed:
+        raise _err(path, f"must be one of {', '.join(allowed)}, got {v!r}")
+    return v
+
+
 def _bad(path: str):
     raise _err(path, "must be a mapping")
 
@@ -278,8 +307,44 @@ def _time_points(d, path: str) -> list[tuple[int, float]]:
     return out
 
 
+def read_runs(d, path: str = "calibration.runs") -> tuple[CalibrationRun, ...]:
+    """``[{placement, device_buffer_size, context_tokens, requests_per_rank, step_time_s, run}]``."""
+    out = []
+    for i, p in enumerate(_get(d, path, optional=True, default=[]) or []):
+        q = f"{path}[{i}]"
+        if not isinstance(p, dict):
+            _bad(q)
+        pl = p.get("placement")
+        if pl not in ("dram", "sac"):
+            raise _err(f"{q}.placement", f"must be dram or sac, got {pl!r}")
+        out.append(CalibrationRun(pl, _int(p, "device_buffer_size", label=f"{q}.device_buffer_size"),
+                                  _int(p, "context_tokens", label=f"{q}.context_tokens"),
+                                  _int(p, "requests_per_rank", label=f"{q}.requests_per_rank"),
+                                  _num(p, "step_time_s", label=f"{q}.step_time_s"),
+                                  str(p.get("run") or "")))
+    return tuple(out)
+
+
+def read_filler(d, path: str = "workload.filler") -> dict[int, Any]:
+    """``{context: FillerParams}`` from the platform file (``{}`` when absent)."""
+    from sactool.workload.filler import FillerParams
+
+    blk = _get(d, path, optional=True, default=None)
+    if not blk:
+        return {}
+    dwell = _num(blk, "dwell_steps", label=f"{path}.dwell_steps")
+    window = _int(blk, "window_tokens", label=f"{path}.window_tokens")
+    out = {}
+    for c, v in (blk.get("per_context") or {}).items():
+        q = f"{path}.per_context.{c}"
+        ctx = _int({"c": c}, "c", label=q)
+        out[ctx] = FillerParams(_int(v, "flicker_tokens", label=f"{q}.flicker_tokens"),
+                                _int(v, "pool_tokens", label=f"{q}.pool_tokens"), dwell, window)
+    return out
+
+
 def from_data(data: Mapping[str, Any], *, origin: str = "platform") -> Platform:
-    """Build and validate a :class:`Platform` from loaded YAML/JSON."""
+    """Build and validate a :class:`Platform` from loaded YAML/JSON (and fit its calibration runs)."""
     data = upgrade(dict(data), kind=KIND, current=SCHEMA_VERSION, source=origin)
     d = data
     steps = _step_points(d, "gpu.decode_step.measured")
@@ -293,15 +358,7 @@ def from_data(data: Mapping[str, Any], *, origin: str = "platform") -> Platform:
         raise _err("serving.hisparse_kernel", f"must be one of {', '.join(KERNELS)}, got {kernel!r}")
     if harness not in HARNESSES:
         raise _err("workload.harness", f"must be one of {', '.join(HARNESSES)}, got {harness!r}")
-    gpu = GpuSection(
-        dram_step_points=tuple(dsteps),
-        dram_step_buffer=_int(d, "gpu.hisparse_dram_step.device_buffer_size", optional=True),
-        name=str(_get(d, "gpu.name")),
-        step_points=tuple(steps),
-        hisparse_overhead_s=_num(d, "gpu.hisparse_overhead_s", optional=True, default=0.0, allow_zero=True),
-        kv_budget_bytes=_num(d, "gpu.kv_budget_bytes", optional=True),
-        source=str(_get(d, "gpu.source", optional=True, default="")),
-    )
+    gpu = _gpu(d, steps, dsteps)
     prefill = _time_points(d, "prefill.measured")
     rate = _num(d, "workload.arrival_rate_per_s", optional=True)
     case = _get(d, "workload.case", optional=True, default="cache_hit")
@@ -348,14 +405,45 @@ def from_data(data: Mapping[str, Any], *, origin: str = "platform") -> Platform:
         harness=harness,
         hisparse_kernel=kernel,
         rdma_requests_per_concurrency=_num(d, "rdma.requests_per_concurrency", optional=True),
+        shared_prefix=_bool(d, "workload.shared_prefix", default=False),
+        rdma_fetch_fixed_s=_num(d, "rdma.fetch_fixed_s", optional=True, default=0.0, allow_zero=True),
         frontend_s_per_prompt_token=_num(d, "frontend.s_per_prompt_token", optional=True, default=0.0,
                                          allow_zero=True),
         extend_points=tuple(sorted(extend)),
+        topk_workload=_choice(d, "workload.topk", TOPK_WORKLOADS, "sharegpt-dsv32"),
+        filler=read_filler(d),
+        calibration_runs=read_runs(d),
+        calibration_source=str(_get(d, "calibration.source", optional=True, default="")),
+        calibration_held_out=tuple(str(x) for x in (_get(d, "calibration.held_out", optional=True, default=[]) or [])),
         sources={str(k): str(v) for k, v in (d.get("sources") or {}).items()},
         validation=dict(d.get("validation") or {}),
         origin=origin,
     )
-    return check(p)
+    return _with_calibration(check(p))
+
+
+def _gpu(d, steps, dsteps) -> GpuSection:
+    return GpuSection(
+        dram_step_points=tuple(dsteps),
+        dram_step_buffer=_int(d, "gpu.hisparse_dram_step.device_buffer_size", optional=True),
+        name=str(_get(d, "gpu.name")),
+        step_points=tuple(steps),
+        hisparse_overhead_s=_num(d, "gpu.hisparse_overhead_s", optional=True, default=0.0, allow_zero=True),
+        kv_budget_bytes=_num(d, "gpu.kv_budget_bytes", optional=True),
+        source=str(_get(d, "gpu.source", optional=True, default="")),
+    )
+
+
+def _with_calibration(p: Platform) -> Platform:
+    """The platform with its calibration runs fitted (``simulate.calibration``), when it has any."""
+    if not p.calibration_runs:
+        return p
+    from sactool.models import get_model
+    from sactool.simulate.calibration import calibrate
+
+    spec = get_model(p.model)
+    return dataclasses.replace(p, calibration=calibrate(p, record_bytes=spec.record_bytes(p.kv_dtype),
+                                                        layers=spec.num_layers))
 
 
 def check(p: Platform) -> Platform:
@@ -391,6 +479,10 @@ def check(p: Platform) -> Platform:
         if c > spec.max_position_embeddings:
             raise _err("workload.contexts", f"{c} tokens exceed {spec.name}'s max_position_embeddings "
                        f"{spec.max_position_embeddings}")
+    if p.topk_workload == "calibrated" and not p.calibration_runs:
+        raise _err("workload.topk", "calibrated needs calibration.runs")
+    if p.topk_workload == "filler" and not p.filler:
+        raise _err("workload.topk", "filler needs workload.filler (python -m sactool.simulate.fillerfit)")
     if p.case == "cache_populate" and not p.prefill_points:
         raise _err("prefill.measured", "is needed for workload.case cache_populate")
     return p
@@ -434,6 +526,11 @@ def apply_overrides(data: dict[str, Any], overrides: list[str] | None) -> dict[s
 
 def load_platform(path, overrides: list[str] | None = None) -> Platform:
     """Load and validate a platform file (YAML or JSON); ``overrides`` as for :func:`apply_overrides`."""
-    data = apply_overrides(load_structured(path, what="platform file"), overrides)
+    raw = load_structured(path, what="platform file")
+    data = apply_overrides(raw, overrides)
     origin = str(path) + (f" with {', '.join(overrides)}" if overrides else "")
-    return from_data(data, origin=origin)
+    p = from_data(data, origin=origin)
+    if overrides and p.calibration is not None and not any(str(o).startswith("calibration.") for o in overrides):
+        # the calibration runs ran on the platform as the file describes it, not on the what-if
+        p = dataclasses.replace(p, calibration=from_data(raw, origin=str(path)).calibration)
+    return p

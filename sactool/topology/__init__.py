@@ -8,9 +8,12 @@ evidence chain, and returns a frozen :class:`Topology`. No numpy/numba: ``sactoo
 from __future__ import annotations
 
 from sactool.errors import TopologyError
-from sactool.topology.model import (
-    KINDS, LOCALITY_SOURCES, SCHEMA_VERSION, CxlDecoder, CxlMemdev, CxlPort, CxlRegion, DaxDevice, GpuDevice,
-    HmatAccess, HugePages, IomemInfo, Locality, MemorySideCache, NumaNode, PcieLink, ProbeWarning, Topology, Verdict, Warning,
+from sactool.records import Warning
+from sactool.topology.hardware import GpuDevice, IomemInfo, PcieLink
+from sactool.topology.model import Topology
+from sactool.topology.records import (
+    KINDS, LOCALITY_SOURCES, SCHEMA_VERSION, CxlDecoder, CxlMemdev, CxlPort, CxlRegion, DaxDevice, HmatAccess,
+    HugePages, Locality, MemorySideCache, NumaNode, ProbeWarning, Verdict,
 )
 
 __all__ = [

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from sactool.topology.model import (
+from sactool.topology.records import (
     CxlDecoder, CxlRegion, DaxDevice, NumaNode, ProbeWarning, Verdict,
 )
 from sactool.units import format_bytes

@@ -16,7 +16,7 @@ import re
 
 from sactool.host.sysfs import SysfsReader
 from sactool.topology.link import read_link
-from sactool.topology.model import CxlDecoder, CxlDport, CxlMemdev, CxlPort, CxlRegion, ProbeWarning
+from sactool.topology.records import CxlDecoder, CxlDport, CxlMemdev, CxlPort, CxlRegion, ProbeWarning
 from sactool.topology.pci import HOST_BRIDGE_RE, PCI_FN_RE, host_bridge, narrowest, node_or_none, path_links
 from sactool.units import format_bytes
 

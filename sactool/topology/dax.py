@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from sactool.host.sysfs import SysfsReader
-from sactool.topology.model import CxlRegion, DaxDevice, DaxMapping, DaxRegion
+from sactool.topology.records import CxlRegion, DaxDevice, DaxMapping, DaxRegion
 
 DAX_DEVICES = "sys/bus/dax/devices"
 MEMORY_DIR = "sys/devices/system/memory"

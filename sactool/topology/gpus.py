@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from sactool.host.sysfs import SysfsReader, format_cpulist
 from sactool.topology.link import read_link
-from sactool.topology.model import GpuDevice, NumaNode
+from sactool.topology.hardware import GpuDevice
+from sactool.topology.records import NumaNode
 from sactool.topology.pci import host_bridge, narrowest, node_or_none, path_links
 
 PCI_DEVICES = "sys/bus/pci/devices"
@@ -52,10 +53,7 @@ def read_gpus(r: SysfsReader, nodes: list[NumaNode]) -> tuple[list[GpuDevice], s
         path = r.resolve(f"{PCI_DEVICES}/{name}")
         if path is None:
             continue
-        hb, hb_node = host_bridge(r, path)
-        numa = node_or_none(r.int(f"{path}/numa_node"))
-        local = r.cpulist(f"{path}/local_cpulist") or ()
-        cpu, why = _socket(name, numa, hb, hb_node, local, nodes)
+        numa, hb, local, cpu, why = _device_socket(r, name, path, nodes)
         links = path_links(r, path)  # the GPU's own link first, then up to its root port
         dev = r.hex(f"{path}/device")
         uuid, excluded = _nvidia_info(r, name) if vendor == 0x10DE else (None, None)
@@ -85,6 +83,25 @@ def _nvidia_info(r: SysfsReader, name: str) -> tuple[str | None, bool | None]:
         elif key.strip() == "GPU Excluded" and value.strip() in ("Yes", "No"):
             excluded = value.strip() == "Yes"
     return uuid, excluded
+
+
+def pci_socket(r: SysfsReader, name: str, nodes) -> tuple[int | None, str]:
+    """(CPU node, evidence) of PCI device ``name`` (``dddd:bb:dd.f``): its ``numa_node``, else its
+    host bridge's node, else the node whose CPUs its ``local_cpulist`` names — the one rule probe
+    and ``bench gpu-gather`` both use for a GPU's socket (a BIOS often leaves ``numa_node`` at -1)."""
+    path = r.resolve(f"{PCI_DEVICES}/{name}")
+    if path is None:
+        return None, f"{PCI_DEVICES}/{name} is " + ("missing" if r.live else "not in the recording") + ": socket unknown"
+    return _device_socket(r, name, path, list(nodes))[3:]
+
+
+def _device_socket(r: SysfsReader, name: str, path: str, nodes: list[NumaNode]):
+    """(numa_node, host bridge, local CPUs, CPU node, evidence) of the PCI device at canonical ``path``."""
+    hb, hb_node = host_bridge(r, path)
+    numa = node_or_none(r.int(f"{path}/numa_node"))
+    local = r.cpulist(f"{path}/local_cpulist") or ()
+    cpu, why = _socket(name, numa, hb, hb_node, local, nodes)
+    return numa, hb, tuple(local), cpu, why
 
 
 def _socket(name: str, numa: int | None, hb: str | None, hb_node: int | None, local: tuple[int, ...],

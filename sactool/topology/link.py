@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 
 from sactool.host.sysfs import SysfsReader
-from sactool.topology.model import PcieLink
+from sactool.topology.hardware import PcieLink
 
 # (encoding name, efficiency) by GT/s, see the module docstring for the spec sections.
 ENCODINGS: dict[float, tuple[str, float]] = {

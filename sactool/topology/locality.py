@@ -20,7 +20,28 @@ Evidence, strongest first:
 
 from __future__ import annotations
 
-from sactool.topology.model import CxlMemdev, Locality, NumaNode, Topology
+from typing import Protocol
+
+from sactool.topology.records import CxlMemdev, CxlRegion, DaxDevice, Locality, NumaNode
+
+
+class Topology(Protocol):
+    """What the rule reads of a machine (:class:`sactool.topology.model.Topology` has it): named
+    structurally so this module needs only the element records and the model can call it."""
+
+    nodes: tuple[NumaNode, ...]
+    regions: tuple[CxlRegion, ...]
+    dax_devices: tuple[DaxDevice, ...]
+
+    @property
+    def node_ids(self) -> tuple[int, ...]: ...
+
+    def node(self, node_id: int) -> NumaNode: ...
+
+    def memdevs_of_node(self, node_id: int) -> tuple[CxlMemdev, ...]: ...
+
+    def memdevs_of_dax(self, name: str) -> tuple[CxlMemdev, ...]: ...
+
 
 UNREACHABLE = 255  # SLIT: "no connection" (ACPI 6.5 §5.2.17)
 

@@ -12,7 +12,7 @@ import re
 from sactool.errors import TopologyError
 from sactool.host.machine import NODE_DIR, node_tiers
 from sactool.host.sysfs import SysfsReader, parse_cpulist, parse_int
-from sactool.topology.model import HmatAccess, HugePages, MemorySideCache, NumaNode, ProbeWarning
+from sactool.topology.records import HmatAccess, HugePages, MemorySideCache, NumaNode, ProbeWarning
 
 MEMORY_DIR = "sys/devices/system/memory"
 MIB = 1 << 20  # numaperf.rst: bandwidth attributes are MiB/s

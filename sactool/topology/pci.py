@@ -13,7 +13,7 @@ import re
 
 from sactool.host.sysfs import SysfsReader
 from sactool.topology.link import read_link
-from sactool.topology.model import PcieLink
+from sactool.topology.hardware import PcieLink
 
 HOST_BRIDGE_RE = re.compile(r"^pci[0-9a-f]{4}:[0-9a-f]{2}$")
 PCI_FN_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")

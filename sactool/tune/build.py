@@ -5,22 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from sactool.profile import (DSA_PAGE_SIZE_CUDA, HiSparseSettings, PoolSettings, Provenance, SglangSettings,
+from sactool.profile import (DSA_PAGE_SIZE_CUDA, HiSparseSettings, ModelRef, PoolSettings, Provenance, SglangSettings,
                              new_profile, settings_fields, workload_summary)
 from sactool.tune import search
 from sactool.hisparse.capacity import max_requests_per_rank, pages, rank_plan
 from sactool.hisparse.cost import rdma_full_prefix_bytes
+from sactool.hisparse.engine import ENGINE_CONSTRAINTS
 from sactool.hisparse.placement import pool_bytes_per_rank
 
-ENGINE_CONSTRAINTS = (
-    {"setting": "sglang.page_size", "value": DSA_PAGE_SIZE_CUDA,
-     "why": "DSA forces a 64-token KV page on CUDA (SGLang 0.5.23 deepseek_v2.py:160-172, docs/sources.md, SGLang §1.5)"},
-    {"setting": "host layout", "value": "layer_first",
-     "why": "HiSparse builds its host pool layer-first [layer][token][record]; not configurable (§2.2)"},
-    {"setting": "hisparse.top_k", "value": None,
-     "why": "SGLang overrides top_k with the model's index_topk (model_runner.py:1039-1041)"},
-    {"setting": "--disable-radix-cache", "value": True, "why": "HiSparse requires it (hisparse_hook.py:87-165)"},
-)
 
 
 def _p(source: str, detail: str) -> Provenance:
@@ -36,17 +28,17 @@ def build_profile(d, *, chosen, ranked, evals, gather):
                      record_bytes=d.rec_bytes, indexer_bytes=d.spec.indexer_bytes)
     pool_s, hs, sg = _settings(d, c, plan)
     prov = _provenance(d, c, req, gather)
-    share = d.o.fleet_share
+    share = d.o.pool_source
     if share is not None:  # tune --fleet: the pool and its figures come from the fleet record
         src = f"fleet record {share.record_path}: {d.pool.reason}"
         prov.update({k: _p("measured", src) for k in ("pool.mode", "pool.nodes", "pool.stand_in")})
         prov["pool.rank_targets"] = _p("derived", f"{c.placement.strategy} over {d.pool.targets[0].name}, this "
                                        f"host's share ({d.pool.targets[0].capacity_source})")
     predictions = _predictions(d, chosen, ranked, plan, req)
-    profile = new_profile(model=d.spec.to_model_ref(), pool=pool_s, hisparse=hs, sglang=sg, machine=d.machine,
+    profile = new_profile(model=ModelRef.of(d.spec), pool=pool_s, hisparse=hs, sglang=sg, machine=d.machine,
                           request=_request(d), predictions=predictions, bench=dict(gather.info), provenance=prov,
                           workload=getattr(d, "workload", None),
-                          fleet=share.profile_block() if share is not None else None)
+                          fleet=share.block if share is not None else None)
     return profile, _summary(d, c, hs, gather, predictions), _alternatives(chosen, evals)
 
 

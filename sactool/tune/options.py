@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from sactool.tune.pool import PoolSource
+
 Progress = Callable[[str, int, int], None]
 
 SAC_CONCURRENCY = 64
@@ -49,8 +51,8 @@ class TuneOptions:
     exhaustive: bool = False                            # evaluate every page-aligned buffer size
     write: bool = True
     given: frozenset[str] = field(default_factory=frozenset)
-    fleet_share: Any = None                             # sactool.fleet.split.HostShare: pool and bandwidth
-    #                                                     from a fleet bench record instead of this machine
+    pool_source: PoolSource | None = None               # pool and bandwidth from a record instead of this
+    #                                                     machine (tune --fleet: sactool.fleet.split.pool_source)
     hotbuffer_cache: Any = None                         # sactool.tune.simcache.HotBufferCache: simulations
     #                                                     shared by tunes with the same inputs (tune --fleet)
 

@@ -128,6 +128,18 @@ class GatherInputs:
     warnings: tuple[dict[str, str], ...]
 
 
+@dataclass(frozen=True)
+class PoolSource:
+    """The pool and its fetch figures when they come from a record, not from this machine: ``tune
+    --fleet`` gives one per host (:func:`sactool.fleet.split.pool_source`). tune receives it and
+    never reads the fleet record itself (tune does not import fleet)."""
+
+    machine: dict[str, Any]            # the machine block of the host the figures describe
+    pool: PoolInfo                     # its share of the pool, as one target
+    gather: GatherInputs               # its bandwidth when every host fetches at once
+    block: dict[str, Any]              # the profile's ``fleet`` block (the share, where each figure came from)
+    record_path: str | None            # the record it came from
+
 
 
 FETCH_FIGURES = {

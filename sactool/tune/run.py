@@ -86,7 +86,8 @@ def execute(job: Job) -> TuneResult:
 
     warnings: list[dict[str, str]] = []
     budget = gpus.kv_budget(model_name=job.spec.name, tp=job.o.tp, gpu=job.o.gpu,
-                            budget_bytes=job.o.gpu_kv_budget_bytes, weights_bytes=job.o.weights_bytes)
+                            budget_bytes=job.o.gpu_kv_budget_bytes, weights_bytes=job.o.weights_bytes,
+                            checkpoint=job.spec.checkpoint)
     contexts, replicates, trace = _workload(job, warnings)
     model_wl = _model_workload(job)
     _check_one_request(job, budget, contexts)
@@ -176,13 +177,11 @@ def _probe_pool(job: Job, warnings: list):
     from sactool.tune.pool import gpu_warnings, pool_info
 
     o = job.o
-    if o.fleet_share is not None:  # tune --fleet: this host's share of a shared pool, from the record
-        from sactool.fleet.split import tune_inputs
-
-        pool = tune_inputs(o.fleet_share)[0]
+    if o.pool_source is not None:  # tune --fleet: this host's share of a shared pool, from the record
+        pool = o.pool_source.pool
         if pool.stand_in:
             warnings.append(warning("stand_in", pool.reason, "figures describe DRAM, not CXL"))
-        return o.fleet_share.machine, pool
+        return o.pool_source.machine, pool
     reader = SysfsReader(o.sysfs_root)
     topo = probe(reader)
     warnings.extend(gpu_warnings(topo))
@@ -284,7 +283,7 @@ class _Points:
                                       "gather_seconds": o.gather_seconds,
                                       **({"gather_size": gather_size} if gather_size else {}),
                                       "bench": [str(b) for b in bench_paths(o.bench)] or None,
-                                      "fleet": o.fleet_share.profile_block() if o.fleet_share else None,
+                                      "fleet": o.pool_source.block if o.pool_source else None,
                                       "targets": target_names,
                                       "layer_targets": model_wl.layer_targets}, sort_keys=True))[:23]
         self.done: list[dict] = []
@@ -311,7 +310,7 @@ def _gather_size(job: Job, pool, warnings: list):
     would measure the cache, not the pool (refused, exit 3), one under 8x it is warned with the cache's
     share. None where tune does not gather itself (``--gather-size`` then unused: warned)."""
     o = job.o
-    if o.bench is not None or o.fleet_share is not None:
+    if o.bench is not None or o.pool_source is not None:
         if o.gather_size_bytes is not None:
             warnings.append(warning("gather_size_unused", "--gather-size sizes tune's own quick gathers; the "
                                     "fetch figures come from the bench record, so it is not used",
@@ -351,12 +350,10 @@ def _gather(job: Job, pool, machine, replicates: int, points: _Points, *, blocks
     from sactool.tune.pool import from_bench, measure_rounds
 
     o = job.o
-    if o.fleet_share is not None:
-        from sactool.fleet.split import tune_inputs
-
+    if o.pool_source is not None:
         from sactool.tune.pool import FETCH_FIGURES
 
-        g = tune_inputs(o.fleet_share)[1]   # a fleet bench record's CPU gathers: the CPU proxy
+        g = o.pool_source.gather   # a fleet bench record's CPU gathers: the CPU proxy
         g.info.setdefault("fetch_path", "cpu_proxy")
         g.info.setdefault("fetch_figure", FETCH_FIGURES["cpu_proxy"])
         g.info.setdefault("swap_in", search.default_swap_in(
@@ -387,7 +384,7 @@ def _page_size(job: Job, pool, replicates: int, points: "_Points", size: int | N
         return PageChoice(f"devdax align {', '.join(map(str, aligns)) or 'unknown'}", {},
                           "the device's align fixes a devdax mapping's page size (daxctl reconfigure-device --align)",
                           {})
-    if o.bench is not None or o.fleet_share is not None:
+    if o.bench is not None or o.pool_source is not None:
         return PageChoice(DEFAULT_KIND, {}, "not measured: the --bench record measured one page kind; the engine "
                           "default (THP) is kept", {})
     from sactool.host.sysfs import SysfsReader

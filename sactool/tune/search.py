@@ -34,12 +34,9 @@ from typing import Iterable, Mapping, Sequence
 
 from sactool.hisparse.capacity import PAGE, Deployment, PoolTarget, RankPlan, fits, min_ratio, rank_plan
 from sactool.hisparse.cost import fetch_bytes_per_token, step_time_over_targets
+from sactool.hisparse.engine import DEFAULT_SWAP_IN_BLOCK, SWAP_IN_BLOCK_SIZES  # noqa: F401 (re-exported)
 from sactool.hisparse.placement import Placement, pool_bytes_per_rank
 
-SWAP_IN_BLOCK_SIZES = (256, 512, 960, 1024)
-"""CTA widths tried: 960 SGLang 0.5.23 default (factory.py), 512 the HiSparse guide's value,
-1024 SAC's hard-coded width, 256 a narrower one (docs/sources.md, SGLang §2.2, docs/sources.md, SAC §5)."""
-DEFAULT_SWAP_IN_BLOCK = 960
 DEFAULT_PREFETCH = True
 
 # two-sided 95% Student t quantiles, dof 1..30 (standard table); larger dof -> 1.96

@@ -279,7 +279,7 @@ def generate_topk(context_tokens: int, steps: int, layers: int, top_k: int, *, s
     out = np.empty((steps, layers, top_k), dtype=np.int32)
     cdf = importance_field(context_tokens, p.importance_shape, seed)
     if p.layer_targets:
-        from sactool.workload.layers import factors_for, layer_targets
+        from sactool.workload.layerfit import factors_for, layer_targets
         from sactool.workload.params import DSV32_STEPS
 
         factors = np.array(factors_for(layer_targets(context_tokens, layers, p.layer_targets),

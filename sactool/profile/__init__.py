@@ -55,10 +55,8 @@ ENTRYPOINTS = ("launch_server", "serve")
 from sactool.hisparse.layout import KV_DTYPES  # noqa: E402  (one owner: the HiSparse layout)
 PROVENANCE_SOURCES = ("measured", "default", "user", "engine", "derived")
 
-# SGLang 0.5.23 facts (docs/sources.md, SGLang §2.2, §1.5)
-DSA_PAGE_SIZE_CUDA = 64           # DSA forces page size 64 on CUDA
-SWAP_IN_BLOCK_RANGE = (1, 1024)   # CUDA threads per CTA of the swap-in kernel
-DEFAULT_SGLANG_TESTED = ">=0.5.23,<0.6"
+# SGLang 0.5.23 facts: one owner, the HiSparse engine module (re-exported here)
+from sactool.hisparse.engine import DEFAULT_SGLANG_TESTED, DSA_PAGE_SIZE_CUDA, SWAP_IN_BLOCK_RANGE  # noqa: E402,F401
 
 
 @dataclass(frozen=True)
@@ -81,6 +79,13 @@ class ModelRef:
     qk_rope_head_dim: int
     index_topk: int
     max_position_embeddings: int
+
+    @classmethod
+    def of(cls, spec: Any) -> ModelRef:
+        """The reference a profile keeps to model ``spec`` (a :class:`sactool.models.ModelSpec`)."""
+        return cls(name=spec.name, hf_id=spec.hf_id, architecture=spec.architecture, num_layers=spec.num_layers,
+                   kv_lora_rank=spec.kv_lora_rank, qk_rope_head_dim=spec.qk_rope_head_dim,
+                   index_topk=spec.index_topk, max_position_embeddings=spec.max_position_embeddings)
 
 
 @dataclass(frozen=True)

@@ -6,11 +6,9 @@
 * stdout that cannot be written (``> /dev/full``, a closed descriptor, an I/O error): an
   :class:`~sactool.errors.OutputError` — one line ``error: cannot write to standard output: …``,
   exit 1 — instead of a traceback; a closed pipe (``| head``) stays a quiet BrokenPipeError;
-* stderr closed (``2>&-``): messages are dropped, the exit code stays what the error says;
-* control characters in text that came from a file (a recorded tree's ``firmware_version``
-  holding ``ESC ]0;…``, a profile's name): :func:`printable` shows them as ``\\x1b`` instead of
-  letting them retitle or clear the terminal. rich's consoles (:mod:`sactool.render`) and every
-  plain line sactool writes pass through it; JSON and YAML escape them themselves.
+* stderr closed (``2>&-``): messages are dropped, the exit code stays what the error says.
+
+Control characters in text from a file are escaped by :func:`sactool.render.printable`.
 """
 
 from __future__ import annotations
@@ -30,15 +28,6 @@ ASCII_FALLBACK = {
 """The characters sactool prints and the ASCII a reader understands in their place."""
 
 ERRORS = "sactool-ascii"
-
-_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x09), *range(0x0B, 0x20), 0x7F, *range(0x80, 0xA0))}
-
-
-def printable(text: str) -> str:
-    """``text`` with every C0/C1 control character but tab and newline written out as ``\\xNN``
-    (ESC, CR, BEL, DEL, CSI …): what a terminal shows is what the file holds, and a hostile
-    string cannot move the cursor, set the title or clear the screen."""
-    return text.translate(_CONTROLS)
 
 
 def _to_ascii(ch: str) -> str:

@@ -1,0 +1,64 @@
+"""The runner every sactool entry point goes through (:func:`run_guarded`): errors, interrupts
+and unwritable standard streams turned into one line and the README's exit code.
+
+It lives in the command line, not in :mod:`sactool.errors`, because it reaches up to the
+fleet (a lone MPI rank aborts its job) and to the stream guards; the error types and the
+signal handler stay in the leaf module every package imports.
+"""
+
+from __future__ import annotations
+
+from sactool.errors import ExitCode, SactoolError, interrupt_code
+
+
+def run_guarded(fn, *, debug: bool = False) -> int:
+    """Run ``fn()`` the way every sactool entry point does and return the exit code.
+
+    SactoolError → ``error: …``/``hint: …`` on stderr and its code (traceback only with ``debug``);
+    Ctrl-C → ``interrupted``, 130 (SIGTERM after :func:`sactool.errors.handle_sigterm`: ``terminated``, 143); a
+    closed stdout pipe (``| head``) → quiet, 0; stdout that cannot be written (``> /dev/full``,
+    closed) → one line, 1; a closed stderr keeps the exit code; an output encoding without ``—``
+    gets ASCII (:mod:`sactool.cli.streams`). ``fn`` may return an int
+    exit code. Used by :func:`sactool.cli.app.main` and the fast probe path in :mod:`sactool.entry`.
+    """
+    from sactool.cli.streams import guarded_streams
+
+    with guarded_streams():
+        code = _run(fn, debug)
+    if code:  # under mpirun, a rank failing before it joined its fleet must not leave the others waiting
+        from sactool.fleet.mpi import abort_if_alone
+
+        abort_if_alone(code)
+    return code
+
+
+def _run(fn, debug: bool) -> int:
+    import sys
+
+    from sactool.cli.streams import quiet_closed_pipe
+
+    try:
+        rv = fn()
+        sys.stdout.flush()  # a full disk shows here, inside the guard, not at interpreter exit
+        return int(rv) if isinstance(rv, int) else int(ExitCode.OK)
+    except SactoolError as e:
+        if getattr(e, "quiet", False):  # fleet mode: rank 0 reports it for every rank
+            return int(e.exit_code)
+        if debug:
+            import traceback
+
+            traceback.print_exc()
+        code = interrupt_code() if e.exit_code == ExitCode.INTERRUPTED else int(e.exit_code)
+        by = " (SIGTERM)" if code == ExitCode.TERMINATED else ""
+        from sactool.render import printable
+
+        sys.stderr.write(printable(f"error: {e.message}{by}\n" + (f"hint: {e.hint}\n" if e.hint else "")))
+        sys.stderr.flush()
+        return code
+    except KeyboardInterrupt:
+        sys.stderr.write("terminated (SIGTERM)\n" if interrupt_code() == ExitCode.TERMINATED else "interrupted\n")
+        return interrupt_code()
+    except BrokenPipeError:
+        # stdout closed early: be quiet, and keep Python from complaining at exit
+        quiet_closed_pipe()
+        return int(ExitCode.OK)
