@@ -5,18 +5,11 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from sactool.textsafe import printable  # re-exported: the render boundary escapes what files hold
+
 FORMATS = ("table", "json", "yaml")
 
 _QUIET = {"on": False}
-
-_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x09), *range(0x0B, 0x20), 0x7F, *range(0x80, 0xA0))}
-
-
-def printable(text: str) -> str:
-    """``text`` with every C0/C1 control character but tab and newline written out as ``\\xNN``
-    (ESC, CR, BEL, DEL, CSI …): what a terminal shows is what the file holds, and a hostile
-    string cannot move the cursor, set the title or clear the screen."""
-    return text.translate(_CONTROLS)
 
 
 def set_quiet(on: bool = True) -> None:
