@@ -268,8 +268,9 @@ def render_miss_check(chk: dict, con) -> None:
         con.print(f"at {format_tokens(int(sw['context_tokens']))} by requests per rank (logs: the p2 sweep): "
                   + "; ".join(f"{n}: logs {_gap(r['logs_gap_s'])}, model {_gap(r['model_gap_s'])}, needs "
                               f"{_misses(r['implied_misses_per_layer'])} misses" for n, r in rows))
-    if chk.get("misses_from") == "calibrated":
-        con.print("model misses: fitted on the platform's calibration runs (simulate.calibration: the dc_0502 / "
+    if chk.get("misses_from") in ("calibrated", "filler"):
+        con.print("model misses: " + ("the filler workload's LRU replay, its parameters " if chk["misses_from"] == "filler"
+                                      else "") + "fitted on the platform's calibration runs (simulate.calibration: the dc_0502 / "
                   "dc_0417 p2 sweeps at c != 64, both buffers, DRAM and SAC), for the prompt those runs decoded; "
                   "the c = 64 logs here were never in the fit. First touches (ShareGPT union) are shown for "
                   "scale only. SAC/DRAM is decided by misses x (record bytes over the CXL device share + the "

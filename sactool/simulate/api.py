@@ -319,6 +319,12 @@ def _default_miss_fn(opts: SimulationOptions, cal=None) -> Callable[[int, int], 
     from sactool.models import get_model
 
     p = opts.platform
+    if p.topk_workload == "filler":
+        from sactool.simulate.fillerfit import profile
+
+        steps = max(2, opts.output_tokens or p.output_tokens)
+        return lambda ctx, buf: profile(p.filler, ctx, buf, p.top_k, kernel=p.hisparse_kernel, steps=steps,
+                                        seed=opts.seed)
     if p.topk_workload == "calibrated":
         from sactool.simulate.misses import calibrated_profile
 
@@ -460,7 +466,12 @@ def _run_notes(p: Platform, opts: SimulationOptions, concs, harness: bool) -> li
         notes.append(f"{p.gpus} GPUs in {p.attn_dp_size} attention-DP ranks: each rank is simulated as one GPU; the "
                      "replicated swap-ins of its attention-TP peers are not added to the shared links")
     cal = p.calibration
-    if p.topk_workload == "calibrated" and cal is not None and not opts.miss_fn:
+    if p.topk_workload == "filler" and not opts.miss_fn:
+        notes.append("hot-buffer misses: LRU replay over each request's whole output of the filler workload "
+                     "(workload.topk filler: the prompt the runs decoded; its parameters fitted to the "
+                     f"calibration's misses at {', '.join(map(str, sorted({b for _, b in cal.misses}))) if cal else '?'} "
+                     "slots, simulate.fillerfit)")
+    elif p.topk_workload == "calibrated" and cal is not None and not opts.miss_fn:
         notes.append(f"hot-buffer misses: fitted on the platform's {cal.runs} calibration runs (workload.topk "
                      f"calibrated: the prompt those runs decoded), a request-life mean per context and buffer")
     else:

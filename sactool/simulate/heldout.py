@@ -5,7 +5,9 @@ platform's ``validation.held_out`` (run files named there) and from ``simulate``
 configuration, changed only where the runs differ (hot-buffer size and run-set size of the
 ``dc_0417`` family, one CXL device in the ``p4`` ablation, the concurrency sweep). None of these
 runs is in ``calibration.runs`` (``simulate.calibration``); the ratios of the paper's headline come
-from the plain run (``validation`` in the platform). Prints a Markdown table per figure.
+from the plain run (``validation`` in the platform). Prints a Markdown table per figure;
+``--fit-filler`` instead refits the filler workload (``simulate.fillerfit``) and prints the
+platform's ``workload.filler`` block.
 """
 
 from __future__ import annotations
@@ -108,11 +110,27 @@ def markdown(rep: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n\n(model / logs; the mean over the contexts where both exist)"
 
 
-def main() -> None:  # pragma: no cover - exercised through tests/test_simulate_calibration.py
-    from sactool.simulate.platform import load_platform
-    from sactool.data import paper_platform
+def fit_filler_block(p) -> str:
+    """The platform's ``workload.filler`` block, refitted (``simulate.fillerfit.fit``)."""
+    from sactool.simulate.fillerfit import DWELL_STEPS, fit
 
-    print(markdown(report(load_platform(paper_platform()))))
+    per = fit(p.calibration, top_k=p.top_k, kernel=p.hisparse_kernel)
+    window = next(iter(per.values())).window_tokens
+    lines = ["  filler:", f"    dwell_steps: {DWELL_STEPS:g}", f"    window_tokens: {window}", "    per_context:"]
+    lines += [f"      {c}: {{flicker_tokens: {q.flicker_tokens}, pool_tokens: {q.pool_tokens}}}"
+              for c, q in sorted(per.items())]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:  # pragma: no cover - exercised through tests/test_simulate_calibration.py
+    import sys
+
+    from sactool.data import paper_platform
+    from sactool.simulate.platform import load_platform
+
+    p = load_platform(paper_platform())
+    args = sys.argv[1:] if argv is None else argv
+    print(fit_filler_block(p) if "--fit-filler" in args else markdown(report(p)))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -26,10 +26,12 @@ KIND = "platform"
 SCHEMA_VERSION = 1
 CASES = ("cache_hit", "cache_populate")
 HARNESSES = ("e2e_bench", "steady")
-TOPK_WORKLOADS = ("sharegpt-dsv32", "calibrated")
+TOPK_WORKLOADS = ("sharegpt-dsv32", "filler", "calibrated")
 """``sharegpt-dsv32``: the LRU replay of the workload model fitted to the per-layer statistics of
-ShareGPT prompts (``sactool.workload``); ``calibrated``: the misses the platform's calibration runs
-imply (``simulate.calibration``), for the prompt those runs decoded."""
+ShareGPT prompts (``sactool.workload``); ``filler``: the LRU replay of the paper runs' filler-prompt
+model (``workload.filler``) with the parameters of ``workload.filler`` fitted to the calibration's
+misses (``simulate.fillerfit``), over a whole request; ``calibrated``: the calibration's fitted
+request-life means themselves (at the calibrated buffers only)."""
 """``e2e_bench``: the authors' benchmark client and SGLang's loop (``harness.py``: burst dispatch,
 round-duration throughput, first-chunk TTFT, front-end queue, lockstep extends and RDMA fetches);
 ``steady``: closed loop with first arrivals spread over one request lifetime and the saturated
@@ -149,6 +151,7 @@ class Platform:
     # the runs the HiSparse step's free parameters are fitted on (``simulate.calibration``), their
     # source, and the run families held out of the fit (agreement is reported only on those)
     topk_workload: str = "sharegpt-dsv32"   # TOPK_WORKLOADS: where the hot-buffer misses come from
+    filler: dict = field(default_factory=dict)   # context -> workload.filler.FillerParams
     calibration_runs: tuple = ()
     calibration_source: str = ""
     calibration_held_out: tuple[str, ...] = ()
@@ -322,6 +325,24 @@ def read_runs(d, path: str = "calibration.runs") -> tuple[CalibrationRun, ...]:
     return tuple(out)
 
 
+def read_filler(d, path: str = "workload.filler") -> dict[int, Any]:
+    """``{context: FillerParams}`` from the platform file (``{}`` when absent)."""
+    from sactool.workload.filler import FillerParams
+
+    blk = _get(d, path, optional=True, default=None)
+    if not blk:
+        return {}
+    dwell = _num(blk, "dwell_steps", label=f"{path}.dwell_steps")
+    window = _int(blk, "window_tokens", label=f"{path}.window_tokens")
+    out = {}
+    for c, v in (blk.get("per_context") or {}).items():
+        q = f"{path}.per_context.{c}"
+        ctx = _int({"c": c}, "c", label=q)
+        out[ctx] = FillerParams(_int(v, "flicker_tokens", label=f"{q}.flicker_tokens"),
+                                _int(v, "pool_tokens", label=f"{q}.pool_tokens"), dwell, window)
+    return out
+
+
 def from_data(data: Mapping[str, Any], *, origin: str = "platform") -> Platform:
     """Build and validate a :class:`Platform` from loaded YAML/JSON (and fit its calibration runs)."""
     data = upgrade(dict(data), kind=KIND, current=SCHEMA_VERSION, source=origin)
@@ -390,6 +411,7 @@ def from_data(data: Mapping[str, Any], *, origin: str = "platform") -> Platform:
                                          allow_zero=True),
         extend_points=tuple(sorted(extend)),
         topk_workload=_choice(d, "workload.topk", TOPK_WORKLOADS, "sharegpt-dsv32"),
+        filler=read_filler(d),
         calibration_runs=read_runs(d),
         calibration_source=str(_get(d, "calibration.source", optional=True, default="")),
         calibration_held_out=tuple(str(x) for x in (_get(d, "calibration.held_out", optional=True, default=[]) or [])),
@@ -459,6 +481,8 @@ def check(p: Platform) -> Platform:
                        f"{spec.max_position_embeddings}")
     if p.topk_workload == "calibrated" and not p.calibration_runs:
         raise _err("workload.topk", "calibrated needs calibration.runs")
+    if p.topk_workload == "filler" and not p.filler:
+        raise _err("workload.topk", "filler needs workload.filler (python -m sactool.simulate.fillerfit)")
     if p.case == "cache_populate" and not p.prefill_points:
         raise _err("prefill.measured", "is needed for workload.case cache_populate")
     return p
