@@ -465,6 +465,16 @@ def sactool_lines(page: Path) -> list[str]:
     return [s.replace("\\", " ") for s in found]
 
 
+def _choices(param) -> list[str] | None:
+    """The values an option accepts, when it has a fixed set (an Enum annotation, a click Choice)."""
+    import enum
+
+    ann = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+    if isinstance(ann, type) and issubclass(ann, enum.Enum):
+        return [str(e.value) for e in ann]
+    return getattr(getattr(param, "type", None), "choices", None)
+
+
 def unknown_words(line: str) -> list[str]:
     """The subcommand or option names of a ``sactool`` command line that its definition lacks
     (``--help`` aside); placeholders (``…``, ``[a|b]``, ``show|validate``, ``P``) are not names."""
@@ -482,19 +492,28 @@ def unknown_words(line: str) -> list[str]:
         if re.fullmatch(r"[a-z][a-z0-9-]+", words[i]):
             bad.append(f"subcommand {words[i]!r}")
         break
-    opts = {"--help"} | {o for p in cmd.params for o in (*p.opts, *p.secondary_opts)}
-    for w in words[i:]:
+    params = {o: p for p in cmd.params for o in (*p.opts, *p.secondary_opts)}
+    rest = words[i:]
+    for k, w in enumerate(rest):
         if w == "--":
             break
-        name = w.split("=", 1)[0]
-        if re.match(r"^--?[A-Za-z]", name) and name not in opts:
+        name, eq, value = w.partition("=")
+        if not re.match(r"^--?[A-Za-z]", name) or name == "--help":
+            continue
+        if name not in params:
             bad.append(name)
+            continue
+        choices = _choices(params[name])
+        value = value if eq else (rest[k + 1] if k + 1 < len(rest) else "")
+        if choices and re.fullmatch(r"[\w.-]+", value) and not value.isupper() and value not in choices:
+            bad.append(f"{name} {value} (one of {', '.join(map(str, choices))})")
     return bad
 
 
 def test_every_sactool_command_the_pages_show_names_real_options():
     """A command line shown without its output (``bash`` blocks, inline code) still cannot drift:
-    each subcommand and option it names exists in the command definitions."""
+    each subcommand and option it names exists in the command definitions, and a value given to
+    an option with choices is one of them."""
     bad, seen = [], 0
     for page in PAGES:
         for line in sactool_lines(page):
@@ -504,6 +523,8 @@ def test_every_sactool_command_the_pages_show_names_real_options():
     assert seen > 100 and bad == [], "\n".join(bad)
     assert unknown_words("sactool bench gahter --node 0") == ["subcommand 'gahter'"]
     assert unknown_words("sactool tune --model m --no-such-flag 1 -- --sglang-flag") == ["--no-such-flag"]
+    assert unknown_words("sactool probe --format tabel")[0].startswith("--format tabel (one of")
+    assert unknown_words("sactool probe --format=json") == unknown_words("sactool probe --format F") == []
 
 
 FILE_KINDS = ("yaml", "json", "python", "toml")

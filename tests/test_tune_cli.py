@@ -278,3 +278,54 @@ def test_gather_size_sizes_the_quick_gathers(tmp_path, capsys):
     assert rule["given"] and rule["size_bytes"] == size and "--gather-size" in p.bench["detail"]
     warned = "gather_size_cache" in {w["code"] for w in p.predictions["warnings"]}
     assert warned == (rule["llc"] is not None and size < 8 * rule["llc"]["bytes"])
+
+
+@pytest.fixture(scope="module")
+def tuned_profile(tmp_path_factory, fast_bench_record) -> Path:
+    """A profile tune wrote (one small run per module), for the whole-profile checks."""
+    from fixtures.trees import unpack
+
+    tmp = tmp_path_factory.mktemp("tuned")
+    out = tmp / "p.yaml"
+    assert main(["tune", *FAST_ARGS, "--sysfs-root", str(unpack("this-machine", tmp / "tree")),
+                 "--bench", str(fast_bench_record), "--out", str(out), "-q"]) == 0
+    return out
+
+
+@pytest.mark.parametrize("percent", [15, 25, 50, 55, 95])
+def test_a_tuned_profile_cut_short_is_refused(tuned_profile, tmp_path, capsys, percent):
+    """A profile tune wrote, cut to part of its bytes (a full disk, an interrupted copy), is refused
+    with exit 4 by profile validate and by serve --dry-run — it passed as "valid profile … 0
+    provenance entries" when the cut fell between sections (issue 22)."""
+    data = tuned_profile.read_bytes()
+    cut = tmp_path / "cut.yaml"
+    cut.write_bytes(data[:len(data) * percent // 100])
+    assert main(["profile", "validate", str(cut)]) == 4
+    _, err = capsys.readouterr()
+    assert err.startswith("error: ") and "hint: " in err and "Traceback" not in err
+    assert main(["serve", "--profile", str(cut), "--dry-run", "--", "--model-path", "x"]) == 4
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("field, value, message", [
+    (("sglang", "max_running_requests"), 10 ** 30, "sglang.max_running_requests: 1000000000000000000000000000000 "
+                                                   "is more than"),
+    (("hisparse", "host_to_device_ratio"), 1000, "hisparse.host_to_device_ratio: 1000 asks"),
+    (("model", "hf_id"), "--enable-hierarchical-cache", "model.hf_id: '--enable-hierarchical-cache' would reach"),
+    (("bench", "ns_per_record"), float("nan"), "bench.ns_per_record: must be a finite number, got nan"),
+    (("predictions", "fetch_time_per_token_s"), float("inf"), "must be a finite number, got inf"),
+])
+def test_profile_validated_as_a_whole(tuned_profile, tmp_path, capsys, field, value, message):
+    """Numbers finite and within what a machine holds, values that cannot become SGLang flags (issue 22):
+    each case was "valid profile" before."""
+    d = yaml.safe_load(tuned_profile.read_text())
+    d[field[0]][field[1]] = value
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(d))
+    assert main(["profile", "validate", str(bad)]) == 4
+    _, err = capsys.readouterr()
+    assert message in err and "hint: " in err
+    good = tmp_path / "good.yaml"
+    good.write_text(tuned_profile.read_text())
+    assert main(["profile", "validate", str(good)]) == 0
+    capsys.readouterr()

@@ -387,6 +387,17 @@ def settings_fields() -> list[str]:
     return out
 
 
+def _defaults() -> dict[str, Any]:
+    out = {}
+    for sect, cls in (("pool", PoolSettings), ("hisparse", HiSparseSettings), ("sglang", SglangSettings)):
+        for f in dataclasses.fields(cls):
+            if f.default is not dataclasses.MISSING:
+                out[f"{sect}.{f.name}"] = f.default
+            elif f.default_factory is not dataclasses.MISSING:   # type: ignore[misc]
+                out[f"{sect}.{f.name}"] = f.default_factory()    # type: ignore[misc]
+    return out
+
+
 def _build(cls, data: Any, section: str):
     if not isinstance(data, Mapping):
         raise _err(section, f"must be a mapping, got {type(data).__name__}")
@@ -414,6 +425,9 @@ def _upgrade_1_to_2(record: dict[str, Any]) -> dict[str, Any]:
 
 
 _UPGRADES: dict[int, Any] = {1: _upgrade_1_to_2}  # schema n -> n+1 steps, applied in order
+
+
+_DEFAULTS = _defaults()
 
 
 def from_data(data: dict[str, Any], *, source: str = "profile") -> Profile:
@@ -465,7 +479,12 @@ def from_data(data: dict[str, Any], *, source: str = "profile") -> Profile:
         sactool_version=str(data.get("sactool_version", "")),
         created_at=str(data.get("created_at", "")),
     )
-    return validate(prof)
+    from sactool.profile import whole
+
+    whole.check_data(data, _DEFAULTS)   # sections, provenance of every field set, finite numbers (the file as a whole)
+    validate(prof)
+    whole.check_profile(prof)
+    return prof
 
 
 def workload_summary(block: Mapping[str, Any] | None) -> str:
