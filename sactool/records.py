@@ -302,11 +302,14 @@ def to_data(obj: Any) -> Any:
     return obj
 
 
+_JSON_CONTROLS = {c: f"\\u{c:04x}" for c in (0x7F, *range(0x80, 0xA0))}
+
+
 def dumps(data: Any, fmt: str) -> str:
     """Serialize record data as ``json`` (indented, stable key order as built) or ``yaml``."""
     data = to_data(data)
-    if fmt == "json":
-        return json.dumps(data, indent=2) + "\n"
+    if fmt == "json":   # json escapes C0 controls; DEL and C1 (CSI is 0x9b) too, for a terminal
+        return json.dumps(data, indent=2).translate(_JSON_CONTROLS) + "\n"
     if fmt == "yaml":
         import yaml
 

@@ -85,7 +85,9 @@ def _usage_error(e) -> int:
     where = ctx.command_path if ctx is not None else "sactool"
     msg = e.format_message() if hasattr(e, "format_message") else str(e)
     msg = msg.replace("Value error, ", "")   # typer 0.29 validates choices through pydantic
-    sys.stderr.write(f"error: {msg}\nhint: see '{where} --help'\n")
+    from sactool.render import printable
+
+    sys.stderr.write(printable(f"error: {msg}\nhint: see '{where} --help'\n"))
     return int(ExitCode.USAGE)
 
 

@@ -50,7 +50,9 @@ def _run(fn, debug: bool) -> int:
             traceback.print_exc()
         code = interrupt_code() if e.exit_code == ExitCode.INTERRUPTED else int(e.exit_code)
         by = " (SIGTERM)" if code == ExitCode.TERMINATED else ""
-        sys.stderr.write(f"error: {e.message}{by}\n" + (f"hint: {e.hint}\n" if e.hint else ""))
+        from sactool.render import printable
+
+        sys.stderr.write(printable(f"error: {e.message}{by}\n" + (f"hint: {e.hint}\n" if e.hint else "")))
         sys.stderr.flush()
         return code
     except KeyboardInterrupt:

@@ -7,6 +7,8 @@
   :class:`~sactool.errors.OutputError` — one line ``error: cannot write to standard output: …``,
   exit 1 — instead of a traceback; a closed pipe (``| head``) stays a quiet BrokenPipeError;
 * stderr closed (``2>&-``): messages are dropped, the exit code stays what the error says.
+
+Control characters in text from a file are escaped by :func:`sactool.render.printable`.
 """
 
 from __future__ import annotations

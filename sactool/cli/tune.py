@@ -66,6 +66,10 @@ def tune(
     steps: int = typer.Option(128, "--steps", help="Decode steps simulated per context and seed."),
     replicates: int = typer.Option(3, "--replicates", help="Workload seeds = interleaved measurement rounds."),
     seed: int = typer.Option(0, "--seed", min=0, metavar="<int>", help="First workload seed."),
+    workload: str = typer.Option("sharegpt-dsv32", "--workload", metavar="<name>",
+                                 help="Top-k workload of the hot-buffer simulation: sharegpt-dsv32 (real prompts: "
+                                 "the model fitted to the authors' ShareGPT per-layer statistics) or filler-sac-runs "
+                                 "(the SAC paper runs' one synthetic prompt)."),
     sysfs_root: Optional[Path] = SysfsRootOpt,
     fleet: Optional[Path] = typer.Option(
         None, "--fleet", help="Fleet bench record (mpirun … sactool bench gather --out): one profile per host, "
@@ -88,7 +92,7 @@ def tune(
         gpu_kv_budget_bytes=parse_size(gpu_kv_budget, what="--gpu-kv-budget") if gpu_kv_budget else None,
         weights_bytes=parse_size(weights_bytes, what="--weights-bytes") if weights_bytes else None,
         kv_dtype=kv_dtype, bench=(tuple(bench) if len(bench) > 1 else bench[0]) if bench else None, trace=trace, strict=strict, out=out, force=force, resume=resume,
-        steps=steps, replicates=replicates, seed=seed, sysfs_root=sysfs_root,
+        steps=steps, replicates=replicates, seed=seed, workload=workload, sysfs_root=sysfs_root,
         pool_bytes=parse_size(pool_bytes, what="--pool-bytes") if pool_bytes else None,
         gather_size_bytes=parse_size(gather_size, what="--gather-size") if gather_size else None,
         given=_given(ctx, {"context": "contexts", "concurrency": "concurrency", "tp": "tp", "attn_dp": "attn-dp",

@@ -349,7 +349,9 @@ def run_fleet_bench(fleet: Fleet, opts, *, reader=None, write: Writer | None = N
         if e.local:  # this rank gave up waiting: the others may hang, so end the job (after saying why)
             import sys
 
-            sys.stderr.write(f"error: {e.message}\nhint: {e.hint}\n")
+            from sactool.textsafe import printable
+
+            sys.stderr.write(printable(f"error: {e.message}\nhint: {e.hint}\n"))
             sys.stderr.flush()
             fleet.abort(int(e.exit_code))
         raise

@@ -31,13 +31,14 @@ class IomemRange:
 
 
 def parse_iomem(text: str) -> tuple[IomemRange, ...]:
-    """Every line of ``/proc/iomem``; ValueError when no line parses."""
+    """Every line of ``/proc/iomem``; ValueError when no line parses (an empty file — a snapshot's
+    copy of a map with no CXL Window or Soft Reserved entry — is no entry, not an error)."""
     out = []
     for line in text.splitlines():
         m = _LINE_RE.match(line.rstrip())
         if m:
             out.append(IomemRange(int(m.group(2), 16), int(m.group(3), 16), m.group(4).strip(), len(m.group(1)) // 2))
-    if not out:
+    if not out and text.strip():
         raise ValueError("no '<start>-<end> : <name>' line")
     return tuple(out)
 
@@ -47,7 +48,7 @@ def read_iomem(r: SysfsReader) -> tuple[tuple[IomemRange, ...] | None, str | Non
     a = r.attr(IOMEM, parse_iomem)
     if a.value is None:
         return None, a.reason
-    if all(x.start == 0 and x.end == 0 for x in a.value):
+    if a.value and all(x.start == 0 and x.end == 0 for x in a.value):
         return None, "addresses read as 0: the kernel shows them only to CAP_SYS_ADMIN (run as root)"
     return a.value, None
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable, Generic, TypeVar
 
 from sactool.errors import TopologyError
-from sactool.host.files import NotRead, inside, read_regular
+from sactool.host.files import NotRead, Tree
 from sactool.units import expand_int_list, suffix_bytes
 
 SYSFS_ROOT_ENV = "SACTOOL_SYSFS_ROOT"
@@ -141,6 +141,7 @@ class SysfsReader:
         self.live = self.root == Path("/")
         self.reasons: dict[str, str] = {}
         self.touched: set[str] = set()
+        self._tree: Tree | None = None
         if check and not self.live:
             self._check_root(root)
 
@@ -154,12 +155,15 @@ class SysfsReader:
             if not self.root.is_dir():
                 raise TopologyError(f"sysfs root {str(root)!r} is not a directory",
                                     "unpack the snapshot archive first (tar xzf …) and pass the directory")
-            if not (self.root / "sys").is_dir():
+            try:
+                self.tree.listdir("sys")   # beneath the root: a sys/ linked outside it is no sys/
+            except NotRead as e:
+                if e.reason == "permission denied":
+                    raise PermissionError from None
                 raise TopologyError(
-                    f"sysfs root {str(root)!r} has no sys/ directory",
+                    f"sysfs root {str(root)!r} has no sys/ directory ({e.reason})",
                     "the root must mirror / (contain sys/devices/system/node …)",
-                )
-            os.listdir(self.root / "sys")
+                ) from None
         except PermissionError:
             raise TopologyError(f"sysfs root {str(root)!r} cannot be read (permission denied)",
                                 "make the directory readable to you (chmod -R a+rX, or unpack it yourself)") from None
@@ -178,46 +182,50 @@ class SysfsReader:
         """Why the last read of ``rel`` gave nothing (``None`` if it was read fine)."""
         return self.reasons.get(rel.lstrip("/"))
 
-    def _fence(self) -> Path | None:
-        """The root reads must stay under (None for the live system, where all of / is fair)."""
-        return None if self.live else self.root
+    @property
+    def tree(self) -> Tree:
+        """The root as a :class:`~sactool.host.files.Tree` (a recording: every path resolved
+        beneath its root descriptor, links included, whatever is renamed meanwhile)."""
+        if self._tree is None:
+            self._tree = Tree(None if self.live else self.root)
+        return self._tree
 
     def inside(self, rel: str) -> bool:
-        """Whether ``rel`` (links followed) stays under the root; a recorded tree is never read outside."""
-        return inside(self._fence(), self.path(rel))
-
-    def _parent_inside(self, rel: str) -> bool:
-        return self.live or inside(self.root, self.path(rel).parent)
+        """Whether ``rel`` (links followed) exists under the root; a recorded tree is never read outside."""
+        try:
+            self.tree.stat(rel)
+            return True
+        except NotRead:
+            return False
 
     def exists(self, rel: str) -> bool:
         """Whether the entry exists (a link counts, even dangling) in a directory under the root."""
         self._touch(rel)
-        return self._parent_inside(rel) and os.path.lexists(self.path(rel))
+        try:
+            return self.tree.lstat(rel) is not None
+        except NotRead:
+            return False
 
     def is_dir(self, rel: str) -> bool:
         self._touch(rel)
-        if not self.inside(rel):
-            self._miss(rel, "resolves outside the sysfs root")
-            return False
         try:
-            return stat.S_ISDIR(os.stat(self.path(rel)).st_mode)
-        except PermissionError:
-            self._miss(rel, "permission denied")
-        except OSError:
-            pass
+            return stat.S_ISDIR(self.tree.stat(rel).st_mode)
+        except NotRead as e:
+            if e.reason != "missing":
+                self._miss(rel, e.reason)
         return False
 
     # ---- raw reads -----------------------------------------------------------------------
     def text(self, rel: str) -> str | None:
         """The file's content (stripped of the trailing newline) or None with a reason.
 
-        Only regular files under the root are read (see :func:`read_regular`): a FIFO, a device
-        or a link leading outside a recorded tree gives None with that reason, never a hang or
-        someone else's file.
+        Only regular files under the root are read (see :class:`~sactool.host.files.Tree`): a
+        FIFO, a device, a hard link, or a link leading outside a recorded tree gives None with
+        that reason, never a hang or someone else's file.
         """
         self._touch(rel)
         try:
-            data = read_regular(self.path(rel), self._fence())
+            data = self.tree.read(rel)
         except NotRead as e:
             self._miss(rel, e.reason)
             return None
@@ -262,33 +270,19 @@ class SysfsReader:
     def listdir(self, rel: str) -> list[str]:
         """Sorted entry names ([] with a reason when missing/unreadable)."""
         self._touch(rel)
-        if not self.inside(rel):
-            self._miss(rel, "resolves outside the sysfs root")
-            return []
         try:
-            return sorted(os.listdir(self.path(rel)))
-        except FileNotFoundError:
-            self._miss(rel, "missing")
-        except NotADirectoryError:
-            self._miss(rel, "not a directory")
-        except PermissionError:
-            self._miss(rel, "permission denied")
-        except OSError as e:
-            self._miss(rel, f"unreadable ({e.strerror})")
+            return self.tree.listdir(rel)
+        except NotRead as e:
+            self._miss(rel, e.reason)
         return []
 
     def readlink(self, rel: str) -> str | None:
         """The raw link target, or None (not a link / missing)."""
         self._touch(rel)
-        if not self._parent_inside(rel):
-            self._miss(rel, "resolves outside the sysfs root")
-            return None
         try:
-            return os.readlink(self.path(rel))
-        except FileNotFoundError:
-            self._miss(rel, "missing")
-        except OSError:
-            self._miss(rel, "not a symlink")
+            return self.tree.readlink(rel)
+        except NotRead as e:
+            self._miss(rel, e.reason)
         return None
 
     def resolve(self, rel: str) -> str | None:
@@ -298,23 +292,15 @@ class SysfsReader:
         when the path does not exist or resolves outside the root (a dangling recording link).
         """
         self._touch(rel)
-        # record each symlink component so snapshots can recreate the chain
-        parts = rel.strip("/").split("/")
-        cur = ""
-        for part in parts:
-            cur = f"{cur}/{part}" if cur else part
-            if os.path.islink(self.path(cur)):
-                self._touch(cur)
-        real = Path(os.path.realpath(self.path(rel)))
-        if not inside(self._fence(), real):
-            self._miss(rel, "resolves outside the sysfs root")
+        try:
+            out, links = self.tree.canonical(rel)
+        except NotRead as e:
+            self._miss(rel, e.reason)
             return None
-        out = real.relative_to(self.root)
-        if not real.exists():
-            self._miss(rel, "dangling link")
-            return None
-        self._touch(str(out))
-        return str(out)
+        for link in links:
+            self._touch(link)
+        self._touch(out)
+        return out
 
     def basename_of_link(self, rel: str) -> str | None:
         """Name of the directory a link points at (e.g. a dax device's ``driver`` → ``kmem``)."""

@@ -54,6 +54,8 @@ def _smaps_entry(addr: int, reader: SysfsReader | None = None) -> dict[str, int]
     Streamed line by line (the file is larger than the reader's 1 MiB cap in a numba process).
     """
     reader = reader or SysfsReader()
+    if not reader.live:   # a recording holds no mapping of this process
+        return {}
     path = reader.path("proc/self/smaps")
     out: dict[str, int] = {}
     inside = False

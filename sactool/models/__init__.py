@@ -144,8 +144,9 @@ def get_model(name_or_path: str | Path) -> ModelSpec:
         model_name = cfg.get("_name_or_path") or p.parent.name or p.stem
         # the model SGLang loads is the checkout directory (weights, tokenizer and config.json):
         # serve passes hf_id as --model-path, which must not be the config.json file itself
-        return from_hf_config(cfg, name=str(model_name).rsplit("/", 1)[-1].lower(),
-                              hf_id=str(p.parent.resolve()), where=str(p))
+        name = str(model_name).rsplit("/", 1)[-1].lower()
+        return from_hf_config(cfg, name=name, hf_id=str(p.parent.resolve()), where=str(p),
+                              checkpoint=checkpoint_of(name))
     if text.endswith(".json"):
         raise RecordError(f"model config {text} does not exist", "check the path to the config.json")
     raise UsageError(f"unknown model {text!r}; known models: {', '.join(known_models())}",

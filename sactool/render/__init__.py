@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from sactool.textsafe import printable  # re-exported: the render boundary escapes what files hold
+
 FORMATS = ("table", "json", "yaml")
 
 _QUIET = {"on": False}
@@ -22,7 +24,7 @@ def quiet() -> bool:
 def note(message: str) -> None:
     """One plain line on stderr (a note, a path written), unless ``--quiet``."""
     if not _QUIET["on"]:
-        sys.stderr.write(message + "\n")
+        sys.stderr.write(printable(message) + "\n")
         sys.stderr.flush()
 
 
@@ -66,6 +68,12 @@ def _console_class():
     from rich.console import Console
 
     class _Console(Console):
+        def _render_buffer(self, buffer):
+            # text from files (a recorded tree, a profile) may hold ESC and friends; rich strips
+            # BEL/CR/BS but not ESC. Its own control segments (cursor moves) stay as they are.
+            return super()._render_buffer(seg if seg.control else seg._replace(text=printable(seg.text))
+                                          for seg in buffer)
+
         def on_broken_pipe(self) -> None:
             # rich exits 1 here; a closed pipe (| head) is quiet and exit 0 (cli.guard.run_guarded)
             self.quiet = True

@@ -84,5 +84,7 @@ def render_valid(p, path, fmt: str = "table") -> None:
         emit_data({"path": str(path), "valid": True, "kind": p.kind, "schema_version": p.schema_version,
                    "model": p.model.name, "provenance_entries": len(p.provenance)}, fmt)
         return
-    sys.stdout.write(f"{path}: valid {p.kind} (schema {p.schema_version}), model {p.model.name}, "
-                     f"{len(p.provenance)} provenance entries\n")
+    from sactool.render import printable
+
+    sys.stdout.write(printable(f"{path}: valid {p.kind} (schema {p.schema_version}), model {p.model.name}, "
+                     f"{len(p.provenance)} provenance entries\n"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 import sys
 
-from sactool.render import emit_data, stdout_console
+from sactool.render import emit_data, printable, stdout_console
 
 
 def render_launch(launch, fmt: str) -> None:
@@ -37,4 +37,5 @@ def render_launch(launch, fmt: str) -> None:
     for line in c.notes:
         con.print(f"note: {line}", markup=False, highlight=False, soft_wrap=True)
     for p in launch.problems:
-        sys.stderr.write(f"would refuse (exit {p.exit_code}): {p.message}\n" + (f"  hint: {p.hint}\n" if p.hint else ""))
+        sys.stderr.write(printable(f"would refuse (exit {p.exit_code}): {p.message}\n"
+                                   + (f"  hint: {p.hint}\n" if p.hint else "")))

@@ -141,6 +141,20 @@ def render_tune(result) -> None:
                f"the design check (one request per rank with top_k-slot hot buffers) failed (see the warning), "
                f"though the chosen device_buffer_size would hold {n}")
         con.print(f"{ctx}: not in the profile (its context_length stops below): {why}", markup=False)
+    bb = s.get("by_buffer") or []
+    if bb:
+        t4 = min((r["fetch_time_per_token_s"] for r in bb if r["device_buffer_size"] == 4096), default=None)
+        b = Table(title="by hot-buffer size (best candidate of each; gain = fetch time saved per token vs 4096)",
+                  show_edge=False)
+        for col in ("device_buffer_size", "misses/step/layer", "fetch time/token", "vs 4096", "GPU/rank", "fits"):
+            b.add_column(col)
+        for r in bb:
+            vs = (f"{_t(t4 - r['fetch_time_per_token_s'])}" if t4 is not None and r["device_buffer_size"] != 4096
+                  else "")
+            b.add_row(f"{r['device_buffer_size']}" + (" (chosen)" if r["chosen"] else ""),
+                      f"{r['misses_per_step_per_layer']:.1f}", _t(r["fetch_time_per_token_s"]), vs,
+                      format_bytes(r["gpu_bytes_per_rank"]), "yes" if r["feasible"] else "no")
+        con.print(b)
     a = Table(title=None, show_edge=False)
     for col in ("alternative", "fetch time/token", "GPU/rank", "why it lost"):
         a.add_column(col)

@@ -6,6 +6,10 @@ symlink met on the way is stored as a symlink with its original relative target,
 links and gives the same result. Directories the prober listed keep their sub-directories and
 links (as empty directories / links), so listings match too. A ``SNAPSHOT.json`` at the top says
 where and when it was recorded. Written atomically (temporary name, then rename).
+
+Everything is read through the reader's :class:`~sactool.host.files.Tree`, so a snapshot of a
+recording never archives a file from outside it (a link out, a hard link, a FIFO are left out),
+and of ``/proc/iomem`` only the lines probe uses are kept (:func:`shareable_iomem`).
 """
 
 from __future__ import annotations
@@ -14,88 +18,113 @@ import io
 import json
 import os
 import posixpath
+import stat
 import tarfile
 import time
 from pathlib import Path
 
 from sactool.errors import SactoolError
-from sactool.host.files import MAX_READ_BYTES, NotRead, read_regular
+from sactool.host.files import MAX_READ_BYTES, NotRead
+from sactool.host.iomem import IOMEM
 from sactool.host.sysfs import SysfsReader
 
 MAX_FILE_BYTES = MAX_READ_BYTES  # what SysfsReader.text reads; store the same
 
 
+def _escapes(d: str, target: str) -> bool:
+    """Whether a link at ``d/…`` to ``target`` would leave the archive (absolute, or ``..`` out)."""
+    joined = posixpath.normpath(posixpath.join(d, target))
+    return os.path.isabs(target) or joined == ".." or joined.startswith("../")
+
+
 class _Collector:
-    def __init__(self, root: Path):
-        self.root = root
+    """What to archive, found through the reader's :class:`~sactool.host.files.Tree` (a
+    recording: every path resolved beneath its root, so nothing outside it is archived)."""
+
+    def __init__(self, reader: SysfsReader):
+        self.tree = reader.tree
         self.files: set[str] = set()
         self.dirs: set[str] = set()
         self.links: dict[str, str] = {}
         self._seen: set[str] = set()
 
     def canonical(self, rel: str) -> str | None:
-        """Walk ``rel`` component by component, recording links; return the canonical rel path."""
+        """``rel`` with its links resolved (recorded in :attr:`links`); None when it leaves the
+        tree, or meets a link the archive cannot hold (absolute, or climbing out)."""
         if rel in self._seen:
             return None
         self._seen.add(rel)
-        cur = ""
-        parts = [p for p in rel.split("/") if p and p != "."]
-        i = 0
-        while i < len(parts):
-            part = parts[i]
-            nxt = posixpath.normpath(f"{cur}/{part}") if cur else part
-            if nxt.startswith(".."):
-                return None
-            full = self.root / nxt
-            if os.path.islink(full):
-                target = os.readlink(full)
-                joined = posixpath.normpath(posixpath.join(posixpath.dirname(nxt), target))
-                if os.path.isabs(target) or joined == ".." or joined.startswith("../"):
-                    # leads outside the tree (or is absolute, which would escape the archive):
-                    # neither followed nor archived
-                    return None
-                self.links[nxt] = target
-                rest = parts[i + 1:]
-                # restart from the link's target (it may contain links itself)
-                parts = [p for p in joined.split("/") if p] + rest
-                cur, i = "", 0
-                continue
-            cur = nxt
-            i += 1
-        return cur or None
+        try:
+            canon, links = self.tree.canonical(rel)
+        except NotRead:
+            return None
+        if any(_escapes(posixpath.dirname(link), target) for link, target in links.items()):
+            return None
+        self.links.update(links)
+        return canon or None
 
     def add(self, rel: str) -> None:
         canon = self.canonical(rel)
         if canon is None:
             return
-        full = self.root / canon
-        if full.is_dir():
+        try:
+            st = self.tree.lstat(canon)
+        except NotRead:
+            return
+        if st is not None and stat.S_ISDIR(st.st_mode):
             self.dirs.add(canon)
-        elif full.is_file():
+        elif st is not None and stat.S_ISREG(st.st_mode):
             self.files.add(canon)
 
 
 def collect(reader: SysfsReader) -> _Collector:
-    col = _Collector(reader.root)
+    col = _Collector(reader)
     for rel in sorted(reader.touched):
         col.add(rel)
     # listed directories: keep their sub-directories and links so listings stay the same
     for d in sorted(col.dirs):
         try:
-            names = os.listdir(col.root / d)
-        except OSError:
+            names = col.tree.listdir(d)
+        except NotRead:
             continue
         for name in names:
             child = f"{d}/{name}"
-            full = col.root / child
-            if os.path.islink(full):
-                target = os.readlink(full)
-                if not os.path.isabs(target) and not posixpath.normpath(
-                        posixpath.join(d, target)).startswith(".."):
-                    col.links.setdefault(child, target)
-            elif full.is_dir():
-                col.dirs.add(child)
+            try:
+                st = col.tree.lstat(child)
+                if st is not None and stat.S_ISLNK(st.st_mode):
+                    target = col.tree.readlink(child)
+                    if not _escapes(d, target):
+                        col.links.setdefault(child, target)
+                elif st is not None and stat.S_ISDIR(st.st_mode):
+                    col.dirs.add(child)
+            except NotRead:
+                continue
     return col
+
+
+def shareable_iomem(text: str) -> str:
+    """The lines of ``/proc/iomem`` probe uses — ``CXL Window N``, ``Soft Reserved`` and the
+    entries enclosing a Soft Reserved one (their nesting is what the parser reads) — and no
+    other: as root the whole file shows where the kernel's code and data lie in physical memory,
+    which a snapshot made to be mailed around must not carry."""
+    from sactool.host.iomem import _LINE_RE
+    from sactool.topology.classify import _CXL_WINDOW_RE, SOFT_RESERVED
+
+    lines = [ln for ln in text.splitlines() if _LINE_RE.match(ln.rstrip())]
+    keep: set[int] = set()
+    for i, ln in enumerate(lines):
+        m = _LINE_RE.match(ln.rstrip())
+        name, depth = m.group(4).strip(), len(m.group(1)) // 2
+        if (depth == 0 and _CXL_WINDOW_RE.match(name)) or name == SOFT_RESERVED:
+            keep.add(i)
+            for j in range(i - 1, -1, -1):   # the enclosing entries: the nearest line one level up, …
+                dj = len(_LINE_RE.match(lines[j].rstrip()).group(1)) // 2
+                if dj < depth:
+                    keep.add(j)
+                    depth = dj
+                if depth == 0:
+                    break
+    return "".join(lines[i] + "\n" for i in sorted(keep))
 
 
 def _parents(path: str) -> list[str]:
@@ -136,12 +165,13 @@ def build_archive(reader: SysfsReader) -> bytes:
             ti = tarfile.TarInfo(link)
             ti.type, ti.linkname, ti.mode, ti.mtime = tarfile.SYMTYPE, target, 0o777, now
             tar.addfile(ti)
-        fence = None if reader.live else reader.root
         for f in sorted(col.files):
             try:
-                content = read_regular(col.root / f, fence, MAX_FILE_BYTES)
+                content = col.tree.read(f, MAX_FILE_BYTES)
             except NotRead:
-                continue  # unreadable, not a regular file, or outside: absent in the snapshot too
+                continue  # unreadable, not a regular file, hard-linked or outside: absent in the snapshot too
+            if f == IOMEM:
+                content = shareable_iomem(content.decode("latin-1")).encode("latin-1")
             _add_bytes(tar, f, content, now)
     return buf.getvalue()
 

@@ -39,7 +39,30 @@ def build_profile(d, *, chosen, ranked, evals, gather):
                           request=_request(d), predictions=predictions, bench=dict(gather.info), provenance=prov,
                           workload=getattr(d, "workload", None),
                           fleet=share.block if share is not None else None)
-    return profile, _summary(d, c, hs, gather, predictions), _alternatives(chosen, evals)
+    summary = _summary(d, c, hs, gather, predictions)
+    summary["by_buffer"] = _by_buffer(chosen, evals)
+    return profile, summary, _alternatives(chosen, evals)
+
+
+def _by_buffer(chosen, evals) -> list[dict[str, Any]]:
+    """Per evaluated ``device_buffer_size``: its best candidate (feasible ones first, then the
+    leanest), with the predicted fetch time per token, misses and GPU memory per rank — the
+    hot-buffer choice as a table."""
+    best: dict[int, Any] = {}
+    for e in evals:
+        b = e.candidate.device_buffer_size
+        cur = best.get(b)
+        if cur is None or (e.feasible, -e.mean_s) > (cur.feasible, -cur.mean_s):
+            best[b] = e
+    rows = []
+    for b, e in sorted(best.items()):
+        pc = e.per_context.values()
+        rows.append({"device_buffer_size": b, "feasible": e.feasible, "chosen": b == chosen.candidate.device_buffer_size,
+                     "fetch_time_per_token_s": e.mean_s,
+                     "misses_per_step_per_layer": sum(x["misses_per_step_per_layer"] for x in pc) / max(1, len(pc)),
+                     "gpu_bytes_per_rank": e.gpu_bytes_per_rank,
+                     "why_infeasible": "; ".join(e.why_infeasible)})
+    return rows
 
 
 def _gpu_nodes(d) -> tuple[int, ...]:

@@ -81,7 +81,9 @@ class ModelWorkload:
     def to_data(self) -> dict[str, Any]:
         """Record form (a profile's ``workload`` block, simulate's inputs)."""
         t = self.layer_targets
-        return {"source": "model", "generator": "sactool.workload.generate_topk", "model": self.model,
+        return {"source": "model", "name": "sharegpt-dsv32",
+                "statistics": "per-layer top-k unions of DeepSeek-V3.2 on ShareGPT prompts (dsv32-profile-topk)",
+                "generator": "sactool.workload.generate_topk", "model": self.model,
                 "layer_locality": "per-layer targets" if t else "random log-normal spread",
                 "model_profile": t,
                 "targets": f"sactool/data/topk/{DATASETS[t]}" if t else None,
