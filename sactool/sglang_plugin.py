@@ -301,7 +301,7 @@ def pool_budget(plan: Any, reader: Any = None) -> tuple[int | None, str]:
         return None, ""
     from sactool.units import format_bytes
 
-    margin, room = f.margin_bytes, f.room_bytes
+    margin, room = f.margin_bytes, f.room_bytes or 0   # known: f.bytes is not None
     share = _pinned_share(plan)
     if share is not None and share < room:   # pool.capacity_bytes pins what this rank's pool may take
         return share, (f"rank {plan.rank}'s share of {plan.target}'s pinned capacity: {format_bytes(share)} "

@@ -381,7 +381,7 @@ def _validate_pool_allocation(q: PoolSettings, s: SglangSettings) -> None:
 
 def settings_fields() -> list[str]:
     """Dotted names of every settings field (``pool.*``, ``hisparse.*``, ``sglang.*``)."""
-    out = []
+    out: list[str] = []
     for sect, cls in (("pool", PoolSettings), ("hisparse", HiSparseSettings), ("sglang", SglangSettings)):
         out.extend(f"{sect}.{f.name}" for f in dataclasses.fields(cls))
     return out

@@ -233,7 +233,7 @@ class PoolPlan:
         what = f"{self.target} ({'DAX device' if self.mode == 'devdax' else 'NUMA node'})"
         extra = "; a DRAM node stands in for CXL (pool.stand_in)" if self.stand_in else ""
         if self.mode == "devdax":
-            if self.slot is not None and self.slot.size_bytes is not None:
+            if self.slot is not None and self.slot.size_bytes is not None and self.slot.offset_bytes is not None:
                 return (f"rank {self.rank} (GPU {self.slot.gpu}): map {what} bytes [{self.slot.offset_bytes}, "
                         f"{self.slot.offset_bytes + self.slot.size_bytes}) (align {self.align_bytes}){extra}")
             return f"rank {self.rank}: map {what}{extra}"

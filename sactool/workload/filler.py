@@ -188,7 +188,7 @@ def read_params(blk: dict, where: str) -> dict[int, FillerParams]:
     out = {}
     for c, v in per.items():
         if not isinstance(v, dict) or not all(isinstance(v.get(k), int) and not isinstance(v.get(k), bool)
-                                              and v.get(k) > 0 for k in ("flicker_tokens", "pool_tokens")):
+                                              and (v.get(k) or 0) > 0 for k in ("flicker_tokens", "pool_tokens")):
             raise UsageError(f"{where}: per_context.{c} needs positive integer flicker_tokens and pool_tokens",
                              "see sactool/data/workloads/")
         out[int(c)] = FillerParams(v["flicker_tokens"], v["pool_tokens"], dwell, window)
