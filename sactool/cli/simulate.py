@@ -61,7 +61,7 @@ def simulate(
                          f"e.g. sactool simulate --platform {paper_platform()}")
     check_output(plot, force, "--plot")   # before the work: exists, unwritable directory, full disk
     if plot is not None:
-        from sactool.render.simulate import require_matplotlib
+        from sactool.render.figures import require_matplotlib
 
         require_matplotlib()
     if hotbuffer_steps < 2:

@@ -502,6 +502,9 @@ def _run_notes(p: Platform, opts: SimulationOptions, concs, harness: bool) -> li
         notes.append(f"decode step: zero-miss step and a per-missed-record cost of "
                      f"{cal.per_missed_record_s * 1e9:.0f} ns (every placement) fitted on {cal.runs} calibration "
                      f"runs (rms {cal.rms_s * 1e3:.2f} ms); held out: {'; '.join(p.calibration_held_out) or '-'}")
+    if p.calibration_baselines:
+        notes.append("read from the validation run families (agreement with them is not a prediction): "
+                     + ", ".join(p.calibration_baselines))
     if harness:
         rq = {pl: max(1, int(round((p.rdma_requests_per_concurrency if pl == "rdma" and p.rdma_requests_per_concurrency
                                     else p.requests_per_concurrency) * concs[0]))) for pl in opts.placements}

@@ -155,6 +155,7 @@ class Platform:
     calibration_runs: tuple = ()
     calibration_source: str = ""
     calibration_held_out: tuple[str, ...] = ()
+    calibration_baselines: tuple[str, ...] = ()   # inputs read from the validation run families
     # the fit of those runs on this platform as its file describes it (``calibration.Calibration``),
     # made once at load: a what-if (``--set``, ``dataclasses.replace``) changes the hardware, not
     # what the runs measured, so it is not refitted
@@ -415,6 +416,8 @@ def from_data(data: Mapping[str, Any], *, origin: str = "platform") -> Platform:
         filler=read_filler(d),
         calibration_runs=read_runs(d),
         calibration_source=str(_get(d, "calibration.source", optional=True, default="")),
+        calibration_baselines=tuple(str(x) for x in (_get(d, "calibration.baselines_from_validation_families",
+                                                              optional=True, default=[]) or [])),
         calibration_held_out=tuple(str(x) for x in (_get(d, "calibration.held_out", optional=True, default=[]) or [])),
         sources={str(k): str(v) for k, v in (d.get("sources") or {}).items()},
         validation=dict(d.get("validation") or {}),
