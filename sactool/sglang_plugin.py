@@ -137,11 +137,13 @@ def register(registry: Any = None, hook_type: Any = None) -> bool:
 
     ``registry``/``hook_type`` default to SGLang's ``HookRegistry``/``HookType.AROUND`` (tests pass
     the real classes loaded from the SGLang 0.5.23 source, or a stand-in)."""
-    path = os.environ.get("SACTOOL_PROFILE")
+    from sactool.profile.hostpool import PROFILE_ENV, STRICT_ENV
+
+    path = os.environ.get(PROFILE_ENV)
     if not path:
-        logger.debug("sactool_cxl: SACTOOL_PROFILE not set; plug-in inactive")
+        logger.debug("sactool_cxl: %s not set; plug-in inactive", PROFILE_ENV)
         return False
-    strict_env = os.environ.get("SACTOOL_STRICT", "") == "1"
+    strict_env = os.environ.get(STRICT_ENV, "") == "1"
     from sactool.errors import SactoolError
     from sactool.profile import load_profile
 
@@ -149,9 +151,9 @@ def register(registry: Any = None, hook_type: Any = None) -> bool:
         profile = load_profile(path)
         profile = with_env_gpu_nodes(profile)
     except SactoolError as e:
-        msg = f"SACTOOL_PROFILE {path} unreadable: {e.message}"
+        msg = f"{PROFILE_ENV} {path} unreadable: {e.message}"
         if strict_env:
-            raise SystemExit(f"sactool_cxl: {msg} (SACTOOL_STRICT=1: stopping)")
+            raise SystemExit(f"sactool_cxl: {msg} ({STRICT_ENV}=1: stopping)")
         _fallback(msg)
         return False
     reset()
@@ -393,7 +395,9 @@ def current_rank() -> tuple[int | None, str]:
         return int(get_tensor_model_parallel_rank()), "get_tensor_model_parallel_rank()"
     except Exception:  # not importable (tests) or not initialised
         pass
-    for var in ("SACTOOL_RANK", "RANK", "LOCAL_RANK"):
+    from sactool.profile.hostpool import RANK_ENV
+
+    for var in (RANK_ENV, "RANK", "LOCAL_RANK"):
         v = os.environ.get(var, "")
         if v.isdigit():
             return int(v), f"${var}"

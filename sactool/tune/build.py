@@ -3,6 +3,7 @@ summary the CLI prints, and the alternatives with the reason each lost."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from sactool.profile import (DSA_PAGE_SIZE_CUDA, HiSparseSettings, ModelRef, PoolSettings, Provenance, SglangSettings,
@@ -238,7 +239,9 @@ def _predictions(d, chosen, ranked, plan, req: int) -> dict[str, Any]:
         "pool_partition_bytes_per_rank": part,
         "per_context": per_ctx,
         "best_candidate_fetch_time_per_token_s": best.mean_s,
-        "chosen_vs_best": None if cmp is None else {"delta_s": cmp.delta_s, "ci95_s": cmp.ci_s,
+        "chosen_vs_best": None if cmp is None else {"delta_s": cmp.delta_s,
+                                                    # null: one replicate gives no interval (not infinity)
+                                                    "ci95_s": cmp.ci_s if math.isfinite(cmp.ci_s) else None,
                                                     "significant": cmp.significant},
         "engine_constraints": [dict(e, value=top_k if e["setting"] == "hisparse.top_k" else e["value"])
                                for e in ENGINE_CONSTRAINTS],
