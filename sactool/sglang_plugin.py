@@ -48,40 +48,83 @@ from __future__ import annotations
 import contextvars
 import logging
 import math
-import mmap
 import os
-from dataclasses import dataclass
 from typing import Any, Callable
+
+from sactool.placer import (  # noqa: F401 (the placement half; re-exported for the plug-in's users)
+    STANDIN_ENV, VERIFY_ALL_PAGES_UP_TO, HostPoolPlacer, PlacementStop, PoolResult, fallback as _fallback,
+    standin_devices, stop as _stop,
+)
 
 logger = logging.getLogger("sactool.sglang_plugin")
 
 COORDINATOR_TARGET = "sglang.srt.managers.hisparse_coordinator.HiSparseCoordinator.__init__"
 ALLOCATE_TARGET = "sglang.srt.mem_cache.pool_host.common.HostTensorAllocator.allocate"
 BUDGET_TARGET = "sglang.srt.mem_cache.pool_host.base.host_memory_budget_bytes"
-STANDIN_ENV = "SACTOOL_DEVDAX_STANDIN"
 RANK_FUNCTION = "sglang.srt.distributed.parallel_state.get_tensor_model_parallel_rank"
-VERIFY_ALL_PAGES_UP_TO = 1 << 20
-"""Pages checked with move_pages: every page up to this many (4 GiB of 4 KiB pages), else an even
-sample of this many — a bound on the time a 40 GB pool's verification takes, stated in the log."""
 
 _ALLOCATING: contextvars.ContextVar[bool] = contextvars.ContextVar("sactool_hisparse_host_pool", default=False)
-_KEEP: list[Any] = []          # PlacedBuffers stay alive as long as the process (SGLang owns the view)
-_PLACED: list["PoolResult"] = []   # what was placed, in order (placed_pools())
-_STATE: dict[str, Any] = {"profile": None, "strict": False, "plans": None, "budget_answer": None,
-                          "placed_in_init": None}
 
 
-class PlacementStop(RuntimeError):
-    """Raised in strict mode: the rank must not start with the pool in the wrong memory."""
+class _Hooks:
+    """This process's plug-in: the engine-neutral placer (None until a profile is read) and the
+    buffers placed inside the coordinator's constructor now running."""
+
+    def __init__(self) -> None:
+        self.placer: HostPoolPlacer | None = None
+        self.placed_in_init: list[Any] = []
 
 
-def _stop(msg: str) -> None:
-    logger.error("sactool_cxl: %s (pool.strict: stopping)", msg)
-    raise PlacementStop(f"sactool_cxl: {msg}")
+_HOOKS = _Hooks()
 
 
-def _fallback(msg: str) -> None:
-    logger.warning("sactool_cxl: %s; SGLang's own allocator is used", msg)
+def placer() -> HostPoolPlacer | None:
+    """The process's :class:`~sactool.placer.HostPoolPlacer` (None before a profile was read)."""
+    return _HOOKS.placer
+
+
+def reset() -> None:
+    """Forget the profile and unmap what was placed (tests)."""
+    if _HOOKS.placer is not None:
+        _HOOKS.placer.close()
+    _HOOKS.placer, _HOOKS.placed_in_init = None, []
+
+
+def _placer_for(profile: Any, reader: Any = None) -> HostPoolPlacer:
+    p = _HOOKS.placer
+    if p is None or p.profile is not profile or (reader is not None and p.reader is not reader):
+        fresh = HostPoolPlacer(profile, strict=p.strict if p is not None else False, reader=reader)
+        if p is not None:   # the same process: what it placed stays placed (and listed)
+            fresh.placed, fresh._keep = p.placed, p._keep
+        _HOOKS.placer = p = fresh
+    return p
+
+
+def place_pool(profile: Any, rank: int | None, n_bytes: int, *, rank_source: str = "", strict: bool = False,
+               reader: Any = None, slice_used: int = 0) -> Any:
+    """Place the pool of ``rank`` as ``profile`` says (:meth:`HostPoolPlacer.place`)."""
+    p = _placer_for(profile, reader)
+    p.strict = strict
+    return p.place(rank, n_bytes, rank_source=rank_source, slice_used=slice_used)
+
+
+def plans_for(rank: int, reader: Any = None) -> Any:
+    """This rank's PoolPlan under the process's profile (:meth:`HostPoolPlacer.plan_for`)."""
+    if _HOOKS.placer is None:
+        raise RuntimeError("sactool_cxl: no profile read in this process")
+    return _placer_for(_HOOKS.placer.profile, reader).plan_for(rank)
+
+
+def pool_budget(plan: Any, reader: Any = None) -> tuple[int | None, str]:
+    """Bytes the pool of ``plan`` may take where it goes (:meth:`HostPoolPlacer.pool_budget`)."""
+    if _HOOKS.placer is None:
+        raise RuntimeError("sactool_cxl: no profile read in this process")
+    return _placer_for(_HOOKS.placer.profile, reader).pool_budget(plan)
+
+
+def placed_pools() -> list[PoolResult]:
+    """Every pool this process placed, in order."""
+    return list(_HOOKS.placer.placed) if _HOOKS.placer is not None else []
 
 
 # ------------------------------------------------------------------------------------------
@@ -94,11 +137,13 @@ def register(registry: Any = None, hook_type: Any = None) -> bool:
 
     ``registry``/``hook_type`` default to SGLang's ``HookRegistry``/``HookType.AROUND`` (tests pass
     the real classes loaded from the SGLang 0.5.23 source, or a stand-in)."""
-    path = os.environ.get("SACTOOL_PROFILE")
+    from sactool.profile.hostpool import PROFILE_ENV, STRICT_ENV
+
+    path = os.environ.get(PROFILE_ENV)
     if not path:
-        logger.debug("sactool_cxl: SACTOOL_PROFILE not set; plug-in inactive")
+        logger.debug("sactool_cxl: %s not set; plug-in inactive", PROFILE_ENV)
         return False
-    strict_env = os.environ.get("SACTOOL_STRICT", "") == "1"
+    strict_env = os.environ.get(STRICT_ENV, "") == "1"
     from sactool.errors import SactoolError
     from sactool.profile import load_profile
 
@@ -106,12 +151,13 @@ def register(registry: Any = None, hook_type: Any = None) -> bool:
         profile = load_profile(path)
         profile = with_env_gpu_nodes(profile)
     except SactoolError as e:
-        msg = f"SACTOOL_PROFILE {path} unreadable: {e.message}"
+        msg = f"{PROFILE_ENV} {path} unreadable: {e.message}"
         if strict_env:
-            raise SystemExit(f"sactool_cxl: {msg} (SACTOOL_STRICT=1: stopping)")
+            raise SystemExit(f"sactool_cxl: {msg} ({STRICT_ENV}=1: stopping)")
         _fallback(msg)
         return False
-    _STATE.update(profile=profile, strict=profile.pool.strict or strict_env)
+    reset()
+    _HOOKS.placer = HostPoolPlacer(profile, strict=profile.pool.strict or strict_env)
     if profile.pool.placement != "plugin" or profile.sglang.role == "prefill":
         logger.info("sactool_cxl: profile %s has placement %s, role %s: nothing to place", path,
                     profile.pool.placement, profile.sglang.role)
@@ -121,7 +167,7 @@ def register(registry: Any = None, hook_type: Any = None) -> bool:
             from sglang.srt.plugins.hook_registry import HookRegistry, HookType
         except ImportError as e:
             msg = f"SGLang's HookRegistry cannot be imported ({e})"
-            if _STATE["strict"]:
+            if _HOOKS.placer.strict:
                 raise SystemExit(f"sactool_cxl: {msg} (pool.strict: stopping)")
             _fallback(msg)
             return False
@@ -130,7 +176,7 @@ def register(registry: Any = None, hook_type: Any = None) -> bool:
                for why in [_missing(t)] if why]
     if missing:
         msg = f"hook target {missing[0][0]} does not exist in this SGLang ({missing[0][1]})"
-        if _STATE["strict"]:
+        if _HOOKS.placer.strict:
             raise SystemExit(f"sactool_cxl: {msg} (pool.strict: stopping)")
         _fallback(msg)
         return False
@@ -202,12 +248,12 @@ def around_coordinator_init(original: Callable, self: Any, *args: Any, **kwargs:
     """AROUND ``HiSparseCoordinator.__init__``: host-pool allocations inside it are ours; after it,
     the pool SGLang kept must be the one placed (strict: stop; else WARNING "NOT on")."""
     token = _ALLOCATING.set(True)
-    _STATE["placed_in_init"] = []
+    _HOOKS.placed_in_init = []
     try:
         out = original(self, *args, **kwargs)
     finally:
         _ALLOCATING.reset(token)
-    if _STATE["profile"] is not None:
+    if _HOOKS.placer is not None:
         check_placed(self)
     return out
 
@@ -236,7 +282,7 @@ def check_placed(coordinator: Any) -> bool:
         target = plans_for(rank).target if rank is not None else "the profile's pool target"
     except Exception:  # the plan itself failed: already reported by the allocation hook
         target = "the profile's pool target"
-    placed = _STATE.get("placed_in_init") or []
+    placed = _HOOKS.placed_in_init
     tensors = host_tensors(getattr(coordinator, "mem_pool_host", None))
     addrs = [_address(t) for t in tensors]
     outside = [a for a in addrs if a is None or not any(b.address <= a < b.address + b.size_bytes for b in placed)]
@@ -251,7 +297,7 @@ def check_placed(coordinator: Any) -> bool:
         why = (f"{len(outside)} of SGLang's {len(tensors)} kv_buffer tensor(s) are not in the placed buffers"
                + (f" (one at {first:#x})" if first is not None else ""))
     msg = f"rank {rank}: host pool NOT on {target}: {why}"
-    if _STATE["strict"]:
+    if _HOOKS.placer is not None and _HOOKS.placer.strict:
         _stop(msg)
     logger.warning("sactool_cxl: %s (SGLang's allocator placed it where the rank's memory policy says)", msg)
     return False
@@ -260,62 +306,28 @@ def check_placed(coordinator: Any) -> bool:
 def around_budget(original: Callable, *args: Any, **kwargs: Any) -> Any:
     """AROUND ``host_memory_budget_bytes(requested_bytes=0, *, auto_size=False)``: inside the
     coordinator, the budget of the memory the plug-in places the pool in; elsewhere SGLang's."""
-    if not _ALLOCATING.get() or _STATE["profile"] is None:
+    p = _HOOKS.placer
+    if not _ALLOCATING.get() or p is None:
         return original(*args, **kwargs)
     requested = args[0] if args else kwargs.get("requested_bytes", 0)
     rank, _ = current_rank()
     answer, source = None, ""
     try:
         if rank is not None:
-            answer, source = pool_budget(plans_for(rank))
+            answer, source = p.pool_budget(p.plan_for(rank))
     except Exception as e:
         msg = f"rank {rank}: {getattr(e, 'message', e)}"
-        if _STATE["strict"]:      # SGLang's own check would refuse (or accept) for the wrong memory
+        if p.strict:      # SGLang's own check would refuse (or accept) for the wrong memory
             _stop(msg)
         logger.warning("sactool_cxl: %s; no pool budget, SGLang's host-memory budget applies", msg)
     if answer is None:
         return original(*args, **kwargs)
-    _STATE["budget_answer"] = answer
+    p.budget_answer = answer
     what = (f"the {requested}-byte HiSparse pool" if requested else
             "the HiSparse pool (no size passed: the pool compares its total itself)")
     logger.warning("sactool_cxl: rank %s: SGLang's host-memory check of %s answered with %d bytes: %s",
                    rank, what, answer, source)
     return answer
-
-
-def pool_budget(plan: Any, reader: Any = None) -> tuple[int | None, str]:
-    """Bytes the pool of ``plan`` may take where it goes, and where that figure came from."""
-    if plan.mode == "devdax":
-        if plan.slot is None or plan.slot.size_bytes is None:
-            return None, ""
-        return plan.slot.size_bytes, (f"its slice of {plan.target} at offset {plan.offset_bytes} "
-                                      f"(rank plan, align {plan.align_bytes})")
-    if plan.policy == "weighted_interleave" or plan.node is None:
-        return None, ""
-    from sactool.host.sysfs import SysfsReader
-    from sactool.memory import nodes as memnodes
-
-    reader = reader or SysfsReader()
-    f = memnodes.free_estimate(memnodes.topology(reader), reader, plan.node)
-    if f.bytes is None:
-        return None, ""
-    from sactool.units import format_bytes
-
-    margin, room = f.margin_bytes, f.room_bytes
-    share = _pinned_share(plan)
-    if share is not None and share < room:   # pool.capacity_bytes pins what this rank's pool may take
-        return share, (f"rank {plan.rank}'s share of {plan.target}'s pinned capacity: {format_bytes(share)} "
-                       f"(pool.capacity_bytes over {len(plan.shared_with) + 1} rank(s))")
-    return room, f"free memory of {plan.target}: {f.source}, minus {format_bytes(margin)} kept back"
-
-
-def _pinned_share(plan: Any) -> int | None:
-    """NUMA mode with ``pool.capacity_bytes``: this rank's share of the pinned capacity (the rank plan's
-    slot); None when the capacity is not pinned (the node's free memory decides)."""
-    profile = _STATE.get("profile")
-    if plan.mode != "numa" or profile is None or profile.pool.capacity_bytes is None:
-        return None
-    return plan.slot.size_bytes if plan.slot is not None else None
 
 
 def _bind_allocate_args(args: tuple, kwargs: dict) -> tuple[tuple, Any, str]:
@@ -328,19 +340,20 @@ def _bind_allocate_args(args: tuple, kwargs: dict) -> tuple[tuple, Any, str]:
 
 def around_allocate(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
     """AROUND ``HostTensorAllocator.allocate``: place the HiSparse pool, else call the original."""
-    if not _ALLOCATING.get() or _STATE["profile"] is None:
+    p = _HOOKS.placer
+    if not _ALLOCATING.get() or p is None:
         return original(self, *args, **kwargs)
     dims, dtype, device = _bind_allocate_args(args, kwargs)
     if device != "cpu":
         return original(self, *args, **kwargs)
     count = math.prod(dims)
     rank, how = current_rank()
-    before = _STATE.get("placed_in_init") or []
-    buf = place_pool(_STATE["profile"], rank, count * element_size(dtype), rank_source=how, strict=_STATE["strict"],
-                     slice_used=sum(b.size_bytes for b in before))   # devdax: offset; numa: of the pinned share
+    before = _HOOKS.placed_in_init
+    buf = p.place(rank, count * element_size(dtype), rank_source=how,
+                  slice_used=sum(b.size_bytes for b in before))   # devdax: offset; numa: of the pinned share
     if buf is None:
         return original(self, *args, **kwargs)
-    _STATE["placed_in_init"] = [*before, buf]
+    _HOOKS.placed_in_init = [*before, buf]
     self.dtype, self.dims = dtype, dims      # what SGLang's allocate records
     return view(buf, dims, dtype)
 
@@ -382,232 +395,10 @@ def current_rank() -> tuple[int | None, str]:
         return int(get_tensor_model_parallel_rank()), "get_tensor_model_parallel_rank()"
     except Exception:  # not importable (tests) or not initialised
         pass
-    for var in ("SACTOOL_RANK", "RANK", "LOCAL_RANK"):
+    from sactool.profile.hostpool import RANK_ENV
+
+    for var in (RANK_ENV, "RANK", "LOCAL_RANK"):
         v = os.environ.get(var, "")
         if v.isdigit():
             return int(v), f"${var}"
     return None, "unknown"
-
-
-# ------------------------------------------------------------------------------------------
-# placement (no torch): testable on node 0
-# ------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PoolResult:
-    """What was placed, for the log, for tests and for scripts/sglang-integration."""
-
-    rank: int
-    target: str
-    size_bytes: int
-    verified_fraction: float
-    pages_checked: int
-    node_pages: dict[int, int]
-    hugepage_bytes: int
-    line: str
-    address: int = 0
-    offset_bytes: int = 0           # devdax: the slice's offset in the device
-    path: str | None = None         # devdax: the device (or the file standing in for it)
-    budget_answer: int | None = None  # what the plug-in answered SGLang's host-memory check
-
-
-def placed_pools() -> list[PoolResult]:
-    """Every pool this process placed, in order."""
-    return list(_PLACED)
-
-
-def standin_devices() -> dict[str, dict]:
-    """``$SACTOOL_DEVDAX_STANDIN``: DAX device name -> {"path", "align_bytes"} of a file standing in."""
-    import json
-
-    raw = os.environ.get(STANDIN_ENV, "")
-    if not raw:
-        return {}
-    try:
-        data = json.loads(raw)
-        return {str(k): {"path": str(v["path"]), "align_bytes": int(v["align_bytes"])} for k, v in data.items()}
-    except (ValueError, TypeError, KeyError, AttributeError) as e:
-        raise ValueError(f"${STANDIN_ENV} is not a JSON mapping name -> {{path, align_bytes}}: {e}") from None
-
-
-def live_targets(profile: Any, reader: Any = None) -> list[Any]:
-    """The profile's pool targets with the facts of this machine (sizes, align, CPU node), or of
-    the files standing in for DAX devices (``$SACTOOL_DEVDAX_STANDIN``)."""
-    from sactool.profile.hostpool import pool_targets as names_of
-    from sactool.hisparse.rankplan import Target
-    from sactool.hisparse.targets import pool_targets
-    from sactool.host.sysfs import SysfsReader
-
-    q = profile.pool
-    names = names_of(profile)
-    stand = standin_devices() if q.mode == "devdax" else {}
-    out = {}
-    for n in names:
-        if n in stand:
-            size = os.stat(stand[n]["path"]).st_size
-            if q.capacity_bytes is not None:
-                size = min(size, q.capacity_bytes)
-            out[n] = Target(n, "devdax", size, f"{stand[n]['path']} standing in for /dev/{n} (${STANDIN_ENV})",
-                            stand[n]["align_bytes"], None, "a file standing in: no socket")
-    rest = [n for n in names if n not in out]
-    if rest:
-        from sactool.memory import nodes as memnodes
-
-        reader = reader or SysfsReader()
-        for t in pool_targets(memnodes.topology(reader), reader, rest, capacity_bytes=q.capacity_bytes):
-            out[t.name] = t
-    return [out[n] for n in names]
-
-
-def plans_for(rank: int, reader: Any = None) -> Any:
-    """This rank's PoolPlan (the rank plan over this machine's targets), computed once."""
-    from sactool.profile.hostpool import plan_for_rank, rank_plan
-
-    profile = _STATE["profile"]
-    cached = _STATE.get("plans")
-    if cached is None or cached[0] is not profile:
-        targets = live_targets(profile, reader)
-        cached = (profile, targets, rank_plan(profile, targets, check_pool=False))
-        _STATE["plans"] = cached
-    _, targets, plan = cached
-    if not 0 <= rank < len(plan.slots):
-        from sactool.errors import RecordError
-
-        raise RecordError(f"rank {rank} is outside the profile's {len(plan.slots)} ranks (sglang.tp_size)",
-                          "the profile's sglang.tp_size must match the --tp-size SGLang runs with")
-    return plan_for_rank(profile, rank, targets, plan)
-
-
-def place_pool(profile: Any, rank: int | None, n_bytes: int, *, rank_source: str = "", strict: bool = False,
-               reader: Any = None, slice_used: int = 0) -> Any:
-    """Allocate the pool of ``rank`` as the profile says; return the PlacedBuffer (kept alive) or
-    None after logging why SGLang's allocator must be used (PlacementStop when ``strict``).
-    ``slice_used``: bytes of the rank's devdax slice earlier allocations of the same pool took (the
-    next one maps right after them)."""
-    from sactool.errors import SactoolError
-
-    fail = _stop if strict else _fallback
-    if rank is None:
-        fail("cannot tell this process's rank (no SGLang TP group, no $SACTOOL_RANK/$RANK)")
-        return None
-    if _STATE.get("profile") is not profile:
-        _STATE.update(profile=profile, plans=None)
-    try:
-        plan = plans_for(rank, reader)
-    except (SactoolError, OSError, ValueError) as e:
-        fail(f"rank {rank}: {getattr(e, 'message', e)}")
-        return None
-    try:
-        buf = _allocate(plan, n_bytes, reader, slice_used)
-    except (SactoolError, OSError, ValueError) as e:
-        from sactool.units import format_bytes
-
-        fail(f"rank {rank}: placing {format_bytes(n_bytes)} on {plan.target} failed: {getattr(e, 'message', e)}")
-        return None
-    res = describe(plan, buf, rank_source)
-    logger.warning(res.line)      # WARNING so it shows at SGLang's default log level
-    if plan.mode == "numa" and res.verified_fraction < 1.0 and plan.policy == "bind":
-        msg = f"rank {rank}: only {res.verified_fraction:.1%} of the checked pages are on {plan.target}"
-        if strict:
-            buf.close()
-            _stop(msg)
-        logger.warning("sactool_cxl: %s", msg)
-    _KEEP.append(buf)
-    _PLACED.append(res)
-    return buf
-
-
-def _allocate(plan: Any, n_bytes: int, reader: Any, slice_used: int = 0) -> Any:
-    from sactool.host.sysfs import SysfsReader
-    from sactool.host.sysfs import parse_cpulist
-    from sactool.memory import allocate, map_devdax, map_shared
-    from sactool.memory.placed import zero_fill
-
-    reader = reader or SysfsReader()
-    sample = None if n_bytes // mmap.PAGESIZE <= VERIFY_ALL_PAGES_UP_TO else VERIFY_ALL_PAGES_UP_TO
-    cpus = None if plan.prefault_cpus == "auto" else list(parse_cpulist(plan.prefault_cpus))
-    if cpus is None and plan.cpu_node is not None and reader.live:
-        from sactool.memory import nodes as memnodes
-
-        allowed = os.sched_getaffinity(0)
-        try:
-            cpus = [c for c in memnodes.topology(reader).node(plan.cpu_node).cpus if c in allowed] or None
-        except Exception:
-            cpus = None
-    if plan.mode == "devdax":
-        slot = plan.slot
-        if slot is None or slot.size_bytes is None:
-            raise ValueError(f"no slice of {plan.target} is planned for rank {plan.rank} (device size unknown)")
-        stand = standin_devices().get(plan.target)
-        align = (stand["align_bytes"] if stand else plan.align_bytes) or 1
-        need = -(-n_bytes // align) * align
-        if slice_used + need > slot.size_bytes:
-            raise ValueError(f"SGLang asks for {n_bytes} bytes" + (f" more ({slice_used} of the slice already hold "
-                             "earlier allocations of this pool)" if slice_used else "")
-                             + f", rank {plan.rank}'s slice of {plan.target} holds {slot.size_bytes} (rank plan)")
-        offset = (slot.offset_bytes or 0) + slice_used
-        if stand:
-            buf = map_shared(stand["path"], os.stat(stand["path"]).st_size, stand["align_bytes"], n_bytes,
-                             offset_bytes=offset, name=plan.target,
-                             note=f"a file standing in for /dev/{plan.target} (${STANDIN_ENV})")
-        else:
-            buf = map_devdax(plan.target, n_bytes, offset_bytes=offset, reader=reader)
-        _dontfork(buf)
-        buf.prefault_seconds = zero_fill(buf.mmap, buf.size_bytes, plan.prefault_threads, cpus)
-        buf.verify(sample)
-        return buf
-    share = _pinned_share(plan)
-    if share is not None and slice_used + n_bytes > share:
-        from sactool.units import format_bytes
-
-        raise ValueError(f"SGLang asks for {format_bytes(n_bytes)}" + (f" more ({format_bytes(slice_used)} already "
-                         "placed for this pool)" if slice_used else "") + f", rank {plan.rank}'s share of "
-                         f"{plan.target}'s pinned capacity holds {format_bytes(share)} (pool.capacity_bytes over "
-                         f"{len(plan.shared_with) + 1} rank(s))")
-    kw: dict[str, Any] = dict(node=plan.node, policy="bind" if plan.policy == "weighted_interleave" else plan.policy,
-                              hugepages=plan.hugepages, prefault_threads=plan.prefault_threads,
-                              prefault_cpus=cpus, check_free=True, verify_sample=sample, reader=reader)
-    if plan.policy == "weighted_interleave":
-        kw["weights"] = dict(plan.interleave_weights)
-    buf = allocate(n_bytes, **kw)
-    _dontfork(buf)
-    return buf
-
-
-def _dontfork(buf: Any) -> None:
-    """MADV_DONTFORK, as SGLang does for its private pinned mappings (no COW after fork)."""
-    try:
-        buf.mmap.madvise(mmap.MADV_DONTFORK)
-    except (AttributeError, OSError) as e:
-        logger.info("sactool_cxl: madvise(MADV_DONTFORK) failed: %s", e)
-
-
-def describe(plan: Any, buf: Any, rank_source: str = "") -> PoolResult:
-    r = buf.report or buf.verify(VERIFY_ALL_PAGES_UP_TO)
-    where = ", ".join(f"node{k}: {v}" if k >= 0 else f"errno{-k}: {v}" for k, v in sorted(r.node_pages.items()))
-    checked = "all" if r.pages_checked >= r.pages_total else f"a sample of {r.pages_checked} of {r.pages_total}"
-    stand = " (a DRAM node stood in for CXL: pool.stand_in)" if plan.stand_in and plan.mode == "numa" else ""
-    if plan.mode == "devdax":
-        expect = (f"{r.verified_fraction:.1%} of {checked} pages on "
-                  f"{', '.join(f'node{n}' for n in r.expected_nodes)}" if r.expected_nodes
-                  else f"{checked} pages asked for (no target node known)")
-        line = (f"sactool_cxl: rank {plan.rank} ({rank_source or 'given'}) HiSparse host pool {buf.size_bytes} bytes "
-                f"on {plan.target}, {buf.hugepages}: move_pages {expect} [{where}], zero-filled in "
-                f"{buf.prefault_seconds:.2f} s by {plan.prefault_threads} threads")
-    else:
-        line = (f"sactool_cxl: rank {plan.rank} ({rank_source or 'given'}) HiSparse host pool {buf.size_bytes} bytes "
-                f"on {plan.target}{stand}, policy {buf.policy}, hugepages {plan.hugepages}: verified "
-                f"{r.verified_fraction:.1%} of {checked} pages on {', '.join(f'node{n}' for n in r.expected_nodes)} "
-                f"[{where}], huge-page bytes {r.hugepage_bytes}, prefault {buf.prefault_seconds:.2f} s "
-                f"by {plan.prefault_threads} threads")
-    if plan.mode == "devdax":
-        gpu = f" (GPU {plan.slot.gpu})" if plan.slot is not None else ""
-        line += (f"; devdax slice{gpu} at offset {buf.offset_bytes} of {buf.path}"
-                 + (" (a file standing in for the device)" if any("standing in" in n for n in buf.notes) else "")
-                 + f", {len(plan.shared_with) + 1} rank(s) share {plan.target}; "
-                 "move_pages may not report device-DAX pages (cudaHostRegister of such memory is unverified "
-                 "here, docs/sources.md, SGLang §6.5)")
-    return PoolResult(plan.rank, plan.target, buf.size_bytes, r.verified_fraction, r.pages_checked,
-                      dict(r.node_pages), r.hugepage_bytes, line, address=buf.address,
-                      offset_bytes=buf.offset_bytes, path=buf.path, budget_answer=_STATE.get("budget_answer"))

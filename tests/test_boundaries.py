@@ -9,7 +9,7 @@
   import still ties the two modules together: neither can be read, tested or moved alone) — and
   none between packages (``sactool.X`` and the top-level modules, each one node);
 * the ``sactool_cxl`` entry point, imported and registered in a fresh interpreter with the
-  stand-in SGLang of tests/standins/site, loads only profile, hisparse, memory and host (plus
+  stand-in SGLang of tests/standins/site, loads only the placer, profile, hisparse, memory and host (plus
   errors, records, units, and the topology memory's free check reads) — no sactool.serve, no
   sactool.cli, no typer, no rich, no subprocess; and everything the plug-in module could ever
   import, deferred imports followed, stays clear of the same list.
@@ -277,7 +277,7 @@ def test_plugin_loads_only_profile_hisparse_memory_host(node0_profile_file):
     assert forbidden == []
     # topology comes with memory: allocate(check_free=True) reads node free memory from the probed
     # topology (through host/), the same rule the launcher's capacity check applies
-    allowed = ("sactool.sglang_plugin", "sactool.profile", "sactool.hisparse", "sactool.memory", "sactool.host",
+    allowed = ("sactool.sglang_plugin", "sactool.placer", "sactool.profile", "sactool.hisparse", "sactool.memory", "sactool.host",
                "sactool.topology", "sactool.errors", "sactool.records", "sactool.units")
     ours = [m for m in loaded if m.startswith("sactool.")]
     assert "sactool.memory.alloc" in ours and "sactool.profile.hostpool" in ours   # it did place the pool

@@ -201,10 +201,20 @@ def test_serve_corrupt_model_config_is_a_record_error(tmp_path, capsys):
     assert code == 4 and "config.json" in err
 
 
-def test_simulate_concurrency_that_fits_nowhere_exits_6(capsys):
-    code, out, err = run(["simulate", "--platform", paper_platform(), "--context", "16k", "--concurrency", "100000",
+@pytest.mark.parametrize("conc", ["100000", "1000000", "8,100000"])
+def test_simulate_concurrency_that_fits_nowhere_exits_6(conc, capsys):
+    # refused before any point is simulated (this ran for minutes, then exited 6), in one line whose
+    # hint names the largest concurrency the platform's pool holds: 16k-token requests sharing one prompt,
+    # each rank's slice of the 512 GiB CXL pool holding the prefix once and every request's own output
+    code, out, err = run(["simulate", "--platform", paper_platform(), "--context", "16k", "--concurrency", conc,
                           "--hotbuffer-steps", "2", "--placements", "sac"], capsys)
-    assert code == 6 and "hint: " in err
+    assert code == 6 and out == "" and len(err.splitlines()) == 2
+    assert "fits in no placement" in err and "at most 7504 at 16K fit" in err.splitlines()[1]
+    # the figure comes from the pool: half the pool, (at most) half as many
+    code, out, err = run(["simulate", "--platform", paper_platform(), "--context", "16k", "--concurrency", conc,
+                          "--placements", "sac", "--set", "cxl.capacity_bytes=256GiB"], capsys)
+    most = int(re.search(r"at most (\d+) at 16K fit", err).group(1))
+    assert code == 6 and 3600 < most < 7504 / 2      # each rank still holds one prefix
 
 
 # ---------------------------------------------------------------------------------------------

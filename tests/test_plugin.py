@@ -32,16 +32,30 @@ def node0_profile(**pool):
 
 @pytest.fixture(autouse=True)
 def clean_state():
-    sp._STATE.update(profile=None, strict=False, plans=None, budget_answer=None, placed_in_init=None)
+    sp.reset()
     yield
-    for b in sp._KEEP:
-        b.close()
-    sp._KEEP.clear()
-    sp._PLACED.clear()
-    sp._STATE.update(profile=None, strict=False, plans=None, budget_answer=None, placed_in_init=None)
+    sp.reset()
 
 
 # ---- placement, for real --------------------------------------------------------------------
+
+def test_one_probe_per_process(monkeypatch):
+    """The placer probes the machine once for its targets, every budget and the prefault CPUs (each
+    re-probed before the split, issue 19); only each allocation's free-memory check reads the node's
+    free memory again, as it is when the pool is mapped."""
+    from sactool.memory import nodes as memnodes
+    from sactool.placer import HostPoolPlacer
+
+    probes = []
+    real = memnodes.topology
+    monkeypatch.setattr(memnodes, "topology", lambda reader=None: probes.append(1) or real(reader))
+    p = HostPoolPlacer(node0_profile())
+    for rank in (0, 1):
+        assert p.place(rank, 4 << 20) is not None
+        assert p.pool_budget(p.plan_for(rank))[0] > 0
+    p.close()
+    assert len(probes) == 1 + 2
+
 
 def test_place_pool_on_node0_verified(caplog):
     caplog.set_level(logging.INFO, logger="sactool.sglang_plugin")
@@ -49,7 +63,7 @@ def test_place_pool_on_node0_verified(caplog):
     r = buf.report
     assert r.expected_nodes == (0,) and r.verified_fraction == 1.0
     assert r.pages_checked == r.pages_total == (32 << 20) // 4096 and r.node_pages == {0: r.pages_total}
-    assert buf in sp._KEEP and buf.size_bytes >= 32 << 20
+    assert buf in sp.placer()._keep and buf.size_bytes >= 32 << 20
     line = caplog.records[-1].getMessage()
     assert line.startswith("sactool_cxl: rank 1 (test)") and "on node0" in line and "stood in for CXL" in line
     assert "verified 100.0%" in line and "policy bind" in line
@@ -203,7 +217,7 @@ def test_hooks_place_the_hisparse_pool_and_nothing_else(monkeypatch, tmp_path, s
     assert common.STOCK_ALLOCATIONS == [(4, 8)] and other.shape == (4, 8)
     # inside: placed, verified, returned as the same kind of view, then "pinned" as usual
     coord = _coordinator()
-    buf = sp._KEEP[-1]
+    buf = sp.placer()._keep[-1]
     host = coord.host_buffer
     assert common.STOCK_ALLOCATIONS == [(4, 8)]
     assert host.shape == (4, 2048 * 2 + 64, 1, 656) and host.dtype == np.uint8
@@ -223,9 +237,9 @@ def test_hooks_fall_back_or_stop_when_placement_fails(monkeypatch, tmp_path, sgl
     from sglang.srt.mem_cache.pool_host import common
 
     coord = _coordinator()
-    assert common.STOCK_ALLOCATIONS == [coord.host_buffer.shape] and not sp._KEEP
+    assert common.STOCK_ALLOCATIONS == [coord.host_buffer.shape] and not (sp.placer() and sp.placer()._keep)
     assert "SGLang's own allocator is used" in caplog.text
-    sp._STATE["strict"] = True                                # pool.strict, as register() sets it
+    sp.placer().strict = True                                # pool.strict, as register() sets it
     with pytest.raises(sp.PlacementStop):
         _coordinator()
 
@@ -310,7 +324,7 @@ def test_strict_stops_when_the_allocation_hook_did_not_place_the_pool(monkeypatc
     reg.apply_hooks()
     _coordinator()
     assert "rank 1: host pool NOT on node0: the allocation hook did not run or did not place it" in caplog.text
-    sp._STATE["strict"] = True
+    sp.placer().strict = True
     with pytest.raises(sp.PlacementStop, match="host pool NOT on node0"):
         _coordinator()
 
@@ -342,7 +356,7 @@ def test_strict_stops_at_the_budget_check_when_the_pool_cannot_be_planned(monkey
     sglang.HookRegistry.apply_hooks()
     with pytest.raises(sp.PlacementStop, match="pool target node7"):
         _coordinator()
-    sp._STATE["strict"] = False                 # fallback: SGLang's own budget applies, and refuses
+    sp.placer().strict = False                 # fallback: SGLang's own budget applies, and refuses
     with pytest.raises(ValueError, match="Not enough host memory"):
         _coordinator()
     assert "no pool budget, SGLang's host-memory budget applies" in caplog.text
@@ -383,7 +397,7 @@ def test_a_per_layer_pool_larger_than_the_slice_stops_strict(monkeypatch, tmp_pa
     _coordinator(per_layer=True, layers=2)                     # layer 1 does not fit: SGLang's allocator, said
     assert len(sp.placed_pools()) == 1 and "already hold earlier allocations of this pool" in caplog.text
     assert "1 of SGLang's 2 kv_buffer tensor(s) are not in the placed buffers" in caplog.text
-    sp._STATE["strict"] = True
+    sp.placer().strict = True
     with pytest.raises(sp.PlacementStop, match="already hold earlier allocations"):
         _coordinator(per_layer=True, layers=2)
 
@@ -403,7 +417,7 @@ def test_numa_mode_honours_a_pinned_capacity(caplog):
     budget, why = sp.pool_budget(sp.plans_for(1))
     assert budget == 32 * MiB and "pinned capacity" in why
     # not pinned: the node's free memory answers, as before
-    sp._STATE.update(profile=node0_profile(), plans=None)
+    sp._placer_for(node0_profile())
     assert sp.pool_budget(sp.plans_for(0))[0] > 64 * MiB
 
 
@@ -436,9 +450,9 @@ def test_integration_script_counts_plugins_by_what_load_plugins_left_behind(sgla
     ours = EntryPoint("sactool_cxl", "sactool.sglang_plugin:register", "sglang.srt.plugins")
     other = EntryPoint("never_imported", "sactool_no_such_plugin_module:register", "sglang.srt.plugins")
     registry = sglang.HookRegistry
-    sp._STATE.update(profile=None)
+    sp.reset()
     assert script.loaded_plugins([ours, other], registry) == []        # imported, but registered nothing
     monkeypatch.setenv("SACTOOL_PROFILE", str(_write(tmp_path, node0_profile())))
     assert sp.register() is True
     assert script.loaded_plugins([ours, other], registry) == ["sactool_cxl"]
-    sp._STATE.update(profile=None, strict=False, plans=None)
+    sp.reset()

@@ -38,7 +38,7 @@ def test_probe_reads_the_server(server_tree, capsys):
     assert [n["kind"] for i, n in sorted(nodes.items()) if i >= 6] == ["cxl"] * 4
     assert d["verdict"]["pool_nodes"] == [6, 7, 8, 9] and not d["verdict"]["stand_in"]
     near = {p["node"]: p["cpu_node"] for p in d["verdict"]["pool"]}
-    assert near == {"node6": "node0", "node7": "node0", "node8": "node3", "node9": "node3"}
+    assert near == {6: 0, 7: 0, 8: 3, 9: 3}
     kinds = [p["kind"] for p in d["cxl"]["ports"]]
     assert kinds.count("switch") == 2 and kinds.count("host-bridge") == 2 and kinds.count("endpoint") == 4
     assert sorted(g["cpu_node"] for g in d["gpus"]) == [0] * 4 + [3] * 4

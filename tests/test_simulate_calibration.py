@@ -124,3 +124,14 @@ def test_held_out_report_on_the_paper_platform():
     assert rep["buffer_sac"][16384][1] == pytest.approx(1103.5 / 1003.0 - 1)
     text = markdown(rep)
     assert "two CXL devices vs one" in text and "+3.6%" in text
+
+
+def test_baselines_from_validation_families_are_named_in_every_run():
+    from sactool.simulate.api import SimulationOptions, simulate
+
+    p = load_platform(PLATFORM)
+    assert "first_token.extend" in p.calibration_baselines and "rdma.fetch_fixed_s" in p.calibration_baselines
+    res = simulate(SimulationOptions(p, contexts=(16384,), concurrency=(8,), output_tokens=32,
+                                     placements=("sac", "dram")))
+    assert any("validation run families" in n and "frontend.s_per_prompt_token" in n for n in res.notes)
+    assert any("per-missed-record cost" in n and "held out" in n for n in res.notes)

@@ -58,7 +58,7 @@ def test_each_cxl_node_gets_its_own_socket(name, tmp_path):
     assert v.cpu_node == 0  # the single field keeps the first pool node's
     data = json.loads(json.dumps(to_data(t)))
     assert data["verdict"]["pool"][1] == {
-        "node": "node3", "cpu_node": "node1", "distance": 20, "source": "device-affinity",
+        "node": 3, "cpu_node": 1, "distance": 20, "source": "device-affinity",
         "evidence": v.pool[1].evidence}
     assert "node2 near node0" in v.reason and "node3 near node1" in v.reason
 
@@ -69,7 +69,7 @@ def test_devdax_devices_have_their_socket(tmp_path):
     assert [(x.device, x.node, x.cpu_node, x.source, x.distance) for x in locs] == [
         ("dax0.0", 2, 0, "device-affinity", None), ("dax1.0", 3, 1, "device-affinity", None)]
     dax = json.loads(json.dumps(to_data(t)))["dax_devices"]
-    assert [d["locality"]["cpu_node"] for d in dax] == ["node0", "node1"]
+    assert [d["locality"]["cpu_node"] for d in dax] == [0, 1]   # node numbers as integers, as pool_nodes
 
 
 def test_slit_read_in_the_cpu_nodes_row(tmp_path):

@@ -84,7 +84,7 @@ def test_profile_records_the_per_layer_workload(tmp_path, capsys, tune_args):
     out = tmp_path / "p.yaml"
     assert main(["tune", "--model", "deepseek-v3.2", *tune_args, "--out", str(out)]) == 0
     o, _ = capsys.readouterr()
-    assert "hit rates from: workload model, deepseek-v3.2 per-layer targets" in " ".join(o.split())
+    assert "hit rates from: workload sharegpt-dsv32: workload model, deepseek-v3.2 per-layer targets" in " ".join(o.split())
     p = load_profile(out)
     assert p.schema_version == 2
     w = p.workload
@@ -145,6 +145,30 @@ def test_one_place_decides_which_workload_a_model_gets():
     assert users == {"workload/layers.py", "workload/layerfit.py"}
     calls = _calls("generate_topk")
     assert set(calls) == {"workload/layers.py", "workload/calibrate.py", "simulate/misses.py",
-                          "bench/gpugather.py"}, calls
+                          "bench/gpustreams.py"}, calls
     assert all(calls["workload/layers.py"]) and all(calls["simulate/misses.py"])
     assert "tune/run.py" not in calls
+
+
+def test_tune_says_which_workload_and_shows_each_buffer_size(tmp_path, capsys, tune_args):
+    """Default: the real-prompt workload; --workload filler-sac-runs: the paper runs' prompt, recorded
+    by name; both show fetch time, misses and GPU memory per candidate buffer size."""
+    out = tmp_path / "f.yaml"
+    args = [a if a != "4k" else "16k" for a in tune_args]
+    assert main(["tune", "--model", "deepseek-v3.2", *args, "--out", str(out), "--workload", "filler-sac-runs",
+                 "--format", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    w = d["summary"]["workload"]
+    assert w["name"] == "filler-sac-runs" and w["targets"] == "sactool/data/workloads/filler-sac-runs.yaml"
+    assert load_profile(out).workload["name"] == "filler-sac-runs"
+    rows = d["summary"]["by_buffer"]
+    sizes = [r["device_buffer_size"] for r in rows]
+    assert 4096 in sizes and 6144 in sizes and sum(r["chosen"] for r in rows) == 1
+    m = {r["device_buffer_size"]: r["misses_per_step_per_layer"] for r in rows}
+    assert m[4096] > m[6144] > 0
+    assert all(r["gpu_bytes_per_rank"] > 0 and r["fetch_time_per_token_s"] > 0 for r in rows)
+    assert main(["tune", "--model", "deepseek-v3.2", *args, "--out", str(tmp_path / "g.yaml")]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "hit rates from: workload sharegpt-dsv32: workload model" in text and "by hot-buffer size" in text
+    assert main(["tune", "--model", "deepseek-v3.2", *args, "--out", str(tmp_path / "h.yaml"),
+                 "--workload", "nope"]) == 2

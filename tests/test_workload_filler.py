@@ -73,3 +73,14 @@ def test_fit_from_scratch_lands_on_the_targets():
     per = fit(cal, top_k=2048, kernel="sac-fork")
     for buf, want in ((4096, 40.0), (6144, 20.0)):
         assert profile(per, 16384, buf, 2048, kernel="sac-fork").hit_rate == pytest.approx(1 - want / 2048, abs=0.002)
+
+
+def test_the_packaged_workload_is_what_the_platform_names():
+    from sactool.simulate import load_platform
+    from sactool.workload.filler import load_filler_workload, workload_names
+
+    assert "filler-sac-runs" in workload_names()
+    w = load_filler_workload("filler-sac-runs")
+    assert load_platform(PLATFORM).filler == w.per_context and "calibration" in w.statistics
+    with pytest.raises(UsageError, match="no packaged top-k workload"):
+        load_filler_workload("nope")

@@ -9,25 +9,13 @@ import typer
 
 from sactool.cli.common import FormatOpt, QuietOpt, check_format, check_output, choices, example, flag
 from sactool.data import paper_platform
-from sactool.errors import CapacityError, UsageError
+from sactool.errors import UsageError
 from sactool.simulate.platform import CASES
 
 Case = choices("Case", CASES)
 
 EXAMPLE = example("sactool simulate --platform sactool/data/platforms/sac-paper.yaml --explain",
                   "sactool simulate --profile myhost.yaml --context 32k,128k --concurrency 8,16,32,64 --plot sim.png")
-
-
-def _fits_nowhere(res) -> list[str]:
-    """'(context, concurrency)' points whose requested concurrency fits in no simulated placement
-    (each placement either does not fit or was capped below the request)."""
-    bad = []
-    for key in sorted({(p.context_tokens, p.concurrency) for p in res.points}):
-        pts = [p for p in res.points if (p.context_tokens, p.concurrency) == key]
-        if pts and all((not p.fits) or p.capped for p in pts):
-            most = max(p.max_concurrency for p in pts)
-            bad.append(f"{key[1]} requests at {key[0]} tokens (at most {most} fit)")
-    return bad
 
 
 def simulate(
@@ -73,7 +61,7 @@ def simulate(
                          f"e.g. sactool simulate --platform {paper_platform()}")
     check_output(plot, force, "--plot")   # before the work: exists, unwritable directory, full disk
     if plot is not None:
-        from sactool.render.simulate import require_matplotlib
+        from sactool.render.figures import require_matplotlib
 
         require_matplotlib()
     if hotbuffer_steps < 2:
@@ -143,8 +131,8 @@ def _run(sopts, *, explain: bool):
 
 
 def _emit(res, sens, *, fmt: str, explain: bool, plot: Optional[Path], force: bool) -> None:
-    """The result first (stdout), then the plot file, then exit 6 when the requested concurrency
-    fit nowhere (the table shows each placement's cap)."""
+    """The result first (stdout), then the plot file (a concurrency that fits nowhere was refused
+    before the work, exit 6)."""
     if fmt == "table":
         from sactool.render.simulate import render_simulation
 
@@ -167,7 +155,3 @@ def _emit(res, sens, *, fmt: str, explain: bool, plot: Optional[Path], force: bo
 
         write_result(plot, plot_png(res), force=force, kind="simulate-plot", suffix=".png")
         note(f"plot: {plot}")
-    nowhere = _fits_nowhere(res)
-    if nowhere:
-        raise CapacityError("the requested concurrency fits in no placement: " + "; ".join(nowhere),
-                            "lower --concurrency or --context, or add pool capacity (the table shows each cap)")

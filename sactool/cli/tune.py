@@ -66,6 +66,10 @@ def tune(
     steps: int = typer.Option(128, "--steps", help="Decode steps simulated per context and seed."),
     replicates: int = typer.Option(3, "--replicates", help="Workload seeds = interleaved measurement rounds."),
     seed: int = typer.Option(0, "--seed", min=0, metavar="<int>", help="First workload seed."),
+    workload: str = typer.Option("sharegpt-dsv32", "--workload", metavar="<name>",
+                                 help="Top-k workload of the hot-buffer simulation: sharegpt-dsv32 (real prompts: "
+                                 "the model fitted to the authors' ShareGPT per-layer statistics) or filler-sac-runs "
+                                 "(the SAC paper runs' one synthetic prompt)."),
     sysfs_root: Optional[Path] = SysfsRootOpt,
     fleet: Optional[Path] = typer.Option(
         None, "--fleet", help="Fleet bench record (mpirun … sactool bench gather --out): one profile per host, "
@@ -88,7 +92,7 @@ def tune(
         gpu_kv_budget_bytes=parse_size(gpu_kv_budget, what="--gpu-kv-budget") if gpu_kv_budget else None,
         weights_bytes=parse_size(weights_bytes, what="--weights-bytes") if weights_bytes else None,
         kv_dtype=kv_dtype, bench=(tuple(bench) if len(bench) > 1 else bench[0]) if bench else None, trace=trace, strict=strict, out=out, force=force, resume=resume,
-        steps=steps, replicates=replicates, seed=seed, sysfs_root=sysfs_root,
+        steps=steps, replicates=replicates, seed=seed, workload=workload, sysfs_root=sysfs_root,
         pool_bytes=parse_size(pool_bytes, what="--pool-bytes") if pool_bytes else None,
         gather_size_bytes=parse_size(gather_size, what="--gather-size") if gather_size else None,
         given=_given(ctx, {"context": "contexts", "concurrency": "concurrency", "tp": "tp", "attn_dp": "attn-dp",
@@ -126,10 +130,32 @@ def _concurrency(text: str) -> int | None:
         raise UsageError(f"--concurrency {text!r} is not a number", "give an integer or auto") from None
 
 
+def _say_the_floor(opts) -> None:
+    """Before the work, what ``--replicates`` implies at least: each round runs one quick gather of
+    ``gather_seconds`` per pool target and one per page kind, so >= 2 x rounds x gather_seconds (none
+    with ``--bench``); said when that floor alone is a minute or more, like hyperfine's ETA. The
+    measured time left follows (render.tune._Estimates)."""
+    from sactool.render import note
+    from sactool.render.tune import ESTIMATE_FROM_S, format_duration
+
+    from sactool.tune.api import check_options
+
+    if opts.bench is not None or opts.pool_source is not None or opts.sysfs_root is not None:
+        return   # nothing measured here (a recording needs --bench)
+    check_options(opts)   # a bad option is refused first, alone
+    floor = 2 * opts.replicates * opts.gather_seconds
+    if floor >= ESTIMATE_FROM_S:
+        note(f"tune: --replicates {opts.replicates}: {opts.replicates} measurement rounds of "
+             f"{opts.gather_seconds:g} s quick gathers on each pool target and page kind, at least "
+             f"{format_duration(floor)}, then the hot-buffer simulations; the time left follows once measured; "
+             "Ctrl-C keeps finished rounds (--resume)")
+
+
 def _tune_one(opts, fmt: str) -> None:
     from sactool.render.tune import progress_reporter, render_tune, render_warnings
     from sactool.tune.api import tune as do_tune
 
+    _say_the_floor(opts)
     cb, close = progress_reporter()
     try:
         result = do_tune(opts, progress=cb)

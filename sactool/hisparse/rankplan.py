@@ -39,6 +39,12 @@ from sactool.errors import CapacityError, RecordError
 RULES = ("locality", "round_robin", "packed", "explicit")
 
 
+def node_of(name: str) -> int | None:
+    """The NUMA node a pool target's name is (``node2`` → 2), None for a DAX device (``dax0.0``):
+    the one place the target-name spelling is read back."""
+    return int(name[4:]) if name.startswith("node") and name[4:].isdigit() else None
+
+
 @dataclass(frozen=True)
 class Target:
     """One pool target with the facts the plan needs.

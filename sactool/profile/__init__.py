@@ -381,7 +381,7 @@ def _validate_pool_allocation(q: PoolSettings, s: SglangSettings) -> None:
 
 def settings_fields() -> list[str]:
     """Dotted names of every settings field (``pool.*``, ``hisparse.*``, ``sglang.*``)."""
-    out = []
+    out: list[str] = []
     for sect, cls in (("pool", PoolSettings), ("hisparse", HiSparseSettings), ("sglang", SglangSettings)):
         out.extend(f"{sect}.{f.name}" for f in dataclasses.fields(cls))
     return out
@@ -494,10 +494,14 @@ def workload_summary(block: Mapping[str, Any] | None) -> str:
     if block.get("source") == "trace":
         return f"trace {block.get('trace')} ({block.get('steps')} steps, model {block.get('trace_model')})"
     runs = f"{block.get('steps')} steps x {len(block.get('seeds') or ())} seeds"
+    name = block.get("name")
+    if name and name != "sharegpt-dsv32":
+        return f"workload {name} ({block.get('targets')}: {block.get('statistics')}); {runs}"
+    name = f"workload {name}: " if name else ""
     if block.get("model_profile"):
-        return (f"workload model, {block['model_profile']} per-layer targets ({block.get('targets')}); "
+        return (f"{name}workload model, {block['model_profile']} per-layer targets ({block.get('targets')}); "
                 f"revisit knobs assumed; {runs}")
-    return (f"workload model, random per-layer spread (no per-layer profile for {block.get('model')}); "
+    return (f"{name}workload model, random per-layer spread (no per-layer profile for {block.get('model')}); "
             f"revisit knobs assumed; {runs}")
 
 

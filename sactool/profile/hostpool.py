@@ -23,7 +23,7 @@ from sactool.errors import RecordError
 from sactool.hisparse.capacity import host_pool_bytes
 from sactool.hisparse.layout import record_bytes
 from sactool.hisparse.placement import target_index
-from sactool.hisparse.rankplan import RankPlan, RankSlot, Target
+from sactool.hisparse.rankplan import RankPlan, RankSlot, Target, node_of
 from sactool.profile import Profile
 
 def row_bytes(profile: Profile) -> int:
@@ -109,6 +109,14 @@ def rank_plan(profile: Profile, targets: Sequence[Target], *, check_pool: bool =
     rule = "explicit (pool.rank_targets)" if q.rank_targets else q.rank_assignment
     return RankPlan(rule, p.slots, notes + p.notes)
 
+
+# The environment the launcher (sactool serve) hands the plug-in: one owner for both sides.
+PROFILE_ENV = "SACTOOL_PROFILE"
+"""The profile the plug-in reads (absolute path); unset: the plug-in does nothing."""
+STRICT_ENV = "SACTOOL_STRICT"
+"""``1``: stop the rank instead of falling back (``pool.strict``; also when the profile is unreadable)."""
+RANK_ENV = "SACTOOL_RANK"
+"""The rank, where SGLang's TP group cannot tell it (tests, a single process)."""
 
 GPU_NODES_ENV = "SACTOOL_GPU_LOCAL_NODES"
 """Set by ``sactool serve`` when the GPUs the ranks really get (CUDA_VISIBLE_DEVICES, in PCI bus
@@ -233,7 +241,7 @@ class PoolPlan:
         what = f"{self.target} ({'DAX device' if self.mode == 'devdax' else 'NUMA node'})"
         extra = "; a DRAM node stands in for CXL (pool.stand_in)" if self.stand_in else ""
         if self.mode == "devdax":
-            if self.slot is not None and self.slot.size_bytes is not None:
+            if self.slot is not None and self.slot.size_bytes is not None and self.slot.offset_bytes is not None:
                 return (f"rank {self.rank} (GPU {self.slot.gpu}): map {what} bytes [{self.slot.offset_bytes}, "
                         f"{self.slot.offset_bytes + self.slot.size_bytes}) (align {self.align_bytes}){extra}")
             return f"rank {self.rank}: map {what}{extra}"
@@ -254,7 +262,7 @@ def plan_for_rank(profile: Profile, rank: int, targets: Sequence[Target] | None 
     target = plan.slot(rank).target if plan is not None else rank_target(profile, rank)
     by = plan.ranks_by_target() if plan is not None else ranks_by_target(profile)
     shared = tuple(r for r in by[target] if r != rank)
-    node = int(target[4:]) if target.startswith("node") else None
+    node = node_of(target)
     facts = {t.name: t for t in targets or ()}
     t = facts.get(target)
     return PoolPlan(rank=rank, target=target, mode=q.mode, node=node, policy=q.policy,

@@ -234,14 +234,11 @@ def bench_figure(rec):
     loaded latency vs reader bandwidth (points joined in bandwidth order, each labelled with its
     injected delay) and gather bandwidth vs record size (a labelled tick per measured size), both
     with p05–p95 error bars from the record's samples. Raises UsageError when neither exists."""
-    from sactool.cachedir import ensure_mpl_config
-
-    ensure_mpl_config()   # no "temporary cache directory" warning for a user without a writable HOME
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.ticker import NullLocator
+
+    from sactool.render.figures import pyplot
+
+    plt = pyplot()
 
     loaded = [r for r in rec.results if r["test"] == "loaded"]
     gathers = [r for r in rec.results if r["test"] == "gather"]
@@ -321,15 +318,9 @@ def _label_delays(fig, ax, xs, ys, rs) -> None:
 
 def plot_bench(rec) -> bytes:
     """:func:`bench_figure` as PNG bytes."""
-    import io
+    from sactool.render.figures import figure_bytes
 
-    import matplotlib.pyplot as plt
-
-    fig = bench_figure(rec)
-    out = io.BytesIO()
-    fig.savefig(out, format="png", dpi=110)
-    plt.close(fig)
-    return out.getvalue()
+    return figure_bytes(bench_figure(rec))
 
 
 def warning_lines(rec) -> list[tuple[str, str, str | None]]:

@@ -57,11 +57,9 @@ def machine_figure(sc: Scene):
     trunks and rank routes, then the legend and notes."""
     import textwrap
 
-    from sactool.render.simulate import require_matplotlib
+    from sactool.render.figures import pyplot
 
-    matplotlib = require_matplotlib()
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     _tidy(sc)
     width = max(sc.width + 2 * MARGIN, 6.5)
@@ -181,7 +179,7 @@ def plot_format(path) -> str:
     from pathlib import Path
 
     from sactool.errors import UsageError
-    from sactool.render.simulate import require_matplotlib
+    from sactool.render.figures import require_matplotlib
 
     fmt = FORMATS.get(Path(path).suffix.lower())
     if fmt is None:
@@ -193,13 +191,6 @@ def plot_format(path) -> str:
 
 def plot_machine(sc: Scene, fmt: str) -> bytes:
     """The picture as ``svg`` (text kept as text, so names can be searched) or ``png`` bytes."""
-    import io
+    from sactool.render.figures import figure_bytes
 
-    fig = machine_figure(sc)
-    import matplotlib.pyplot as plt
-
-    buf = io.BytesIO()
-    with plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": "sactool"}):
-        fig.savefig(buf, format=fmt, dpi=100, metadata={"Date": None} if fmt == "svg" else None)
-    plt.close(fig)
-    return buf.getvalue()
+    return figure_bytes(machine_figure(sc), fmt, dpi=100)

@@ -319,20 +319,6 @@ def render_sensitivity(sens, con) -> None:
                       + "; ".join(f"{row.name} ({ch:.0%})" for row, ch in top))
 
 
-def require_matplotlib():
-    """The matplotlib module, or a UsageError naming the extra (checked before simulating)."""
-    from sactool.cachedir import ensure_mpl_config
-
-    ensure_mpl_config()   # no "temporary cache directory" warning for a user without a writable HOME
-    try:
-        import matplotlib
-    except ImportError:
-        from sactool.errors import UsageError
-
-        raise UsageError("--plot needs matplotlib", "pip install matplotlib (the 'plot' extra: pip install -e '.[plot]' in sactool's checkout)") from None
-    return matplotlib
-
-
 STYLE = {  # colour per placement; SAC and DRAM often coincide: DRAM's diamond is larger and see-through
     # (no fill), SAC's filled circle smaller, so where they coincide the circle shows inside the diamond
     "sac": {"color": "tab:blue", "marker": "o", "markerfacecolor": "tab:blue", "linestyle": "-", "zorder": 3,
@@ -351,9 +337,9 @@ def simulation_figure(res):
     one line per placement and context (contexts by dash pattern); at a single concurrency it is the
     context length instead, one line per placement — not a column of points nobody can tell apart.
     Returns the matplotlib Figure."""
-    matplotlib = require_matplotlib()
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from sactool.render.figures import pyplot
+
+    plt = pyplot()
 
     ctxs = sorted({p.context_tokens for p in res.points})
     concs = sorted({p.concurrency for p in res.points})
@@ -405,15 +391,9 @@ def simulation_figure(res):
 
 def plot_png(res) -> bytes:
     """:func:`simulation_figure` as PNG bytes."""
-    import io
+    from sactool.render.figures import figure_bytes
 
-    import matplotlib.pyplot as plt
-
-    fig = simulation_figure(res)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return buf.getvalue()
+    return figure_bytes(simulation_figure(res))
 
 
 def plot_simulation(res, path, *, force: bool = False) -> None:

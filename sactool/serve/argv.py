@@ -15,6 +15,7 @@ from typing import Mapping, Sequence
 
 from sactool.hisparse.engine import RADIX_CACHE_WHY
 from sactool.profile import Profile
+from sactool.profile.hostpool import PROFILE_ENV, STRICT_ENV
 
 PLUGIN_NAME = "sactool_cxl"            # entry point name in group sglang.srt.plugins (pyproject.toml)
 @dataclass(frozen=True)
@@ -175,10 +176,10 @@ def build_command(profile: Profile, *, profile_path: str, extra_args: Sequence[s
         elif not cur:
             notes.append("SGLANG_PLUGINS is unset, and stays so: SGLang then loads every installed plug-in, "
                          "sactool_cxl included (setting it would whitelist only the plug-ins it names)")
-        env.append(EnvVar("SACTOOL_PROFILE", os.path.abspath(profile_path), "--profile",
+        env.append(EnvVar(PROFILE_ENV, os.path.abspath(profile_path), "--profile",
                           "the plug-in reads pool.* from it: " + _targets(profile)))
         if q.strict:
-            env.append(EnvVar("SACTOOL_STRICT", "1", "pool.strict",
+            env.append(EnvVar(STRICT_ENV, "1", "pool.strict",
                               "the plug-in stops the rank instead of falling back to SGLang's allocator"))
     if hisparse and not h.prefetch:
         env.append(EnvVar("SGLANG_DISABLE_HISPARSE_PREFETCH", "1", "hisparse.prefetch",

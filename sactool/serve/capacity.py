@@ -19,7 +19,7 @@ from sactool.host.sysfs import SysfsReader
 from sactool.profile import Profile
 from sactool.profile.hostpool import HostSizing, host_sizing, rank_plan
 from sactool.profile.hostpool import pool_targets as names_of
-from sactool.hisparse.rankplan import RankPlan, Target
+from sactool.hisparse.rankplan import RankPlan, Target, node_of
 from sactool.hisparse.targets import pool_targets
 from sactool.units import format_bytes
 
@@ -56,7 +56,7 @@ def _node_share(profile: Profile, per_rank: int, by_target: dict[str, list[int]]
                 tot = sum(q.interleave_weights.values())
                 parts = {n: per_rank * w // tot for n, w in q.interleave_weights.items()}
             else:
-                parts = {int(target[4:]): per_rank}
+                parts = {node_of(target): per_rank}
             for n, b in parts.items():
                 cur, rs = out.get(n, (0, set()))
                 out[n] = (cur + b, rs | {r})
@@ -92,7 +92,7 @@ def check_pool(profile: Profile, reader: SysfsReader) -> PoolCheck:
                                       True))
         return PoolCheck(sizing, tuple(checks), "" if per_rank is not None else
                          f"capacity not checked: host bytes per rank {sizing.source}", plan, tuple(facts))
-    nodes = sorted({int(t[4:]) for t in by_target} | set(q.interleave_weights if q.policy == "weighted_interleave" else ()))
+    nodes = sorted({node_of(t) for t in by_target} | set(q.interleave_weights if q.policy == "weighted_interleave" else ()))
     room_of = {t.name: t for t in facts}
     for n in nodes:
         if f"node{n}" not in room_of:           # a weighted-interleave node that is not a rank target

@@ -194,6 +194,7 @@ def simulate(opts: SimulationOptions) -> SimulationResult:
                      f"{'cache_populate' if case != 'cache_hit' else 'Poisson arrivals'} use the steady model")
     _refuse_beyond_every_cap(p, opts, contexts, concs, L, R, spec.indexer_bytes, out)
     setup = _Setup(p, opts, L, R, out, case, rate, prefetch, compute, miss_fn, harness, cal)
+    _refuse_what_fits_nowhere(p, opts.placements, spec.indexer_bytes, contexts, concs, L, R, out)
     points, miss_used, overheads = _sweep(setup, spec.indexer_bytes, contexts, concs)
     ratios = _ratios(points, contexts, concs)
     if opts.progress:
@@ -233,7 +234,7 @@ def _refuse_beyond_every_cap(p, opts, contexts, concs, L: int, R: int, indexer_b
 
 def _sweep(st: "_Setup", indexer_bytes: int, contexts, concs):
     """Every (context, concurrency, placement) point in that order: (points, the miss profiles used,
-    the HiSparse overheads by context). A (context, concurrency) that fits no placement is refused."""
+    the HiSparse overheads by context); :func:`_refuse_what_fits_nowhere` has refused what fits no placement."""
     p, opts, L, R = st.p, st.opts, st.layers, st.record_bytes
     total_points = len(contexts) * len(concs) * len(opts.placements)
     done_points = 0
@@ -244,7 +245,6 @@ def _sweep(st: "_Setup", indexer_bytes: int, contexts, concs):
         kv = rdma_full_prefix_bytes(ctx, R, L)     # one request's full KV (all layers)
         idx_bytes = ctx * L * indexer_bytes
         for conc in concs:
-            fits_any = False
             for pl in opts.placements:
                 buf, cap, local, per_gpu_hot = _capacity(p, pl, conc, kv, idx_bytes, L, R, st.out)
                 limit = min(conc, cap)
@@ -252,7 +252,6 @@ def _sweep(st: "_Setup", indexer_bytes: int, contexts, concs):
                     points.append(PlacementPoint(pl, ctx, conc, False, True, cap, local, per_gpu_hot))
                     done_points += 1
                     continue
-                fits_any = True
                 if opts.progress:
                     opts.progress(f"{format_tokens(ctx)} c={conc} {pl}", done_points, total_points)
                 prof = st.miss_fn(ctx, buf)
@@ -265,13 +264,34 @@ def _sweep(st: "_Setup", indexer_bytes: int, contexts, concs):
                     ttft_mean_s=sum(res.ttft_s) / len(res.ttft_s), ttft_p99_s=_pct(res.ttft_s, 0.99),
                     tbt_mean_s=sum(res.tbt_s) / len(res.tbt_s), throughput_tokens_per_s=res.throughput_tokens_per_s,
                     hit_rate=prof.hit_rate, breakdown=dataclasses.asdict(res.breakdown)))
-            if not fits_any:
-                need = conc * kv
-                raise CapacityError(
-                    f"concurrency {conc} at {ctx} tokens fits in no placement: {format_bytes(need)} of KV "
-                    f"(CXL pool {format_bytes(p.cxl_capacity_bytes)}, host DRAM {format_bytes(p.dram_capacity_bytes)})",
-                    "lower --concurrency or --context, or add pool capacity")
     return points, miss_used, overheads
+
+
+def _refuse_what_fits_nowhere(p: Platform, placements, indexer_bytes: int, contexts, concs, L: int, R: int,
+                              out_tokens: int) -> None:
+    """Before any point is simulated: a (context, concurrency) that every placement would have to
+    cap below the request is refused (exit 6), naming the largest concurrency the platform's pools
+    and GPU budget hold at that context (:func:`_capacity`, arithmetic only). Simulating it would
+    queue the excess requests and take time in proportion to the request (minutes at 100000)."""
+    bad, fit_at = [], {}
+    for ctx in contexts:
+        kv = rdma_full_prefix_bytes(ctx, R, L)
+        caps = {pl: _capacity(p, pl, 1, kv, ctx * L * indexer_bytes, L, R, out_tokens)[1] for pl in placements}
+        most = max(caps.values(), default=0)
+        over = [c for c in concs if c > most]
+        if over:
+            fit_at[ctx] = most
+            each = ", ".join(f"{pl} {n}" for pl, n in caps.items())
+            need = _capacity(p, "dram", max(over), kv, 0, L, R, out_tokens)[2]   # its KV, a shared prefix once
+            bad.append(f"{', '.join(map(str, over))} at {format_tokens(ctx)} tokens "
+                       f"({format_bytes(need)} of KV for {max(over)}; at most {most} fit: {each})")
+    if not bad:
+        return
+    pools = f"CXL pool {format_bytes(p.cxl_capacity_bytes)}, host DRAM {format_bytes(p.dram_capacity_bytes)}"
+    most = ", ".join(f"{n} at {format_tokens(c)}" for c, n in fit_at.items() if n >= 1)
+    hint = (f"lower --concurrency (at most {most} fit), " if most else "") + \
+        f"lower --context, or add pool capacity ({pools})"
+    raise CapacityError("concurrency fits in no placement: " + "; ".join(bad), hint)
 
 
 def _capacity(p: Platform, pl: str, conc: int, kv: int, idx_bytes: int, L: int, R: int, out_tokens: int = 0):
@@ -502,6 +522,9 @@ def _run_notes(p: Platform, opts: SimulationOptions, concs, harness: bool) -> li
         notes.append(f"decode step: zero-miss step and a per-missed-record cost of "
                      f"{cal.per_missed_record_s * 1e9:.0f} ns (every placement) fitted on {cal.runs} calibration "
                      f"runs (rms {cal.rms_s * 1e3:.2f} ms); held out: {'; '.join(p.calibration_held_out) or '-'}")
+    if p.calibration_baselines:
+        notes.append("read from the validation run families (agreement with them is not a prediction): "
+                     + ", ".join(p.calibration_baselines))
     if harness:
         rq = {pl: max(1, int(round((p.rdma_requests_per_concurrency if pl == "rdma" and p.rdma_requests_per_concurrency
                                     else p.requests_per_concurrency) * concs[0]))) for pl in opts.placements}

@@ -8,8 +8,9 @@ calibrated misses at both calibrated buffers. Rule: start from the closed form o
 uniform re-draws, ``m(B) = r × (1 − (B − top_k) / G)`` with ``r`` re-draws per step and ``G`` pool
 tokens not held, solved from the two targets; then ``ITERATIONS`` corrections, each rescaling
 ``r`` and ``G`` by target / replayed (after the same closed-form inversion). The fit is stored in
-the platform file (``workload.filler``); ``python -m sactool.simulate.heldout --fit-filler`` redoes
-it and prints the block. Between fitted contexts ``r`` and ``G`` are linear in context; outside, the
+the packaged workload file (``sactool/data/workloads/filler-sac-runs.yaml``, which the platform's
+``workload.filler`` names); ``python -m sactool.simulate.heldout --fit-filler`` redoes it and
+prints the block. Between fitted contexts ``r`` and ``G`` are linear in context; outside, the
 nearest context's.
 
 ``profile(...)``: the misses per layer per request over a request's life from that replay: the first
@@ -21,13 +22,11 @@ steps past the table share one value so the serving model can take them in batch
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 REPLAY_STEPS = 1024
 """Decode steps replayed: the runs' whole Round-2 output (1024 tokens, ``workload.output_tokens``)."""
-REPLAY_LAYERS = 4
-"""Layers replayed and averaged: the filler model's layers are statistically alike (one seeded stream each)."""
+from sactool.workload.filler import REPLAY_LAYERS  # noqa: E402,F401  (layers replayed and averaged)
 ITERATIONS = 3
 TABLE_STEPS = 256
 """Replayed steps handed to the serving model one by one (the warm-up ends within ~240 steps at 6144 slots)."""
@@ -69,24 +68,7 @@ def fit(cal, *, top_k: int, kernel: str, seed: int = 0) -> dict[int, Any]:
     return out
 
 
-def params_at(per: dict[int, Any], ctx: int):
-    """The context's parameters: fitted ones, else re-draw rate and free pool linear in context."""
-    if ctx in per:
-        return per[ctx]
-    cs = sorted(per)
-    if ctx <= cs[0]:
-        return per[cs[0]]
-    if ctx >= cs[-1]:
-        return per[cs[-1]]
-    for c0, c1 in zip(cs, cs[1:]):
-        if ctx <= c1:
-            a, b = per[c0], per[c1]
-            w = (ctx - c0) / (c1 - c0)
-            f = round(a.flicker_tokens + w * (b.flicker_tokens - a.flicker_tokens))
-            g = (a.pool_tokens - a.flicker_tokens) + w * ((b.pool_tokens - b.flicker_tokens)
-                                                          - (a.pool_tokens - a.flicker_tokens))
-            return dataclasses.replace(a, flicker_tokens=int(f), pool_tokens=int(round(g + f)))
-    return per[cs[-1]]  # pragma: no cover
+from sactool.workload.filler import params_at  # noqa: E402  (the rule lives with the generator)
 
 
 _CACHE: dict[tuple, Any] = {}

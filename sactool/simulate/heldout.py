@@ -7,7 +7,7 @@ configuration, changed only where the runs differ (hot-buffer size and run-set s
 runs is in ``calibration.runs`` (``simulate.calibration``); the ratios of the paper's headline come
 from the plain run (``validation`` in the platform). Prints a Markdown table per figure;
 ``--fit-filler`` instead refits the filler workload (``simulate.fillerfit``) and prints the
-platform's ``workload.filler`` block.
+fields of ``sactool/data/workloads/filler-sac-runs.yaml``.
 """
 
 from __future__ import annotations
@@ -111,13 +111,13 @@ def markdown(rep: dict[str, Any]) -> str:
 
 
 def fit_filler_block(p) -> str:
-    """The platform's ``workload.filler`` block, refitted (``simulate.fillerfit.fit``)."""
+    """The filler workload file's fields, refitted (``simulate.fillerfit.fit``)."""
     from sactool.simulate.fillerfit import DWELL_STEPS, fit
 
     per = fit(p.calibration, top_k=p.top_k, kernel=p.hisparse_kernel)
     window = next(iter(per.values())).window_tokens
-    lines = ["  filler:", f"    dwell_steps: {DWELL_STEPS:g}", f"    window_tokens: {window}", "    per_context:"]
-    lines += [f"      {c}: {{flicker_tokens: {q.flicker_tokens}, pool_tokens: {q.pool_tokens}}}"
+    lines = [f"dwell_steps: {DWELL_STEPS:g}", f"window_tokens: {window}", "per_context:"]
+    lines += [f"  {c}: {{flicker_tokens: {q.flicker_tokens}, pool_tokens: {q.pool_tokens}}}"
               for c, q in sorted(per.items())]
     return "\n".join(lines)
 

@@ -155,6 +155,7 @@ class Platform:
     calibration_runs: tuple = ()
     calibration_source: str = ""
     calibration_held_out: tuple[str, ...] = ()
+    calibration_baselines: tuple[str, ...] = ()   # inputs read from the validation run families
     # the fit of those runs on this platform as its file describes it (``calibration.Calibration``),
     # made once at load: a what-if (``--set``, ``dataclasses.replace``) changes the hardware, not
     # what the runs measured, so it is not refitted
@@ -326,21 +327,22 @@ def read_runs(d, path: str = "calibration.runs") -> tuple[CalibrationRun, ...]:
 
 
 def read_filler(d, path: str = "workload.filler") -> dict[int, Any]:
-    """``{context: FillerParams}`` from the platform file (``{}`` when absent)."""
-    from sactool.workload.filler import FillerParams
+    """``{context: FillerParams}``: a packaged workload's name (``sactool/data/workloads/``) or an
+    inline block of the same fields; ``{}`` when absent."""
+    from sactool.errors import UsageError
+    from sactool.workload.filler import load_filler_workload, read_params
 
     blk = _get(d, path, optional=True, default=None)
     if not blk:
         return {}
-    dwell = _num(blk, "dwell_steps", label=f"{path}.dwell_steps")
-    window = _int(blk, "window_tokens", label=f"{path}.window_tokens")
-    out = {}
-    for c, v in (blk.get("per_context") or {}).items():
-        q = f"{path}.per_context.{c}"
-        ctx = _int({"c": c}, "c", label=q)
-        out[ctx] = FillerParams(_int(v, "flicker_tokens", label=f"{q}.flicker_tokens"),
-                                _int(v, "pool_tokens", label=f"{q}.pool_tokens"), dwell, window)
-    return out
+    try:
+        if isinstance(blk, str):
+            return dict(load_filler_workload(blk).per_context)
+        if not isinstance(blk, Mapping):
+            _bad(path)
+        return read_params(dict(blk), path)
+    except UsageError as e:
+        raise _err(path, e.message) from None
 
 
 def from_data(data: Mapping[str, Any], *, origin: str = "platform") -> Platform:
@@ -414,6 +416,8 @@ def from_data(data: Mapping[str, Any], *, origin: str = "platform") -> Platform:
         filler=read_filler(d),
         calibration_runs=read_runs(d),
         calibration_source=str(_get(d, "calibration.source", optional=True, default="")),
+        calibration_baselines=tuple(str(x) for x in (_get(d, "calibration.baselines_from_validation_families",
+                                                              optional=True, default=[]) or [])),
         calibration_held_out=tuple(str(x) for x in (_get(d, "calibration.held_out", optional=True, default=[]) or [])),
         sources={str(k): str(v) for k, v in (d.get("sources") or {}).items()},
         validation=dict(d.get("validation") or {}),

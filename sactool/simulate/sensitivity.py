@@ -54,6 +54,8 @@ INPUTS: dict[str, tuple[str, Callable[[Platform, float], Platform] | None]] = {
         p, requests_per_concurrency=p.requests_per_concurrency * k)),
     "rdma.requests_per_concurrency": ("RDMA run-set size", lambda p, k: dataclasses.replace(
         p, rdma_requests_per_concurrency=(p.rdma_requests_per_concurrency or p.requests_per_concurrency) * k)),
+    "calibration.per_missed_record_s": ("per-missed-record cost (fitted)", lambda p, k: dataclasses.replace(
+        p, calibration=dataclasses.replace(p.calibration, per_missed_record_s=p.calibration.per_missed_record_s * k))),
     "hot-buffer misses": ("misses per step (workload model output)", None),
 }
 
@@ -107,6 +109,7 @@ def sensitivity(opts, *, delta: float = 0.5, progress=None) -> Sensitivity:
     names = [n for n, (_, fn) in INPUTS.items()
              if not (n == "first_token.extend" and not p.extend_points)
              and not (n == "gpu.hisparse_dram_step" and not p.gpu.dram_step_points)
+             and not (n == "calibration.per_missed_record_s" and p.calibration is None)
              and not (n == "gpu.decode_step" and not p.gpu.step_points)
              and not (n == "rdma.layout_conversion_bytes_per_s" and not p.rdma_conversion_bytes_per_s)]
     for j, name in enumerate(names):

@@ -39,7 +39,8 @@ def read_gpus(r: SysfsReader, nodes: list[NumaNode]) -> tuple[list[GpuDevice], s
     if not r.is_dir(PCI_DEVICES):
         return [], f"{PCI_DEVICES} is " + ("missing" if r.live else "not in the recording") + ": GPUs unknown"
     names = r.listdir(PCI_DEVICES)
-    gpus, skipped = [], []
+    gpus: list[GpuDevice] = []
+    skipped: list[str] = []
     for name in names:
         cls = r.hex(f"{PCI_DEVICES}/{name}/class")
         if cls is None or (cls >> 8) not in GPU_CLASSES:

@@ -29,9 +29,14 @@ class Topology(Protocol):
     """What the rule reads of a machine (:class:`sactool.topology.model.Topology` has it): named
     structurally so this module needs only the element records and the model can call it."""
 
-    nodes: tuple[NumaNode, ...]
-    regions: tuple[CxlRegion, ...]
-    dax_devices: tuple[DaxDevice, ...]
+    @property
+    def nodes(self) -> tuple[NumaNode, ...]: ...
+
+    @property
+    def regions(self) -> tuple[CxlRegion, ...]: ...
+
+    @property
+    def dax_devices(self) -> tuple[DaxDevice, ...]: ...
 
     @property
     def node_ids(self) -> tuple[int, ...]: ...
@@ -165,7 +170,7 @@ def dax_locality(topo: Topology, name: str) -> Locality:
         cpu, ev = hit
         return Locality(d.target_node, cpu, _slit(topo, cpu, d.target_node if online else None),
                         "device-affinity", ev, device=name)
-    if online:
+    if online and d.target_node is not None:
         loc = node_locality(topo, d.target_node)
         return Locality(loc.node, loc.cpu_node, loc.distance, loc.source,
                         f"{name} → node{d.target_node}: {loc.evidence}", device=name)

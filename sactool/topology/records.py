@@ -25,8 +25,9 @@ from typing import Any
 from sactool.records import Warning
 from sactool.topology.hardware import PcieLink
 
-SCHEMA_VERSION = 1
-"""Version of the ``topology`` record (``sactool probe --format json``)."""
+SCHEMA_VERSION = 2
+"""Version of the ``topology`` record (``sactool probe --format json``). 2: a locality's ``node`` and
+``cpu_node`` (``verdict.pool[]``, ``dax_devices[].locality``) are integers, as ``verdict.pool_nodes``."""
 
 KINDS = ("dram", "cxl", "hbm", "pmem", "unknown")
 
@@ -326,8 +327,8 @@ class Locality:
         if self.device is not None:
             out["device"] = self.device
         out.update({
-            "node": None if self.node is None else f"node{self.node}",
-            "cpu_node": None if self.cpu_node is None else f"node{self.cpu_node}",
+            "node": self.node,           # NUMA node numbers as the kernel's own integers (docs/reference/units.md)
+            "cpu_node": self.cpu_node,
             "distance": self.distance,
             "source": self.source,
             "evidence": self.evidence,

@@ -114,11 +114,14 @@ def shareable_iomem(text: str) -> str:
     keep: set[int] = set()
     for i, ln in enumerate(lines):
         m = _LINE_RE.match(ln.rstrip())
+        assert m is not None   # kept above: every line matches
         name, depth = m.group(4).strip(), len(m.group(1)) // 2
         if (depth == 0 and _CXL_WINDOW_RE.match(name)) or name == SOFT_RESERVED:
             keep.add(i)
             for j in range(i - 1, -1, -1):   # the enclosing entries: the nearest line one level up, …
-                dj = len(_LINE_RE.match(lines[j].rstrip()).group(1)) // 2
+                mj = _LINE_RE.match(lines[j].rstrip())
+                assert mj is not None
+                dj = len(mj.group(1)) // 2
                 if dj < depth:
                     keep.add(j)
                     depth = dj

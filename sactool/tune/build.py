@@ -3,6 +3,7 @@ summary the CLI prints, and the alternatives with the reason each lost."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from sactool.profile import (DSA_PAGE_SIZE_CUDA, HiSparseSettings, ModelRef, PoolSettings, Provenance, SglangSettings,
@@ -39,7 +40,30 @@ def build_profile(d, *, chosen, ranked, evals, gather):
                           request=_request(d), predictions=predictions, bench=dict(gather.info), provenance=prov,
                           workload=getattr(d, "workload", None),
                           fleet=share.block if share is not None else None)
-    return profile, _summary(d, c, hs, gather, predictions), _alternatives(chosen, evals)
+    summary = _summary(d, c, hs, gather, predictions)
+    summary["by_buffer"] = _by_buffer(chosen, evals)
+    return profile, summary, _alternatives(chosen, evals)
+
+
+def _by_buffer(chosen, evals) -> list[dict[str, Any]]:
+    """Per evaluated ``device_buffer_size``: its best candidate (feasible ones first, then the
+    leanest), with the predicted fetch time per token, misses and GPU memory per rank — the
+    hot-buffer choice as a table."""
+    best: dict[int, Any] = {}
+    for e in evals:
+        b = e.candidate.device_buffer_size
+        cur = best.get(b)
+        if cur is None or (e.feasible, -e.mean_s) > (cur.feasible, -cur.mean_s):
+            best[b] = e
+    rows = []
+    for b, e in sorted(best.items()):
+        pc = e.per_context.values()
+        rows.append({"device_buffer_size": b, "feasible": e.feasible, "chosen": b == chosen.candidate.device_buffer_size,
+                     "fetch_time_per_token_s": e.mean_s,
+                     "misses_per_step_per_layer": sum(x["misses_per_step_per_layer"] for x in pc) / max(1, len(pc)),
+                     "gpu_bytes_per_rank": e.gpu_bytes_per_rank,
+                     "why_infeasible": "; ".join(e.why_infeasible)})
+    return rows
 
 
 def _gpu_nodes(d) -> tuple[int, ...]:
@@ -215,7 +239,9 @@ def _predictions(d, chosen, ranked, plan, req: int) -> dict[str, Any]:
         "pool_partition_bytes_per_rank": part,
         "per_context": per_ctx,
         "best_candidate_fetch_time_per_token_s": best.mean_s,
-        "chosen_vs_best": None if cmp is None else {"delta_s": cmp.delta_s, "ci95_s": cmp.ci_s,
+        "chosen_vs_best": None if cmp is None else {"delta_s": cmp.delta_s,
+                                                    # null: one replicate gives no interval (not infinity)
+                                                    "ci95_s": cmp.ci_s if math.isfinite(cmp.ci_s) else None,
                                                     "significant": cmp.significant},
         "engine_constraints": [dict(e, value=top_k if e["setting"] == "hisparse.top_k" else e["value"])
                                for e in ENGINE_CONSTRAINTS],

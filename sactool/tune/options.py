@@ -43,6 +43,7 @@ class TuneOptions:
     steps: int = DEFAULT_STEPS                          # decode steps simulated per context
     replicates: int = DEFAULT_REPLICATES                # workload seeds / measurement rounds
     seed: int = 0
+    workload: str = "sharegpt-dsv32"                   # top-k workload the hot-buffer misses are simulated on
     gather_seconds: float = DEFAULT_GATHER_SECONDS
     gather_size_bytes: int | None = None                # quick-gather buffer (--gather-size); None = sized from
     #                                                     this machine (sactool.bench.sizing.derive)

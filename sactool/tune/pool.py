@@ -12,6 +12,7 @@ from typing import Any, Callable, Sequence
 
 from sactool.errors import RecordError, TopologyError
 from sactool.hisparse.capacity import PoolTarget
+from sactool.hisparse.rankplan import node_of
 from sactool.records import warning
 
 
@@ -82,7 +83,7 @@ def pool_info(topo, reader=None, *, pool_bytes: int | None = None) -> PoolInfo:
         for t in facts:
             if not t.capacity_bytes:
                 raise TopologyError(f"{t.name} reports no free memory", "check 'sactool probe'")
-            targets.append(PoolTarget(t.name, int(t.name[4:]), int(t.capacity_bytes), t.capacity_source,
+            targets.append(PoolTarget(t.name, node_of(t.name), int(t.capacity_bytes), t.capacity_source,
                                       cpu_node=t.cpu_node))
         return PoolInfo("numa", tuple(targets), bool(topo.verdict.stand_in), _one_free_figure(topo, targets),
                         targets[0].cpu_node, _cpus_near(topo, targets), gpu_nodes(topo))

@@ -137,13 +137,25 @@ def _workload(job: Job, warnings: list) -> tuple[tuple[int, ...], int, Any]:
     return (trace.context_tokens,), 1, trace
 
 
+WORKLOADS = ("sharegpt-dsv32", "filler-sac-runs")
+"""``tune --workload``: the real-prompt model (default) or the SAC paper runs' filler prompt."""
+
+
 def _model_workload(job: Job):
-    """The workload model of this model: per-layer targets where a profile fits, else the random
-    spread (the rule simulate shares, ``workload.layers.model_workload``)."""
+    """The named top-k workload (``--workload``): ``sharegpt-dsv32``, the workload model of this model
+    (per-layer targets where a profile fits, else the random spread; the rule simulate shares,
+    ``workload.layers.model_workload``), or a packaged filler workload (``workload.filler``)."""
+    from sactool.errors import UsageError
     from sactool.workload.layers import model_workload
 
-    spec = job.spec
-    return model_workload(spec.name, spec.num_layers, spec.index_topk)
+    spec, name = job.spec, getattr(job.o, "workload", "sharegpt-dsv32")
+    if name == "sharegpt-dsv32":
+        return model_workload(spec.name, spec.num_layers, spec.index_topk)
+    if name not in WORKLOADS:
+        raise UsageError(f"unknown --workload {name!r}", f"use one of {', '.join(WORKLOADS)}")
+    from sactool.workload.filler import load_filler_workload
+
+    return load_filler_workload(name, top_k=spec.index_topk)
 
 
 def _workload_block(job: Job, model_wl, trace, replicates: int) -> dict[str, Any]:
@@ -286,7 +298,9 @@ class _Points:
                                       "bench": [str(b) for b in bench_paths(o.bench)] or None,
                                       "fleet": o.pool_source.block if o.pool_source else None,
                                       "targets": target_names,
-                                      "layer_targets": model_wl.layer_targets}, sort_keys=True))[:23]
+                                      "layer_targets": model_wl.layer_targets,
+                                      **({"workload": model_wl.name} if getattr(model_wl, "name", None) else {})},
+                                     sort_keys=True))[:23]
         self.done: list[dict] = []
         if self.path is not None:
             if o.resume:

@@ -26,7 +26,8 @@ model; each runs its own seeded stream.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import sactool.cachedir  # noqa: F401  (NUMBA_CACHE_DIR before numba loads)
@@ -119,3 +120,95 @@ def generate_filler(context_tokens: int, steps: int, layers: int, top_k: int, pa
                                            p.window_tokens, stable, p.flicker_tokens, p.pool_tokens,
                                            float(p.dwell_steps)), layers)
     return out
+
+
+def params_at(per: dict[int, FillerParams], ctx: int) -> FillerParams:
+    """A context's parameters: the fitted ones, else flicker slots and free pool (pool − flicker)
+    linear in context between the fitted contexts, the nearest one's outside."""
+    if ctx in per:
+        return per[ctx]
+    cs = sorted(per)
+    if ctx <= cs[0]:
+        return per[cs[0]]
+    if ctx >= cs[-1]:
+        return per[cs[-1]]
+    for c0, c1 in zip(cs, cs[1:]):
+        if ctx <= c1:
+            a, b = per[c0], per[c1]
+            w = (ctx - c0) / (c1 - c0)
+            f = round(a.flicker_tokens + w * (b.flicker_tokens - a.flicker_tokens))
+            ga, gb = a.pool_tokens - a.flicker_tokens, b.pool_tokens - b.flicker_tokens
+            return replace(a, flicker_tokens=int(f), pool_tokens=int(round(ga + w * (gb - ga) + f)))
+    return per[cs[-1]]  # pragma: no cover
+
+
+REPLAY_LAYERS = 4
+"""Layers generated for a replay: the filler model's layers are statistically alike (one seeded stream each)."""
+
+
+@dataclass(frozen=True)
+class FillerWorkload:
+    """A named filler workload (``sactool/data/workloads/<name>.yaml``): what ``tune --workload`` and
+    a platform's ``workload.filler`` take; ``generate`` has the interface of
+    ``workload.layers.ModelWorkload``."""
+
+    name: str
+    per_context: dict = field(default_factory=dict)    # context -> FillerParams
+    statistics: str = ""
+    fitted_with_kernel: str = ""
+    path: str = ""
+    top_k: int = 2048
+    layer_targets: None = None
+
+    def generate(self, context_tokens: int, steps: int, *, seed: int = 0) -> np.ndarray:
+        return generate_filler(context_tokens, steps, REPLAY_LAYERS, self.top_k,
+                               params_at(self.per_context, context_tokens), seed=seed)
+
+    def to_data(self) -> dict[str, Any]:
+        return {"source": "model", "name": self.name, "generator": "sactool.workload.filler.generate_filler",
+                "statistics": self.statistics, "targets": self.path,
+                "detail": (f"the SAC runs' filler prompt: near-tie pool and flicker rate per context fitted to "
+                           f"their calibrated misses (with the {self.fitted_with_kernel} kernel), "
+                           f"{REPLAY_LAYERS} layers replayed"),
+                "assumptions": "dwell_steps and window_tokens are structural, not fitted; misses at buffer sizes "
+                               "other than 4096 and 6144 are the model's"}
+
+
+def read_params(blk: dict, where: str) -> dict[int, FillerParams]:
+    """``{context: FillerParams}`` from a workload file's or a platform's block."""
+    def num(key, kind):
+        v = blk.get(key)
+        if isinstance(v, bool) or not isinstance(v, kind) or v <= 0:
+            raise UsageError(f"{where}: {key} must be a positive number, got {v!r}", "see sactool/data/workloads/")
+        return v
+    dwell, window = float(num("dwell_steps", (int, float))), int(num("window_tokens", int))
+    per = blk.get("per_context")
+    if not isinstance(per, dict) or not per:
+        raise UsageError(f"{where}: per_context must be a non-empty mapping", "see sactool/data/workloads/")
+    out = {}
+    for c, v in per.items():
+        if not isinstance(v, dict) or not all(isinstance(v.get(k), int) and not isinstance(v.get(k), bool)
+                                              and (v.get(k) or 0) > 0 for k in ("flicker_tokens", "pool_tokens")):
+            raise UsageError(f"{where}: per_context.{c} needs positive integer flicker_tokens and pool_tokens",
+                             "see sactool/data/workloads/")
+        out[int(c)] = FillerParams(v["flicker_tokens"], v["pool_tokens"], dwell, window)
+    return out
+
+
+def workload_names() -> list[str]:
+    from sactool.data import data_path
+
+    return sorted(p.name[:-5] for p in data_path("workloads").iterdir() if p.name.endswith(".yaml"))
+
+
+def load_filler_workload(name: str, *, top_k: int = 2048) -> FillerWorkload:
+    """The packaged filler workload ``name`` (``sactool/data/workloads/<name>.yaml``)."""
+    from sactool.data import data_path
+    from sactool.records import load_structured
+
+    if name not in workload_names():
+        raise UsageError(f"no packaged top-k workload {name!r}", f"use one of {', '.join(workload_names())}")
+    path = data_path("workloads", f"{name}.yaml")
+    d = load_structured(path, what="workload file")
+    return FillerWorkload(name, read_params(d, f"workload {name}"), str(d.get("statistics") or ""),
+                          str(d.get("fitted_with_kernel") or ""), f"sactool/data/workloads/{name}.yaml", top_k)

@@ -3,25 +3,6 @@ targets from the authors' DeepSeek-V3.2 profiling and the per-layer rates that m
 model reproduce them (each layer keeps its identity) — that fit is :mod:`sactool.workload.layerfit`,
 re-exported here.
 
-Data: ``sactool/data/topk/deepseek-v3.2-summary_by_length_layer.csv``, copied unchanged from
-github magicYang1573/sglang, branch ``dsv32-profile-topk`` (commit
-883d880b43e35d90bf6b506dc2ddc615c50cb7be),
-``exp-topk/deepseek_v32_20260427_140841/analysis/summary_by_length_layer.csv``: 4 prompt lengths
-(16K/32K/64K/128K) × 61 layers, 16 requests each, 1000 decode steps; column
-``mean_kv_union_used_to_total_prompt`` is the layer's union of selected KV over the decode,
-as a fraction of the prompt (published measurement data; see the SOURCE.md beside it).
-
-From a layer's target union ``u`` to its rate factor (``generator._gen_layer``'s ``factor``),
-by the model's own structure, not by search: at step 0 a layer holds the sinks, the window and
-the regions (``fixed`` prompt tokens) and ``top_k − fixed`` scattered tokens drawn from the
-importance field (Gamma(shape), mean 1); afterwards it draws ``rate × factor`` fresh tokens per
-step from the same field. ``M`` draws from that field touch, in expectation, a fraction
-``1 − (1 + M / (shape × context)) ** −shape`` of the prompt (the Gamma-mixed Poisson miss
-probability), so ``M = shape × context × ((1 − g) ** (−1 / shape) − 1)`` with
-``g = u − fixed / context`` and ``factor = (M − (top_k − fixed)) / (rate × steps)``. Contexts
-between the profiled ones interpolate the union linearly in log2(context) (the end values hold
-outside). The revisit knobs and region geometry stay stated assumptions (``params.py``).
-
 Which workload a model gets is decided here, once (:func:`model_workload`): the per-layer targets
 where a shipped profile fits the model (DeepSeek-V3.2: 61 layers, top_k 2048), else the random
 log-normal layer spread (GLM-5/5.1: no per-layer profile is published). ``sactool tune`` and
@@ -81,7 +62,9 @@ class ModelWorkload:
     def to_data(self) -> dict[str, Any]:
         """Record form (a profile's ``workload`` block, simulate's inputs)."""
         t = self.layer_targets
-        return {"source": "model", "generator": "sactool.workload.generate_topk", "model": self.model,
+        return {"source": "model", "name": "sharegpt-dsv32",
+                "statistics": "per-layer top-k unions of DeepSeek-V3.2 on ShareGPT prompts (dsv32-profile-topk)",
+                "generator": "sactool.workload.generate_topk", "model": self.model,
                 "layer_locality": "per-layer targets" if t else "random log-normal spread",
                 "model_profile": t,
                 "targets": f"sactool/data/topk/{DATASETS[t]}" if t else None,
