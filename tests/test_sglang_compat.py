@@ -328,3 +328,16 @@ def test_apply_hooks_swallows_failures_so_register_must_resolve_targets(src):
     by_group = next(n for n in plug.body if isinstance(n, ast.FunctionDef) and n.name == "load_plugins_by_group")
     text = ast.unparse(by_group)
     assert "allowed_set: set[str] | None = None" in text and "if allowed_str:" in text
+
+
+def test_shipped_option_list_is_sglangs_own(src):
+    """sactool/data/sglang/options-0.5.23.json (serve's spelling check, issue 22) holds exactly the
+    options SGLang's definitions give (scripts/sglang-options writes it)."""
+    import json
+
+    from sactool.data import data_path
+
+    shipped = json.loads((data_path("sglang") / "options-0.5.23.json").read_text())["options"]
+    names = {n: a for a in sglang_args(src).values() for n in a.names}
+    assert set(shipped) == set(names)
+    assert all(shipped[n]["takes_value"] == (a.kind != "bool") for n, a in names.items())

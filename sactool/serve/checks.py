@@ -107,8 +107,61 @@ OWNED = {
 }
 
 
+SGLANG_OPTIONS_VERSION = "0.5.23"
+
+
+def sglang_options() -> dict[str, dict]:
+    """SGLang's long options (``sactool/data/sglang/options-0.5.23.json``, written by
+    scripts/sglang-options from SGLang's own argument definitions): name -> {dest, takes_value}."""
+    from sactool.data import data_path
+
+    path = data_path("sglang") / f"options-{SGLANG_OPTIONS_VERSION}.json"
+    return json.loads(path.read_text(encoding="utf-8"))["options"]
+
+
+def check_spelling(extra: Sequence[str]) -> None:
+    """The extras as SGLang's argparse reads them: it takes any unique prefix of an option
+    (``--tp 4`` is ``--tp-size 4``, ``--enable-hierarchical`` is ``--enable-hierarchical-cache``),
+    so an abbreviation would slip past the conflict check; it is refused with the full name, and
+    so are an unknown option (a typo: ``--tp-sizee``, with the closest names) and an option whose
+    value is missing (a dangling ``--model-path``). UsageError (2)."""
+    import difflib
+
+    from sactool.errors import UsageError
+
+    opts = sglang_options()
+    toks = list(extra)
+    i = 0
+    while i < len(toks):
+        tok = toks[i]
+        i += 1
+        if tok == "--":
+            break
+        if not tok.startswith("--"):
+            continue
+        name, eq, _ = tok.partition("=")
+        if name not in opts:
+            hits = sorted(o for o in opts if o.startswith(name))
+            if hits and len({opts[o]["dest"] for o in hits}) == 1:
+                full = next(o for o in hits if opts[o]["dest"] == opts[hits[0]]["dest"])
+                raise UsageError(f"{name} after -- is an abbreviation: SGLang would read it as {full}",
+                                 f"write {full} in full (sactool checks each flag against the profile by its name)")
+            if hits:
+                raise UsageError(f"{name} after -- is ambiguous in SGLang {SGLANG_OPTIONS_VERSION}: "
+                                 + ", ".join(hits[:6]) + ("…" if len(hits) > 6 else ""), "write the option in full")
+            close = difflib.get_close_matches(name, list(opts), n=3, cutoff=0.75)
+            raise UsageError(f"{name} after -- is not an SGLang {SGLANG_OPTIONS_VERSION} option",
+                             (f"did you mean {' or '.join(close)}?" if close else "see python -m sglang.launch_server --help"))
+        spec = opts[name]
+        if spec["takes_value"] and not spec.get("optional_value") and not eq:
+            if i >= len(toks) or toks[i].startswith("--"):
+                raise UsageError(f"{name} after -- needs a value", f"give it one: {name} VALUE")
+            i += 1
+
+
 def check_conflicts(profile: Profile, extra: Sequence[str]) -> list[str]:
-    """Refuse extras that contradict the profile or HiSparse; returns the extras accepted."""
+    """Refuse extras that contradict the profile or HiSparse; returns the extras accepted.
+    Spelled as SGLang reads them first (:func:`check_spelling`): no abbreviation hides a flag."""
     hisparse = profile.sglang.role != "prefill"
 
     def refuse(msg: str, hint: str) -> None:
@@ -124,6 +177,7 @@ def check_conflicts(profile: Profile, extra: Sequence[str]) -> list[str]:
     if _values(extra, ("--enable-dp-attention",)):
         refuse("--enable-dp-attention is the deprecated spelling of attention DP",
                "set sglang.attn_dp_size in the profile (sactool emits --attn-dp-size)")
+    check_spelling(extra)   # after the spellings 0.5.23 dropped, which have their own message
     for names, (fld, get) in OWNED.items():
         for v in _values(extra, names):
             mine = get(profile)
