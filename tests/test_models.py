@@ -120,3 +120,15 @@ def test_config_corrupt(tmp_path):
     p.write_text("{not json")
     with pytest.raises(RecordError):
         get_model(p)
+
+
+def test_model_and_gpu_facts_have_one_owner():
+    """The roofline's activated parameters come from the model's JSON (a new model needs only its
+    file) and its HBM/FLOP figures from the one GPU catalog, hisparse/gpus.py (issue 19)."""
+    from sactool.hisparse.gpus import GPUS
+    from sactool.models import active_params_of
+    from sactool.simulate.gpu import ROOFLINE
+
+    assert active_params_of("deepseek-v3.2")[0] == 37e9 and "2412.19437" in active_params_of("deepseek-v3.2")[1]
+    assert active_params_of("glm-5") is None
+    assert set(ROOFLINE) == set(GPUS) and all(ROOFLINE[k][0] == GPUS[k].hbm_bytes_per_s for k in GPUS)

@@ -329,3 +329,39 @@ def test_profile_validated_as_a_whole(tuned_profile, tmp_path, capsys, field, va
     good.write_text(tuned_profile.read_text())
     assert main(["profile", "validate", str(good)]) == 0
     capsys.readouterr()
+
+
+def test_time_left_is_measured_and_said_once_per_phase():
+    # the second item's duration x the items left, said once per phase, only where it is a minute or more
+    from sactool.render.tune import _Estimates
+
+    said, now = [], [0.0]
+    est = _Estimates(said.append, lambda: now[0])
+    for done, t in ((1, 10.0), (2, 18.0), (3, 26.0)):
+        now[0] = t
+        est("gather", done, 100000)
+    assert len(said) == 1 and "2 of 100000 done, 8 s each" in said[0] and "about 9 d 6 h left" in said[0]
+    for done, t in ((1, 30.0), (2, 31.0)):   # 1 s x 10 left: no line
+        now[0] = t
+        est("simulate", done, 12)
+    assert len(said) == 1
+
+
+def test_many_replicates_say_their_cost_before_the_work(tmp_path):
+    # tune --replicates 100000 started measuring with no word of the 1 d 9 h its gathers take at least
+    import signal
+    import subprocess
+    import sys
+
+    from fixtures.progress import default_sigint
+
+    out = tmp_path / "p.yaml"
+    p = subprocess.Popen([sys.executable, "-c", "from sactool.entry import main; main()", "tune", "--context", "4k",
+                          "--steps", "6", "--replicates", "100000", "--pool-bytes", "1GiB", "--out", str(out)],
+                         stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
+    first = p.stderr.readline()
+    p.send_signal(signal.SIGINT)
+    rest = p.stderr.read()
+    assert p.wait(timeout=60) == 130, rest
+    assert first.startswith("tune: --replicates 100000: 100000 measurement rounds") and "at least 1 d 9 h" in first
+    assert not out.exists()

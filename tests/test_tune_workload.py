@@ -145,7 +145,7 @@ def test_one_place_decides_which_workload_a_model_gets():
     assert users == {"workload/layers.py", "workload/layerfit.py"}
     calls = _calls("generate_topk")
     assert set(calls) == {"workload/layers.py", "workload/calibrate.py", "simulate/misses.py",
-                          "bench/gpugather.py"}, calls
+                          "bench/gpustreams.py"}, calls
     assert all(calls["workload/layers.py"]) and all(calls["simulate/misses.py"])
     assert "tune/run.py" not in calls
 

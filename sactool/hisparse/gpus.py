@@ -27,17 +27,26 @@ class GpuSpec:
     name: str
     hbm_bytes: int
     source: str
+    hbm_bytes_per_s: float = 0.0     # HBM bandwidth (the roofline's memory term)
+    bf16_flops: float = 0.0          # dense BF16 FLOP/s (the roofline's compute term)
+    roofline_source: str = ""
 
 
 GPUS: dict[str, GpuSpec] = {
     # NVIDIA H20: 96 GB HBM3, 4.0 TB/s (NVIDIA H20 product brief; the SAC testbed GPU,
     # docs/sources.md, SAC §3 "8x NVIDIA H20, 96 GB HBM each")
-    "h20": GpuSpec("h20", 96 * 10**9, "NVIDIA H20 product brief: 96 GB HBM3; SAC testbed (docs/sources.md, SAC §3)"),
+    # 148 TFLOPS FP16/BF16 dense (https://willitrunai.com/es/gpus/h20-96gb)
+    "h20": GpuSpec("h20", 96 * 10**9, "NVIDIA H20 product brief: 96 GB HBM3; SAC testbed (docs/sources.md, SAC §3)",
+                   4.0e12, 148e12, "H20: 4.0 TB/s HBM3, 148 TFLOPS BF16 (willitrunai.com/es/gpus/h20-96gb)"),
     # NVIDIA H100 SXM5: 80 GB HBM3, 3.35 TB/s (NVIDIA H100 Tensor Core GPU datasheet)
-    "h100": GpuSpec("h100", 80 * 10**9, "NVIDIA H100 Tensor Core GPU datasheet: 80 GB HBM3 (SXM5)"),
+    # 989 TFLOPS BF16 dense (the datasheet lists 1,979 with sparsity)
+    "h100": GpuSpec("h100", 80 * 10**9, "NVIDIA H100 Tensor Core GPU datasheet: 80 GB HBM3 (SXM5)",
+                    3.35e12, 989e12, "H100 SXM: 3.35 TB/s, 989 TFLOPS BF16 dense (nvidia.com/en-us/data-center/h100)"),
     # NVIDIA H200 SXM: 141 GB HBM3e, 4.8 TB/s (NVIDIA H200 Tensor Core GPU datasheet, SC23);
     # the GPU of the SGLang HiSparse blog benchmark (8x H200, docs/sources.md, SGLang §7)
-    "h200": GpuSpec("h200", 141 * 10**9, "NVIDIA H200 Tensor Core GPU datasheet: 141 GB HBM3e"),
+    # 989 TFLOPS BF16 dense (1,979 with sparsity)
+    "h200": GpuSpec("h200", 141 * 10**9, "NVIDIA H200 Tensor Core GPU datasheet: 141 GB HBM3e",
+                    4.8e12, 989e12, "H200 SXM: 4.8 TB/s, 989 TFLOPS BF16 dense (nvidia.com/en-us/data-center/h200)"),
 }
 
 DEFAULT_GPU = "h200"

@@ -32,7 +32,7 @@ from sactool.hisparse.layout import CONFIG_FIELDS, KV_DTYPES, normalize_kv_dtype
 
 HF_FIELDS = CONFIG_FIELDS  # the name tests and callers use for the config.json field table
 
-__all__ = ["HF_FIELDS", "KV_DTYPES", "ModelSpec", "checkpoint_of", "from_hf_config", "get_model", "known_models", "normalize_kv_dtype"]
+__all__ = ["HF_FIELDS", "KV_DTYPES", "ModelSpec", "active_params_of", "checkpoint_of", "from_hf_config", "get_model", "known_models", "normalize_kv_dtype"]
 
 
 @dataclass(frozen=True)
@@ -113,6 +113,14 @@ def checkpoint_of(name: str) -> tuple[int, str] | None:
     entry = _catalog().get(str(name).strip().lower())
     meta = entry[1]["_sactool"] if entry else {}
     return (int(meta["checkpoint_bytes"]), meta["checkpoint_source"]) if "checkpoint_bytes" in meta else None
+
+
+def active_params_of(name: str) -> tuple[float, str] | None:
+    """(activated parameters per token, source) of a shipped model (``_sactool.active_params`` of its
+    JSON: the roofline's compute term); None when not known (GLM-5: not published here)."""
+    entry = _catalog().get(str(name).strip().lower())
+    meta = entry[1]["_sactool"] if entry else {}
+    return (float(meta["active_params"]), meta.get("active_params_source", "")) if "active_params" in meta else None
 
 
 def known_models() -> list[str]:

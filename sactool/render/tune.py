@@ -14,17 +14,61 @@ def _t(s: float | None) -> str:
     return f"{s * 1e6:.0f} µs" if s < 1e-3 else f"{s * 1e3:.2f} ms"
 
 
-def progress_reporter() -> tuple[Callable[[str, int, int], None], Callable[[], None]]:
-    """A rich progress display on stderr; returns (callback, close)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+def format_duration(s: float) -> str:
+    """``42 s``, ``5 min 3 s``, ``3 h 20 min``, ``2 d 7 h``."""
+    s = max(0, int(round(s)))
+    for unit, size, sub, subsize in (("d", 86400, "h", 3600), ("h", 3600, "min", 60), ("min", 60, "s", 1)):
+        if s >= size:
+            return f"{s // size} {unit} {(s % size) // subsize} {sub}"
+    return f"{s} s"
 
-    from sactool.render import compile_notice
+
+ESTIMATE_FROM_S = 60.0
+"""A phase whose measured time left is at least this long gets a ``time left`` line (shorter ones
+finish before the line would help); the figure in the line is measured, this only decides to speak."""
+
+
+class _Estimates:
+    """Time left per phase, measured: the second item's duration (the first pays numba compiles and
+    buffer allocation) times the items left — said once per phase, as hyperfine's ETA, in a line that
+    stays when stderr is no terminal."""
+
+    def __init__(self, say: Callable[[str], None], clock: Callable[[], float]):
+        self.say, self.clock = say, clock
+        self.first: dict[str, float] = {}
+        self.said: set[str] = set()
+
+    def __call__(self, label: str, done: int, total: int) -> None:
+        now = self.clock()
+        if done == 1:
+            self.first[label] = now
+        elif done == 2 and total > 2 and label in self.first and label not in self.said:
+            each = now - self.first[label]
+            left = each * (total - 2)
+            if left >= ESTIMATE_FROM_S:
+                self.said.add(label)
+                self.say(f"tune {label}: 2 of {total} done, {format_duration(each)} each (measured): about "
+                         f"{format_duration(left)} left; Ctrl-C keeps what is finished, --resume continues")
+
+
+def progress_reporter(clock: Callable[[], float] | None = None) -> tuple[Callable[[str, int, int], None],
+                                                                        Callable[[], None]]:
+    """A rich progress display on stderr, with the time left of each phase (bar and a measured
+    estimate line, :class:`_Estimates`); returns (callback, close)."""
+    import time
+
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
+
+    from sactool.render import compile_notice, quiet
 
     prog = Progress(TextColumn("{task.description:<10}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=stderr_console(), transient=True)
+                    TimeRemainingColumn(), console=stderr_console(), transient=True)
     tasks: dict[str, Any] = {}
     names = {"gather": "measure", "simulate": "simulate", "refine": "refine"}
     unhook = compile_notice(lambda msg: prog.console.print(msg, markup=False, highlight=False))
+    estimate = _Estimates(lambda msg: None if quiet() else prog.console.print(msg, markup=False, highlight=False),
+                          clock or time.monotonic)
 
     def cb(label: str, done: int, total: int) -> None:
         if not tasks:
@@ -32,6 +76,7 @@ def progress_reporter() -> tuple[Callable[[str, int, int], None], Callable[[], N
         if label not in tasks:
             tasks[label] = prog.add_task(names.get(label, label), total=total)
         prog.update(tasks[label], completed=done, total=total)
+        estimate(label, done, total)
 
     def close() -> None:
         unhook()

@@ -17,21 +17,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sactool.hisparse.gpus import GPUS   # the one GPU catalog: HBM size, bandwidth, FLOP/s
 from sactool.units import format_bytes
 
-# name -> (HBM bytes/s, dense BF16 FLOP/s, source)
+# name -> (HBM bytes/s, dense BF16 FLOP/s, source), from the catalog
 ROOFLINE: dict[str, tuple[float, float, str]] = {
-    # H20: 96 GB HBM3, 4.0 TB/s, 148 TFLOPS FP16/BF16 dense (https://willitrunai.com/es/gpus/h20-96gb)
-    "h20": (4.0e12, 148e12, "H20: 4.0 TB/s HBM3, 148 TFLOPS BF16 (willitrunai.com/es/gpus/h20-96gb)"),
-    # H100 SXM5: 3.35 TB/s, 989 TFLOPS BF16 dense (NVIDIA H100 datasheet lists 1,979 with sparsity)
-    "h100": (3.35e12, 989e12, "H100 SXM: 3.35 TB/s, 989 TFLOPS BF16 dense (nvidia.com/en-us/data-center/h100)"),
-    # H200 SXM: 4.8 TB/s, 989 TFLOPS BF16 dense (NVIDIA H200 datasheet; 1,979 with sparsity)
-    "h200": (4.8e12, 989e12, "H200 SXM: 4.8 TB/s, 989 TFLOPS BF16 dense (nvidia.com/en-us/data-center/h200)"),
-}
-
-# Activated parameters per token: DeepSeek-V3 technical report (arXiv 2412.19437), "37B activated";
-# V3.2 keeps the V3 architecture plus the indexer (docs/sources.md, design facts). GLM-5: not known here.
-ACTIVE_PARAMS: dict[str, float] = {"deepseek-v3.2": 37e9}
+    k: (g.hbm_bytes_per_s, g.bf16_flops, g.roofline_source) for k, g in GPUS.items() if g.bf16_flops}
 
 
 @dataclass(frozen=True)
@@ -101,11 +92,12 @@ def roofline_model(gpu: str, *, model_name: str, tp: int, layers: int, top_k: in
     if key not in ROOFLINE:
         raise UsageError(f"GPU {gpu!r} has no roofline figures; known: {', '.join(sorted(ROOFLINE))}",
                          "give measured decode step times (gpu.decode_step.measured) in a platform file")
-    if model_name not in ACTIVE_PARAMS:
+    from sactool.models import active_params_of, checkpoint_of
+
+    active = active_params_of(model_name)   # sactool/data/models/<name>.json: _sactool.active_params
+    if active is None:
         raise UsageError(f"activated parameters of {model_name} are not known to sactool",
                          "give measured decode step times (gpu.decode_step.measured) in a platform file")
-    from sactool.models import checkpoint_of
-
     checkpoint = checkpoint_of(model_name)
     if checkpoint is None:
         raise UsageError(f"checkpoint size of {model_name} is not known to sactool",
@@ -115,7 +107,7 @@ def roofline_model(gpu: str, *, model_name: str, tp: int, layers: int, top_k: in
     per_req = top_k * record_bytes * layers
     idx = index_key_bytes * layers
     return ComputeModel("roofline", f"roofline lower bound ({src}; weights {format_bytes(weights)}/GPU)",
-                        _roof=(bw, flops, weights, per_req, idx, ACTIVE_PARAMS[model_name]))
+                        _roof=(bw, flops, weights, per_req, idx, active[0]))
 
 
 def prefill_s(points: tuple[tuple[int, float], ...], context: int) -> float:
