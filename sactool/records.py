@@ -26,15 +26,17 @@ record's fields bumps its version and adds an upgrade step ``n -> n+1`` next to 
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import hashlib
 import json
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from sactool import __version__
-from sactool.errors import ExistsError, RecordError, SactoolError
+from sactool.errors import ExistsError, RecordError, SactoolError, UsageError
 
 
 @dataclass(frozen=True)
@@ -138,12 +140,51 @@ def _create_temp(d: Path, name: str) -> tuple[int, Path]:
     raise FileExistsError(f"no free temporary name in {d}")  # pragma: no cover
 
 
+_PATH_ERRORS = {
+    errno.ENAMETOOLONG: "a name in it is too long (at most 255 bytes a name, 4096 the path)",
+    errno.EACCES: "a directory on the way cannot be searched (permission denied)",
+    errno.ENOTDIR: "a part of the path is not a directory",
+    errno.ELOOP: "too many symbolic links on the way",
+}
+
+
+def _path_error(p: Path, e: OSError, hint: str = "choose another output path") -> SactoolError:
+    why = _PATH_ERRORS.get(e.errno or 0, e.strerror or str(e))
+    return SactoolError(f"cannot write {p}: {why}", hint)
+
+
+def _lstat(p: Path) -> os.stat_result | None:
+    """The output's own entry (a link not followed); None when there is none. Any other error
+    (a parent the user cannot search, a 300-character name) is a one-line SactoolError."""
+    try:
+        return os.lstat(p)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise _path_error(p, e) from None
+
+
 def refuse_existing(path: str | os.PathLike[str] | None, force: bool,
                     hint: str = "pass --force to overwrite it, or choose another --out") -> None:
-    """An output that exists is not overwritten without ``force`` (ExistsError). Commands call it
-    before any work, so a refused run costs nothing; :func:`atomic_write` checks again."""
-    if path is not None and Path(path).exists() and not force:
-        raise ExistsError(f"{path} already exists", hint)
+    """An output that exists is not overwritten without ``force`` (ExistsError, 5); ``force``
+    replaces only a regular file (a device node, a FIFO, ``/dev/null``, a link: ExistsError), and a
+    directory is never an output (UsageError, 2). Commands call it before any work, so a refused
+    run costs nothing; :func:`atomic_write` checks again."""
+    if path is None:
+        return
+    p = Path(path)
+    st = _lstat(p)
+    if st is None:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        raise UsageError(f"{p} is a directory, not a file to write", f"give a file name (inside it: {p}/<name>)")
+    if not stat.S_ISREG(st.st_mode):
+        from sactool.host.files import kind
+
+        raise ExistsError(f"{p} exists and is a {kind(st.st_mode)}, not a regular file",
+                          "--force replaces only a regular file; choose another output path")
+    if not force:
+        raise ExistsError(f"{p} already exists", hint)
 
 
 MIN_FREE_BYTES = 1 << 20
@@ -151,14 +192,29 @@ MIN_FREE_BYTES = 1 << 20
 (records and profiles are kilobytes to a few hundred KiB; a plot well under 1 MiB)."""
 
 
-def check_writable(path: str | os.PathLike[str]) -> None:
-    """Raise SactoolError now, before any work, when ``path`` could not be written later: its
-    nearest existing ancestor is not a directory, a file cannot be created there (permissions,
-    read-only file system), or its file system has less than :data:`MIN_FREE_BYTES` free."""
-    p = Path(path)
+def _parent(p: Path, make_parents: bool) -> Path:
+    """The directory ``p`` goes in; missing ones are created only when ``make_parents`` (a
+    default path such as ``profiles/<model>/``), else refused with a hint — a typo in ``--out``
+    must not create ``/nonexistent`` as root."""
     d = p.parent
-    while not d.exists() and d != d.parent:
-        d = d.parent
+    if make_parents:
+        while _lstat(d) is None and d != d.parent:
+            d = d.parent
+        return d
+    st = _lstat(d)
+    if st is None:
+        raise SactoolError(f"cannot write {p}: the directory {d} does not exist",
+                           f"create it first (mkdir -p {d}), or choose another output path")
+    return d
+
+
+def check_writable(path: str | os.PathLike[str], *, make_parents: bool = False) -> None:
+    """Raise SactoolError now, before any work, when ``path`` could not be written later: its
+    directory is missing (unless ``make_parents``: then its nearest existing ancestor is checked)
+    or not a directory, a file cannot be created there (permissions, read-only file system,
+    ``/proc``), or its file system has less than :data:`MIN_FREE_BYTES` free."""
+    p = Path(path)
+    d = _parent(p, make_parents)
     if not d.is_dir():
         raise SactoolError(f"cannot write {p}: {d} is not a directory", "choose another output path")
     try:
@@ -166,7 +222,10 @@ def check_writable(path: str | os.PathLike[str]) -> None:
         os.close(fd)
         os.unlink(probe)
     except OSError as e:
-        raise SactoolError(f"cannot write {p}: {d}: {e.strerror or e}", "choose a writable output path") from None
+        if e.errno == errno.ENOENT:   # an existing directory that takes no new file: /proc, /sys
+            raise SactoolError(f"cannot write {p}: no file can be created in {d} (a kernel file system?)",
+                               "choose an output path on a disk") from None
+        raise _path_error(p, e, "choose a writable output path") from None
     try:
         st = os.statvfs(d)
     except OSError:
@@ -177,29 +236,33 @@ def check_writable(path: str | os.PathLike[str]) -> None:
                            "free some space or choose another output path")
 
 
-def atomic_write(path: str | os.PathLike[str], data: str | bytes, *, force: bool = False) -> Path:
+def atomic_write(path: str | os.PathLike[str], data: str | bytes, *, force: bool = False,
+                 make_parents: bool = False) -> Path:
     """Write ``data`` to ``path`` atomically: a temporary file in the same directory, fsync, rename,
     fsync of the directory. The one implementation for every file sactool writes.
 
     The file gets the user's umask (mode 0666 & ~umask, like ``open()``). Refuses to overwrite an
     existing file unless ``force`` — also when another process creates it meanwhile (the final
     step is a ``link()``, which fails if the name exists, instead of a rename that would replace
-    it). Creates parent directories. A failure leaves any previous file untouched and no
-    temporary file behind.
+    it) — and ``force`` replaces only a regular file. Missing parent directories are created only
+    with ``make_parents``. A failure leaves any previous file untouched and no temporary file behind.
     """
     p = Path(path)
     refuse_existing(p, force)
+    if _lstat(p.parent) is None and not make_parents:
+        _parent(p, False)
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = _create_temp(p.parent, p.name)
     except OSError as e:
-        raise SactoolError(f"cannot write {p}: {e.strerror or e}", "choose a writable output path") from e
+        raise _path_error(p, e, "choose a writable output path") from e
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode() if isinstance(data, str) else data)
             f.flush()
             os.fsync(f.fileno())
         if force:
+            refuse_existing(p, True)   # still a regular file (or nothing) now, at the rename
             os.replace(tmp, p)
         else:
             try:
@@ -221,9 +284,38 @@ def atomic_write(path: str | os.PathLike[str], data: str | bytes, *, force: bool
         except OSError:
             pass
         if isinstance(e, OSError):
-            raise SactoolError(f"cannot write {p}: {e.strerror or e}", "choose a writable output path") from e
+            raise _path_error(p, e, "choose a writable output path") from e
         raise
     return p
+
+
+def save_result(path: str | os.PathLike[str], data: str | bytes, *, force: bool, kind: str, suffix: str,
+                make_parents: bool = False) -> tuple[Path | None, SactoolError | None]:
+    """Write a finished result with :func:`atomic_write`; when that fails (a full disk, out of
+    inodes, the file created meanwhile by another run, the directory gone) save it under the
+    temporary directory as ``sactool-<kind>-<time>-<pid><suffix>`` instead. Returns (where it
+    is, None) or (the fallback file or None, the error — its hint naming the fallback file):
+    every writer (bench, tune, fleet, simulate, probe's snapshot) uses it, so finished work is
+    never lost to a failed last step, and the caller decides what to raise."""
+    import tempfile
+
+    try:
+        return atomic_write(path, data, force=force, make_parents=make_parents), None
+    except SactoolError as e:
+        stamp = utc_now().replace(":", "").replace("-", "")
+        saved = None
+        for i in range(100):
+            name = Path(tempfile.gettempdir()) / f"sactool-{kind}-{stamp}-{os.getpid()}{'-' + str(i) if i else ''}{suffix}"
+            try:
+                saved = atomic_write(name, data, force=False)
+                break
+            except ExistsError:
+                continue
+            except SactoolError:
+                break
+        if saved is not None:
+            e.hint = f"the result was saved as {saved} instead; move it where you want it"
+        return saved, e
 
 
 def append_jsonl(path: str | os.PathLike[str], obj: dict[str, Any]) -> None:
@@ -236,11 +328,15 @@ def append_jsonl(path: str | os.PathLike[str], obj: dict[str, Any]) -> None:
 
 def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """Read a JSON-lines file; a torn last line (killed mid-write) is dropped, others must parse."""
+    from sactool.inputfile import read_input
+
     out: list[dict[str, Any]] = []
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         return out
+    try:
+        lines = read_input(path, what="points file").decode("utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        raise RecordError(f"{path} is not UTF-8 text ({e.reason})", "delete the file to start over") from None
     for i, line in enumerate(lines):
         if not line.strip():
             continue
@@ -255,21 +351,18 @@ def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
 
 
 def load_structured(path: str | os.PathLike[str], *, what: str) -> dict[str, Any]:
-    """Load a JSON or YAML file (``yaml.safe_load``) as a mapping, with clear errors."""
-    import yaml  # local: keep probe start-up light
+    """Load a JSON or YAML file as a mapping, with clear errors: read with :mod:`sactool.inputfile`'s
+    bounds (a regular file, at most the size its kind can be), YAML with ``SafeLoader`` and an
+    alias budget, neither nesting deeper than the budget."""
+    from sactool.inputfile import parse_structured, read_input
 
     p = Path(path)
+    raw = read_input(p, what=what)
     try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise RecordError(f"{what} {p} does not exist", "check the path") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise RecordError(f"{what} {p} cannot be read: {e}", "check the file's permissions and encoding") from None
-    try:
-        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as e:
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise RecordError(f"{what} {p} is corrupt: {first}", "re-create it with sactool") from None
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise RecordError(f"{what} {p} cannot be read: {e}", "check the file's encoding (UTF-8)") from None
+    data = parse_structured(text, json_format=p.suffix == ".json", where=f"{what} {p}")
     if not isinstance(data, dict):
         raise RecordError(f"{what} {p} is not a mapping", "re-create it with sactool")
     return data

@@ -278,7 +278,8 @@ def test_plugin_loads_only_profile_hisparse_memory_host(node0_profile_file):
     # topology comes with memory: allocate(check_free=True) reads node free memory from the probed
     # topology (through host/), the same rule the launcher's capacity check applies
     allowed = ("sactool.sglang_plugin", "sactool.placer", "sactool.profile", "sactool.hisparse", "sactool.memory", "sactool.host",
-               "sactool.topology", "sactool.errors", "sactool.records", "sactool.units")
+               "sactool.topology", "sactool.errors", "sactool.records", "sactool.units",
+               "sactool.inputfile")   # the profile read with its size bound and YAML budget (issue 22)
     ours = [m for m in loaded if m.startswith("sactool.")]
     assert "sactool.memory.alloc" in ours and "sactool.profile.hostpool" in ours   # it did place the pool
     assert [m for m in ours if not _matches(m, allowed)] == []

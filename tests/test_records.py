@@ -10,7 +10,7 @@ import os
 import pytest
 
 from sactool import __version__
-from sactool.errors import ExistsError, ExitCode, RecordError
+from sactool.errors import SactoolError, ExistsError, ExitCode, RecordError
 from sactool.records import (append_jsonl, atomic_write, digest, dumps, header, load_structured,
                              read_jsonl, to_data, upgrade)
 
@@ -47,7 +47,9 @@ def test_upgrade_refusals(rec, needle):
 
 def test_atomic_write_refuses_overwrite_and_keeps_old(tmp_path):
     p = tmp_path / "sub" / "f.yaml"
-    atomic_write(p, "one")
+    with pytest.raises(SactoolError, match="sub does not exist"):   # a missing parent is not created silently
+        atomic_write(p, "one")
+    atomic_write(p, "one", make_parents=True)
     with pytest.raises(ExistsError):
         atomic_write(p, "two")
     assert p.read_text() == "one"

@@ -80,7 +80,7 @@ def gather_kernel(record_bytes: int, prefetch: int):
     if not path.exists() or path.read_text() != text:
         from sactool.records import atomic_write
 
-        atomic_write(path, text, force=True)
+        atomic_write(path, text, force=True, make_parents=True)
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod

@@ -61,11 +61,14 @@ def load_trace(path: str | Path, records: int, topk: int | None = None) -> np.nd
     holds at least one step; every index must be < ``records``. Returns the steps concatenated."""
     p = Path(path)
     try:
+        from sactool.inputfile import open_input, read_input
+
         if p.suffix == ".npy":
-            arr = np.load(p, allow_pickle=False)
+            with open_input(p, what="trace") as f:   # a regular file no larger than a trace can be
+                arr = np.load(f, allow_pickle=False)
             rows = None
         else:
-            text = p.read_text(encoding="utf-8")
+            text = read_input(p, what="trace", limit=256 << 20).decode("utf-8")   # text: ~8 bytes an index
             rows = [[int(t) for t in line.replace(",", " ").split()] for line in text.splitlines() if line.strip()]
             arr = np.array([i for r in rows for i in r], dtype=np.int64)
     except FileNotFoundError:

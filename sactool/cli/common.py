@@ -92,29 +92,20 @@ def write_result(path: Path, data: bytes | str, *, force: bool, kind: str, suffi
     directory went away) the result is saved under the temporary directory instead and the error
     names that file; if even that fails, ``fallback_stdout`` prints the data (``on_stdout``: it is
     there already). Raises the error after saving, so the exit code still says what went wrong."""
-    import os
-    import tempfile
-
     from sactool import records
 
-    try:
-        return records.atomic_write(path, data, force=force)
-    except SactoolError as e:
-        stamp = records.utc_now().replace(":", "").replace("-", "")
-        name = Path(tempfile.gettempdir()) / f"sactool-{kind}-{stamp}-{os.getpid()}{suffix}"
-        try:
-            saved = records.atomic_write(name, data, force=False)
-        except SactoolError:
-            saved = None
-        if saved is not None:
-            e.hint = f"the result was saved as {saved} instead; move it where you want it"
-        elif fallback_stdout is not None or on_stdout:
+    written, e = records.save_result(path, data, force=force, kind=kind, suffix=suffix)
+    if e is None:
+        assert written is not None   # no error: the file is where it was asked to be
+        return written
+    if written is None:
+        if fallback_stdout is not None or on_stdout:
             if fallback_stdout is not None:
                 fallback_stdout()
             e.hint = "no file could be written anywhere: the record is on stdout"
         else:
             e.hint = "no file could be written anywhere; free some space and rerun"
-        raise e
+    raise e
 
 
 __all__ = ["Format", "FormatOpt", "QuietOpt", "SysfsRootOpt", "check_format", "check_output", "choices", "example",

@@ -35,6 +35,10 @@ def run_probe(fmt: str = "table", sysfs_root: Optional[Path] = None, snapshot: O
 
         return probe_fleet(fleet, fmt, sysfs_root, snapshot)
     refuse_existing(snapshot, force, "pass --force to overwrite it, or choose another name")
+    if snapshot is not None:
+        from sactool.records import check_writable
+
+        check_writable(snapshot)   # a missing directory, /proc, a full disk: before the probe
     reader = SysfsReader(sysfs_root)
     topo = probe(reader)
     if plot is not None:

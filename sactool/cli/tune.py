@@ -110,6 +110,13 @@ def tune(
         return  # tune --fleet under mpirun: rank 0 writes every host's profile
     if fleet is not None:
         return _tune_fleet(opts, fleet, fmt)
+    from sactool.tune.api import MAX_MEASURING_S, measuring_lower_bound_s
+
+    low = measuring_lower_bound_s(opts)
+    if 600 <= low <= MAX_MEASURING_S:   # a long run says so before it starts (and is refused past a day: tune.api)
+        from sactool.render import note
+
+        note(f"tune: {opts.replicates} replicates measure for at least {low / 60:.0f} min, simulation on top")
     _tune_one(opts, fmt)
 
 

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from sactool import records
+from sactool.inputfile import read_input
 from sactool.errors import Interrupted, TopologyError, UsageError
 from sactool.fleet.mpi import Fleet, FleetError, FleetInterrupted, Terminated
 from sactool.fleet.record import activation_order, build_record, standard_result, sweep_steps
@@ -52,7 +53,7 @@ def canonical_options(opts) -> dict[str, Any]:
     d.pop("protocol", None)
     if opts.trace:
         try:
-            d["trace"] = "sha256:" + hashlib.sha256(Path(opts.trace).read_bytes()).hexdigest()
+            d["trace"] = "sha256:" + hashlib.sha256(read_input(opts.trace, what="trace")).hexdigest()
         except OSError as e:
             d["trace"] = f"unreadable: {e.strerror}"
     return d

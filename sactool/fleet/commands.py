@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from sactool import records
-from sactool.errors import UsageError
+from sactool.errors import SactoolError, UsageError
 from sactool.fleet.mpi import Fleet
 
 
@@ -18,15 +18,7 @@ def check_output(fleet: Fleet, out: Path | None, force: bool) -> None:
         if not fleet.is_root or out is None:
             return
         records.refuse_existing(out, force)
-        parent = out.parent if str(out.parent) else Path(".")
-        while not parent.exists():
-            parent = parent.parent
-        import os
-
-        if not parent.is_dir() or not os.access(parent, os.W_OK):
-            from sactool.errors import SactoolError
-
-            raise SactoolError(f"cannot write {out}: {parent} is not a writable directory", "choose another --out")
+        records.check_writable(out)   # a missing parent is refused, not created
 
     fleet.agree(check)
 
@@ -44,7 +36,26 @@ def writer(out: Path | None) -> Callable[[dict], None] | None:
     if out is None:
         return None
     fmt = "yaml" if out.suffix in (".yaml", ".yml") else "json"
-    return lambda data: records.atomic_write(out, records.dumps(data, fmt), force=True)
+    where: dict[str, Any] = {"path": out, "error": None}
+
+    def write(data: dict) -> None:
+        """Rewrite the record after every round (never raising mid-sweep: the other ranks wait in
+        the next round); when a write fails, the record goes under the temporary directory and
+        later rounds rewrite that file; :func:`bench` raises the error, naming it, at the end."""
+        text = records.dumps(data, fmt)
+        if where["error"] is not None:
+            if where["path"] is not None:
+                try:
+                    records.atomic_write(where["path"], text, force=True)
+                except SactoolError:
+                    pass
+            return
+        saved, err = records.save_result(out, text, force=True, kind="fleet-bench", suffix=out.suffix or ".json")
+        if err is not None:
+            where.update(path=saved, error=err)
+
+    write.where = where   # type: ignore[attr-defined]
+    return write
 
 
 def probe(fleet: Fleet, sysfs_root: Path | None, snapshot: Path | None) -> dict[str, Any] | None:
@@ -62,4 +73,9 @@ def bench(fleet: Fleet, opts, out: Path | None, force: bool, progress=None) -> d
     from sactool.fleet.bench import run_fleet_bench
 
     check_output(fleet, out, force)
-    return run_fleet_bench(fleet, opts, write=writer(out), progress=progress)
+    write = writer(out)
+    rec = run_fleet_bench(fleet, opts, write=write, progress=progress)
+    err = write.where["error"] if write is not None else None   # type: ignore[attr-defined]
+    if err is not None:   # after the sweep, on rank 0 only: its hint names the file it went to
+        raise err
+    return rec

@@ -25,6 +25,7 @@ from typing import Any
 
 from sactool import records
 from sactool.errors import RecordError
+from sactool.inputfile import read_input
 from sactool.units import format_bytes
 
 SHARE_RULE = "equal split: the smallest free capacity a sharing host saw, divided by the number of hosts sharing it"
@@ -197,7 +198,7 @@ def load_plan(path, record_bytes: int):
     from sactool.records import digest
 
     rec = load_bench(path)
-    return (*plan(rec.data, record_bytes, path=str(path), digest=digest(Path(path).read_bytes())), rec.data)
+    return (*plan(rec.data, record_bytes, path=str(path), digest=digest(read_input(path, what="fleet record"))), rec.data)
 
 
 __all__ = ["HostShare", "plan", "load_plan", "pool_source", "host_file_name", "SHARE_RULE"]

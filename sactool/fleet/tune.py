@@ -41,6 +41,7 @@ def tune_fleet(options, fleet_path: Path, progress=None):
         for host, p in paths.items():
             if p.exists():
                 raise ExistsError(f"{p} already exists (host {host})", "pass --force to overwrite the fleet's profiles")
+    _make_dirs(paths, bool(options.out))
     from sactool.tune.simcache import HotBufferCache
 
     results, cache = [], HotBufferCache()   # hosts with the same simulation inputs simulate once
@@ -48,6 +49,22 @@ def tune_fleet(options, fleet_path: Path, progress=None):
         results.append(tune(replace(options, out=paths[share.host], pool_source=pool_source(share), hotbuffer_cache=cache),
                             progress=progress))
     return results, warnings
+
+
+def _make_dirs(paths: dict[str, Path], given: bool) -> None:
+    """The fleet's profile directory: ``--out DIR`` itself is created (its parent must exist: a
+    typo does not make a tree of directories), the default ``profiles/<model>/`` with its parents."""
+    from sactool.errors import SactoolError
+
+    for d in sorted({p.parent for p in paths.values()}):
+        try:
+            d.mkdir(parents=not given, exist_ok=True)
+        except FileNotFoundError:
+            raise SactoolError(f"cannot write the fleet's profiles in {d}: {d.parent} does not exist",
+                               f"create it first (mkdir -p {d.parent}), or choose another --out") from None
+        except OSError as e:
+            raise SactoolError(f"cannot write the fleet's profiles in {d}: {e.strerror}",
+                               "choose another --out") from None
 
 
 __all__ = ["tune_fleet", "profile_paths"]

@@ -510,10 +510,20 @@ def load_profile(path: str | os.PathLike[str]) -> Profile:
     return from_data(load_structured(path, what="profile"), source=f"profile {path}")
 
 
-def save_profile(profile: Profile, path: str | os.PathLike[str], *, force: bool = False) -> Path:
-    """Validate and write atomically as YAML; refuses to overwrite without ``force``."""
+def save_profile(profile: Profile, path: str | os.PathLike[str], *, force: bool = False,
+                 make_parents: bool = False) -> Path:
+    """Validate and write atomically as YAML; refuses to overwrite without ``force``. When the
+    write fails (another tune wrote ``path`` meanwhile, a full disk, no inodes left) the profile
+    is saved under the temporary directory and the error's hint names it (records.save_result)."""
+    from sactool.records import save_result
+
     validate(profile)
-    return atomic_write(path, dumps(profile, "yaml"), force=force)
+    written, err = save_result(path, dumps(profile, "yaml"), force=force, kind="profile", suffix=".yaml",
+                               make_parents=make_parents)
+    if err is not None:
+        raise err
+    assert written is not None   # no error: the file is where it was asked to be
+    return written
 
 
 def default_profile_path(model_name: str, hostname: str | None = None) -> Path:

@@ -398,6 +398,8 @@ def plot_png(res) -> bytes:
 
 def plot_simulation(res, path, *, force: bool = False) -> None:
     """Write :func:`plot_png` to ``path`` atomically (``force`` to overwrite)."""
-    from sactool.records import atomic_write
+    from sactool.records import save_result
 
-    atomic_write(path, plot_png(res), force=force)
+    _, err = save_result(path, plot_png(res), force=force, kind="simulate-plot", suffix=".png")
+    if err is not None:
+        raise err

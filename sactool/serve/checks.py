@@ -47,10 +47,13 @@ def check_model(profile: Profile, extra: Sequence[str]) -> str:
         return f"model {m.hf_id} (from the profile)"
     if os.path.isdir(path):
         cfg_path = Path(path) / "config.json"
-        try:
-            cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ModelMismatchError(f"{path} has no config.json", "point --model-path at a Hugging Face model directory") from None
+        from sactool.inputfile import parse_structured, read_input
+
+        if not os.path.lexists(cfg_path):
+            raise ModelMismatchError(f"{path} has no config.json", "point --model-path at a Hugging Face model directory")
+        try:   # bounded, a regular file (RecordError otherwise)
+            cfg = parse_structured(read_input(cfg_path, what="model config").decode("utf-8"), json_format=True,
+                                   where=str(cfg_path))
         except (OSError, ValueError) as e:   # unreadable or corrupt: a record problem (exit 4), not another model
             raise RecordError(f"{cfg_path} cannot be read: {e}", "check the model directory") from None
         if not isinstance(cfg, dict):
@@ -105,7 +108,12 @@ OWNED = {
 
 
 def check_conflicts(profile: Profile, extra: Sequence[str]) -> list[str]:
-    """Refuse extras that contradict the profile or HiSparse; returns the extras accepted."""
+    """Refuse extras that contradict the profile or HiSparse; returns the extras accepted, each
+    option spelled in full as SGLang's parser resolves it (an abbreviation is checked as the option
+    it stands for; unknown or ambiguous ones are refused: :mod:`sactool.serve.sglang_options`)."""
+    from sactool.serve.sglang_options import resolve
+
+    extra = resolve(extra)
     hisparse = profile.sglang.role != "prefill"
 
     def refuse(msg: str, hint: str) -> None:

@@ -186,11 +186,16 @@ def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes, mtime: int) -> None
 
 
 def write_snapshot(reader: SysfsReader, path: str | os.PathLike[str], *, force: bool = False) -> Path:
-    """Write the archive atomically; refuses to overwrite without ``force`` (ExistsError)."""
-    from sactool.records import atomic_write, refuse_existing
+    """Write the archive atomically; refuses to overwrite without ``force`` (ExistsError). A failed
+    final write saves it under the temporary directory and names it (records.save_result)."""
+    from sactool.records import refuse_existing, save_result
 
     p = Path(path)
     refuse_existing(p, force, "pass --force to overwrite it, or choose another name")
     if not reader.touched:
         raise SactoolError("nothing was read, so there is nothing to snapshot", "run the probe first")
-    return atomic_write(p, build_archive(reader), force=force)
+    written, err = save_result(p, build_archive(reader), force=force, kind="snapshot", suffix=".tar.gz")
+    if err is not None:
+        raise err
+    assert written is not None   # no error: the file is where it was asked to be
+    return written

@@ -17,6 +17,29 @@ from sactool.records import check_writable, refuse_existing
 from sactool.tune.options import (DEFAULT_CONTEXTS, DEFAULT_GATHER_SECONDS, DEFAULT_REPLICATES, DEFAULT_STEPS,
                                   SAC_CONCURRENCY, Progress, TuneOptions, TuneResult)
 
+MAX_MEASURING_S = 24 * 3600
+"""A tune whose measuring alone would take longer than a day is refused before it starts."""
+
+
+def measuring_lower_bound_s(o: TuneOptions) -> float:
+    """Seconds tune measures at least when it measures the pool itself (no --bench, no --fleet):
+    one quick gather of ``gather_seconds`` per replicate, and as many rounds again for the page
+    kinds (:mod:`sactool.tune.pagesize`). Simulation comes on top; 0 when nothing is measured."""
+    if o.bench is not None or o.pool_source is not None or o.sysfs_root is not None:
+        return 0.0
+    return 2.0 * o.replicates * o.gather_seconds
+
+
+def _check_duration(o: TuneOptions) -> None:
+    low = measuring_lower_bound_s(o)
+    if low > MAX_MEASURING_S:
+        raise UsageError(f"--replicates {o.replicates} would measure for at least {low / 3600:.1f} h "
+                         f"({o.replicates} interleaved rounds of {o.gather_seconds:g} s quick gathers, "
+                         "and as many of the page kinds)",
+                         f"use far fewer (default {DEFAULT_REPLICATES}; tune says when two settings are not "
+                         "significantly different), or tune from a bench record: --bench FILE")
+
+
 def _check_options(o: TuneOptions, spec) -> tuple[str, int, int]:
     from sactool.models import normalize_kv_dtype
 
@@ -39,6 +62,7 @@ def _check_options(o: TuneOptions, spec) -> tuple[str, int, int]:
                              f"use contexts of at least {spec.index_topk} tokens")
     if o.steps < 2 or o.replicates < 1:
         raise UsageError("--steps must be >= 2 and --replicates >= 1")
+    _check_duration(o)
     if o.seed < 0:   # numpy seeds are >= 0: refuse now, not after measuring
         raise UsageError(f"--seed {o.seed} must be >= 0", "e.g. --seed 0")
     rec = spec.record_bytes(kv)
@@ -65,7 +89,9 @@ def check_options(o: TuneOptions) -> None:
 def _check_output(path: Path, o: TuneOptions) -> Path:
     points = path.with_name(path.name + ".points.jsonl")
     refuse_existing(path, o.force)
-    check_writable(path)   # a directory that takes no file, a read-only or full file system
+    # a directory that takes no file, a read-only or full file system; only the default
+    # profiles/<model>/ is created when missing
+    check_writable(path, make_parents=not o.out)
     if points.exists() and not o.resume and not o.force:
         raise ExistsError(f"{points} holds points of an earlier, unfinished tune",
                           "pass --resume to continue it, or --force to start over")

@@ -353,8 +353,10 @@ def _bench_info(recs, rows, pool: PoolInfo, record_bytes: int, blocks: int | Non
     path = "gpu" if kinds == {"gpu"} else "cpu_proxy" if kinds == {"cpu_proxy"} else "mixed"
     first = rows[0]
     frec = next(r for p, r in recs if str(p) == first["path"])
-    return {"source": "file", "path": first["path"], "digest": digest(Path(first["path"]).read_bytes()),
-            "paths": [str(p) for p, _ in recs], "digests": [digest(Path(p).read_bytes()) for p, _ in recs],
+    from sactool.inputfile import read_input
+
+    return {"source": "file", "path": first["path"], "digest": digest(read_input(first["path"], what="bench record")),
+            "paths": [str(p) for p, _ in recs], "digests": [digest(read_input(p, what="bench record")) for p, _ in recs],
             "memory_node": f"node{frec.memory_node}" if frec.memory_node is not None else frec.data.get("dax_device"),
             "stand_in": any(r["stand_in"] for r in rows) or pool.stand_in, "record_bytes": record_bytes,
             "threads": first["threads"], "bandwidth_bytes_per_s": first["bandwidth_bytes_per_s"],

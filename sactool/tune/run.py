@@ -14,6 +14,7 @@ from sactool.hisparse.capacity import (Deployment, max_requests_per_rank, min_ra
                                       rank_plan)
 from sactool.hisparse.placement import candidates as placement_candidates
 from sactool.hisparse.placement import pool_bytes_per_rank, round_robin
+from sactool.inputfile import read_input
 from sactool.records import warning
 from sactool.tune import search
 from sactool.tune.options import SAC_CONCURRENCY, TuneResult
@@ -291,7 +292,7 @@ class _Points:
         o = job.o
         self.path = job.points_path
         self.key = digest(json.dumps({"model": job.spec.name, "kv": job.kv, "steps": o.steps, "seed": o.seed,
-                                      "trace": digest(Path(o.trace).read_bytes()) if o.trace else None,
+                                      "trace": digest(read_input(o.trace, what="trace")) if o.trace else None,
                                       "gather_seconds": o.gather_seconds,
                                       **({"gather_size": gather_size} if gather_size else {}),
                                       "bench": [str(b) for b in bench_paths(o.bench)] or None,
@@ -518,7 +519,9 @@ def _write(job: Job, profile) -> Path | None:
         return None
     from sactool.profile import save_profile
 
-    written = save_profile(profile, job.path, force=job.o.force)
+    written = save_profile(profile, job.path, force=job.o.force, make_parents=not job.o.out)
+    # a failed write raised above with the profile saved under the temporary directory; the
+    # points file stays then, so nothing finished is lost either way
     if job.points_path is not None and job.points_path.exists():
         job.points_path.unlink()
     return written

@@ -99,23 +99,26 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
     """Read and validate a trace file; anything wrong → RecordError naming the problem."""
     p = Path(path)
     hint = "re-capture or re-generate the trace (format: README 'Models and workload')"
+    from sactool.inputfile import open_input
+
     try:
-        with open(p, "rb") as f:
+        with open_input(p, what="trace") as f:   # a regular file, no larger than a trace can be
             if f.read(4) != b"PK\x03\x04":  # an .npz is a zip archive
                 raise RecordError(f"trace {p} is not an .npz archive", hint)
-        with np.load(p, allow_pickle=False) as z:
-            missing = [k for k in ("indices", "context_tokens", "format_version") if k not in z.files]
-            if missing:
-                raise RecordError(f"trace {p} lacks {', '.join(missing)}", hint)
-            version = int(z["format_version"])
-            if version > TRACE_FORMAT_VERSION:
-                raise RecordError(f"trace {p} has format_version {version}, newer than this sactool "
-                                  f"reads ({TRACE_FORMAT_VERSION})", "upgrade sactool")
-            if version < 1:
-                raise RecordError(f"trace {p} has an invalid format_version {version}", hint)
-            indices = z["indices"]
-            ctx_arr = z["context_tokens"]
-            meta_text = str(z["meta"]) if "meta" in z.files else "{}"
+            f.seek(0)
+            with np.load(f, allow_pickle=False) as z:
+                missing = [k for k in ("indices", "context_tokens", "format_version") if k not in z.files]
+                if missing:
+                    raise RecordError(f"trace {p} lacks {', '.join(missing)}", hint)
+                version = int(z["format_version"])
+                if version > TRACE_FORMAT_VERSION:
+                    raise RecordError(f"trace {p} has format_version {version}, newer than this sactool "
+                                      f"reads ({TRACE_FORMAT_VERSION})", "upgrade sactool")
+                if version < 1:
+                    raise RecordError(f"trace {p} has an invalid format_version {version}", hint)
+                indices = z["indices"]
+                ctx_arr = z["context_tokens"]
+                meta_text = str(z["meta"]) if "meta" in z.files else "{}"
     except FileNotFoundError:
         raise RecordError(f"trace {p} does not exist", "check the path") from None
     except RecordError:
