@@ -146,6 +146,48 @@ def test_compatible_extras_pass():
     assert check_conflicts(pre, ["--enable-hierarchical-cache"])        # prefill side has no HiSparse
 
 
+# SGLang's parser takes unique prefixes (argparse, allow_abbrev): each of these passed as exit 0
+@pytest.mark.parametrize("extra,full", [
+    (["--tp", "4"], "--tp-size 4"),
+    (["--context-len", "200000"], "--context-length 200000"),
+    (["--max-running", "100"], "--max-running-requests 100"),
+    (["--kv-cache-dt", "bf16"], "--kv-cache-dtype bf16"),
+    (["--enable-hierarchical"], "--enable-hierarchical-cache"),
+    (["--hisparse={}"], "--hisparse-config"),
+    (["--numa", "0"], "--numa-node"),
+])
+def test_abbreviated_extras_are_checked_as_the_option_sglang_reads(extra, full):
+    with pytest.raises(Exception) as ei:
+        check_conflicts(load_profile(REPO / "profiles/examples/cxl-two-nodes.yaml"), extra)
+    assert ei.value.exit_code == ExitCode.CONFLICT and full.split()[0] in ei.value.message
+
+
+@pytest.mark.parametrize("extra,says,hint", [
+    (["--tp-sizee", "4"], "has no option --tp-sizee", "did you mean --tp-size?"),
+    (["--model-path"], "--model-path expects a value", "--model-path VALUE"),
+    (["--model-path", "--port", "3"], "--model-path expects a value", "--model-path VALUE"),
+    (["--page", "64"], "could be --page-size, --paged-experts-num-resident", "--page-size"),
+    (["--disable-radix-cache=yes"], "--disable-radix-cache takes no value", "alone"),
+    (["--port", "3", "stray"], "'stray' after -- is not an SGLang option", "options only"),
+])
+def test_what_sglangs_parser_refuses_is_refused_with_the_full_name(extra, says, hint):
+    with pytest.raises(Exception) as ei:
+        check_conflicts(load_profile(ONE), extra)
+    e = ei.value
+    assert e.exit_code == ExitCode.USAGE and says in e.message and hint in e.hint
+
+
+def test_abbreviations_are_passed_to_sglang_in_full(capsys):
+    from sactool.cli import main
+
+    rc = main(["serve", "--profile", str(ONE), "--dry-run", "--format", "json", "--",
+               "--model-p", "deepseek-ai/DeepSeek-V3.2", "--por=30001", "--log-level", "debug"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc in (0, 8) and out["argv"][-5:] == ["--model-path", "deepseek-ai/DeepSeek-V3.2", "--port=30001",
+                                                 "--log-level", "debug"]
+    assert out["argv"].count("--model-path") == 1        # the profile's is not added beside the user's
+
+
 # ---- model -------------------------------------------------------------------------------
 
 def _config(tmp_path, **over):

@@ -108,7 +108,12 @@ OWNED = {
 
 
 def check_conflicts(profile: Profile, extra: Sequence[str]) -> list[str]:
-    """Refuse extras that contradict the profile or HiSparse; returns the extras accepted."""
+    """Refuse extras that contradict the profile or HiSparse; returns the extras accepted, each
+    option spelled in full as SGLang's parser resolves it (an abbreviation is checked as the option
+    it stands for; unknown or ambiguous ones are refused: :mod:`sactool.serve.sglang_options`)."""
+    from sactool.serve.sglang_options import resolve
+
+    extra = resolve(extra)
     hisparse = profile.sglang.role != "prefill"
 
     def refuse(msg: str, hint: str) -> None:
