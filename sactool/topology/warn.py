@@ -4,13 +4,15 @@ read (permission denied, garbage) — named, not guessed."""
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from sactool.host.sysfs import SysfsReader
 from sactool.topology.model import IomemInfo, ProbeWarning, Topology
 
 _MAX_LISTED = 8
 
 
-def late_warnings(r: SysfsReader, topo: Topology, earlier: list[ProbeWarning] = ()) -> list[ProbeWarning]:
+def late_warnings(r: SysfsReader, topo: Topology, earlier: Sequence[ProbeWarning] = ()) -> list[ProbeWarning]:
     out: list[ProbeWarning] = []
     for m in topo.memdevs:
         lk = m.link
