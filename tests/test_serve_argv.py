@@ -310,3 +310,32 @@ def test_a_profile_whose_own_decode_backend_sglang_refuses_is_refused():
     bad = replace(fp8, sglang=replace(fp8.sglang, dsa_decode_backend="flashmla_sparse"))
     with pytest.raises(Exception, match="the profile's sglang.dsa_decode_backend"):
         check_conflicts(bad, [])
+
+
+def test_engine_probe_leaves_nothing_of_the_target_interpreter_running(tmp_path):
+    # a --python that leaves a child behind (a wrapper starting a helper): serve waited on the pipe the
+    # child held until it ended (here 120 s), and a child that never ends kept serve forever
+    import sys
+    import time
+
+    from sactool.serve.checks import probe_engine
+
+    pidfile = tmp_path / "child.pid"
+    wrapper = tmp_path / "python"
+    wrapper.write_text(f"#!/bin/sh\nsleep 120 &\necho $! > {pidfile}\nexec {sys.executable} \"$@\"\n")
+    wrapper.chmod(0o755)
+    t0 = time.monotonic()
+    info = probe_engine(str(wrapper), timeout_s=60)
+    took = time.monotonic() - t0
+    assert info.python_version and took < 60
+    child = int(pidfile.read_text())
+    for _ in range(100):   # killed with the probe's process group (a zombie until init reaps it)
+        try:
+            state = Path(f"/proc/{child}/stat").read_text().split(")")[-1].split()[0]
+        except FileNotFoundError:
+            break
+        if state == "Z":
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail(f"the interpreter's child {child} is still running")
