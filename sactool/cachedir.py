@@ -88,7 +88,7 @@ def ensure_numba_cache() -> str:
         os.environ["NUMBA_CACHE_DIR"] = d
     cfg = sys.modules.get("numba.core.config")
     if cfg is not None and not getattr(cfg, "CACHE_DIR", ""):
-        cfg.CACHE_DIR = d
+        setattr(cfg, "CACHE_DIR", d)
     return d
 
 

@@ -146,6 +146,48 @@ def test_compatible_extras_pass():
     assert check_conflicts(pre, ["--enable-hierarchical-cache"])        # prefill side has no HiSparse
 
 
+# SGLang's parser takes unique prefixes (argparse, allow_abbrev): each of these passed as exit 0
+@pytest.mark.parametrize("extra,full", [
+    (["--tp", "4"], "--tp-size 4"),
+    (["--context-len", "200000"], "--context-length 200000"),
+    (["--max-running", "100"], "--max-running-requests 100"),
+    (["--kv-cache-dt", "bf16"], "--kv-cache-dtype bf16"),
+    (["--enable-hierarchical"], "--enable-hierarchical-cache"),
+    (["--hisparse={}"], "--hisparse-config"),
+    (["--numa", "0"], "--numa-node"),
+])
+def test_abbreviated_extras_are_checked_as_the_option_sglang_reads(extra, full):
+    with pytest.raises(Exception) as ei:
+        check_conflicts(load_profile(REPO / "profiles/examples/cxl-two-nodes.yaml"), extra)
+    assert ei.value.exit_code == ExitCode.CONFLICT and full.split()[0] in ei.value.message
+
+
+@pytest.mark.parametrize("extra,says,hint", [
+    (["--tp-sizee", "4"], "has no option --tp-sizee", "did you mean --tp-size?"),
+    (["--model-path"], "--model-path expects a value", "--model-path VALUE"),
+    (["--model-path", "--port", "3"], "--model-path expects a value", "--model-path VALUE"),
+    (["--page", "64"], "could be --page-size, --paged-experts-num-resident", "--page-size"),
+    (["--disable-radix-cache=yes"], "--disable-radix-cache takes no value", "alone"),
+    (["--port", "3", "stray"], "'stray' after -- is not an SGLang option", "options only"),
+])
+def test_what_sglangs_parser_refuses_is_refused_with_the_full_name(extra, says, hint):
+    with pytest.raises(Exception) as ei:
+        check_conflicts(load_profile(ONE), extra)
+    e = ei.value
+    assert e.exit_code == ExitCode.USAGE and says in e.message and hint in e.hint
+
+
+def test_abbreviations_are_passed_to_sglang_in_full(capsys):
+    from sactool.cli import main
+
+    rc = main(["serve", "--profile", str(ONE), "--dry-run", "--format", "json", "--",
+               "--model-p", "deepseek-ai/DeepSeek-V3.2", "--por=30001", "--log-level", "debug"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc in (0, 8) and out["argv"][-5:] == ["--model-path", "deepseek-ai/DeepSeek-V3.2", "--port=30001",
+                                                 "--log-level", "debug"]
+    assert out["argv"].count("--model-path") == 1        # the profile's is not added beside the user's
+
+
 # ---- model -------------------------------------------------------------------------------
 
 def _config(tmp_path, **over):
@@ -268,3 +310,32 @@ def test_a_profile_whose_own_decode_backend_sglang_refuses_is_refused():
     bad = replace(fp8, sglang=replace(fp8.sglang, dsa_decode_backend="flashmla_sparse"))
     with pytest.raises(Exception, match="the profile's sglang.dsa_decode_backend"):
         check_conflicts(bad, [])
+
+
+def test_engine_probe_leaves_nothing_of_the_target_interpreter_running(tmp_path):
+    # a --python that leaves a child behind (a wrapper starting a helper): serve waited on the pipe the
+    # child held until it ended (here 120 s), and a child that never ends kept serve forever
+    import sys
+    import time
+
+    from sactool.serve.checks import probe_engine
+
+    pidfile = tmp_path / "child.pid"
+    wrapper = tmp_path / "python"
+    wrapper.write_text(f"#!/bin/sh\nsleep 120 &\necho $! > {pidfile}\nexec {sys.executable} \"$@\"\n")
+    wrapper.chmod(0o755)
+    t0 = time.monotonic()
+    info = probe_engine(str(wrapper), timeout_s=60)
+    took = time.monotonic() - t0
+    assert info.python_version and took < 60
+    child = int(pidfile.read_text())
+    for _ in range(100):   # killed with the probe's process group (a zombie until init reaps it)
+        try:
+            state = Path(f"/proc/{child}/stat").read_text().split(")")[-1].split()[0]
+        except FileNotFoundError:
+            break
+        if state == "Z":
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail(f"the interpreter's child {child} is still running")

@@ -191,6 +191,25 @@ def test_every_emitted_flag_parses_with_sglang_definitions(src):
         assert flag in seen, f"no example profile exercises {flag}"
 
 
+def test_shipped_option_table_holds_every_option_sglang_defines(src):
+    # serve resolves abbreviations over sactool/data/sglang/options-0.5.23.json (scripts/sglang-options
+    # wrote it from SGLang's parser): every option of the source's field definitions is there, flags
+    # taking no value, lists one or more
+    from sactool.serve.sglang_options import shipped_table
+
+    table = shipped_table().options
+    args = sglang_args(src)
+    missing = [n for a in args.values() for n in a.names if n not in table]
+    assert not missing, missing
+    for a in args.values():
+        for n in a.names:
+            assert table[n][0] == a.field, n
+            if a.kind == "bool":
+                assert table[n][1] == 0, n
+            elif a.kind == "list":
+                assert table[n][1] in ("+", "*"), n
+
+
 def test_hisparse_config_keys_are_the_ones_sglang_parses(src):
     tree = _tree(src / "srt" / "mem_cache" / "sparsity" / "factory.py")
     fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "_parse_sparse_config")
@@ -329,15 +348,3 @@ def test_apply_hooks_swallows_failures_so_register_must_resolve_targets(src):
     text = ast.unparse(by_group)
     assert "allowed_set: set[str] | None = None" in text and "if allowed_str:" in text
 
-
-def test_shipped_option_list_is_sglangs_own(src):
-    """sactool/data/sglang/options-0.5.23.json (serve's spelling check, issue 22) holds exactly the
-    options SGLang's definitions give (scripts/sglang-options writes it)."""
-    import json
-
-    from sactool.data import data_path
-
-    shipped = json.loads((data_path("sglang") / "options-0.5.23.json").read_text())["options"]
-    names = {n: a for a in sglang_args(src).values() for n in a.names}
-    assert set(shipped) == set(names)
-    assert all(shipped[n]["takes_value"] == (a.kind != "bool") for n, a in names.items())

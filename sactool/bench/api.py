@@ -70,7 +70,7 @@ def resolve_cpus(topo, mem_node: int, cpus: tuple[int, ...] | None) -> tuple[int
     if cpus:
         bad = [c for c in cpus if c not in allowed]
         if bad:
-            raise UsageError(f"CPU {bad[0]} is not available to this process (allowed: {format_cpulist(allowed)})",
+            raise UsageError(f"CPU {bad[0]} is not available to this process (allowed: {format_cpulist(sorted(allowed))})",
                              "pick CPUs from 'sactool probe' that this process may run on")
         owner = next((n.id for n in topo.nodes if cpus[0] in n.cpus), None)
         return (owner if owner is not None else -1), tuple(cpus)

@@ -82,6 +82,7 @@ def gather_kernel(record_bytes: int, prefetch: int):
 
         atomic_write(path, text, force=True, make_parents=True)
     spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None   # a .py file just written
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod
     spec.loader.exec_module(mod)  # type: ignore[union-attr]

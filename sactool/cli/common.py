@@ -96,6 +96,7 @@ def write_result(path: Path, data: bytes | str, *, force: bool, kind: str, suffi
 
     written, e = records.save_result(path, data, force=force, kind=kind, suffix=suffix)
     if e is None:
+        assert written is not None   # no error: the file is where it was asked to be
         return written
     if written is None:
         if fallback_stdout is not None or on_stdout:

@@ -18,6 +18,7 @@ import contextlib
 import os
 import sys
 import unicodedata
+from typing import NoReturn
 
 ASCII_FALLBACK = {
     "\u2014": "-", "\u2013": "-", "\u2012": "-", "\u2212": "-", "\u2026": "...", "\u2190": "<-",
@@ -80,7 +81,7 @@ class _Wrapped:
 class _Out(_Wrapped):
     """stdout as sactool writes it: write failures other than a closed pipe become OutputError."""
 
-    def _fail(self, e: OSError | None):
+    def _fail(self, e: OSError | None) -> NoReturn:
         from sactool.errors import OutputError
 
         _silence(1)

@@ -44,7 +44,7 @@ def _serials_of_region(topo: dict, region: str | None) -> tuple[str, ...]:
     serial = {m["name"]: norm_serial(m.get("serial")) for m in topo.get("cxl", {}).get("memdevs", [])}
     for r in topo.get("cxl", {}).get("regions", []):
         if r.get("name") == region:
-            return tuple(sorted({serial.get(m) for m in r.get("memdevs") or [] if serial.get(m)}))
+            return tuple(sorted({s for m in r.get("memdevs") or [] if (s := serial.get(m))}))
     return ()
 
 

@@ -13,11 +13,54 @@ The RDMA baseline of SAC instead moves a request's whole prefix once (docs/sourc
     RDMA full-prefix bytes = context tokens × record bytes × layers
 
 These functions are pure arithmetic so that ``simulate`` can reuse them.
+
+Besides the bytes, every missed record costs a fixed time that DRAM and CXL pool alike pay, serial
+per rank (``simulate.calibration``: fitted on the paper platform's calibration runs, 164 ns per
+record per layer). :func:`per_missed_record_cost` is that figure with its provenance (packaged in
+``sactool/data/costs/per-missed-record.yaml``, checked against the fit by the test suite) and
+:func:`common_miss_time_per_token` the time it adds per generated token; ``simulate``'s engine and
+``tune``'s hot-buffer search both charge it through that function.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class PerMissCost:
+    """Seconds per missed record per layer that every placement pays, and where it comes from."""
+
+    seconds: float
+    source: str
+    applies: str
+
+    def to_data(self) -> dict[str, Any]:
+        return {"per_missed_record_s": self.seconds, "source": self.source, "applies": self.applies,
+                "file": "sactool/data/costs/per-missed-record.yaml"}
+
+
+def per_missed_record_cost() -> PerMissCost:
+    """The packaged per-missed-record cost (``sactool/data/costs/per-missed-record.yaml``)."""
+    from sactool.data import data_path
+    from sactool.errors import RecordError
+    from sactool.records import load_structured
+
+    d = load_structured(data_path("costs", "per-missed-record.yaml"), what="per-miss cost file")
+    v = d.get("per_missed_record_s")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1e-3:
+        raise RecordError(f"per-miss cost file: per_missed_record_s must be a number of seconds, got {v!r}",
+                          "reinstall sactool")
+    return PerMissCost(float(v), str(d.get("source") or ""), str(d.get("applies") or ""))
+
+
+def common_miss_time_per_token(misses_per_step_per_layer: float, requests: float, layers: int,
+                               s_per_record: float) -> float:
+    """Seconds the per-missed-record cost adds to a rank's decode step (all layers), when
+    ``requests`` requests each miss ``misses_per_step_per_layer`` records per layer: serial per
+    rank, so ``requests × misses × layers × s_per_record``."""
+    return float(requests) * float(misses_per_step_per_layer) * layers * s_per_record
 
 
 class GatherLike(Protocol):

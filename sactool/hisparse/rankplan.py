@@ -91,7 +91,8 @@ class RankPlan:
     def total_bytes(self) -> int | None:
         """The capacity plan: the sum of every rank's slice (None when a capacity is unknown)."""
         sizes = [s.size_bytes for s in self.slots]
-        return None if any(v is None for v in sizes) else sum(sizes)  # type: ignore[misc]
+        known = [v for v in sizes if v is not None]
+        return None if len(known) < len(sizes) else sum(known)
 
     def slot(self, rank: int) -> RankSlot:
         return self.slots[rank]
@@ -191,7 +192,7 @@ def check_disjoint(p: RankPlan, targets: Sequence[Target]) -> None:
         t = by_name[name]
         if t.kind != "devdax" or t.capacity_bytes is None:
             continue
-        sl = sorted((p.slots[r].offset_bytes, p.slots[r].size_bytes) for r in ranks)
+        sl = sorted((p.slots[r].offset_bytes or 0, p.slots[r].size_bytes or 0) for r in ranks)
         for (o, s), nxt in zip(sl, sl[1:] + [(t.capacity_bytes, 0)]):
             if o % (t.align_bytes or 1) or s % (t.align_bytes or 1):
                 raise ValueError(f"{name}: slice at {o} of {s} bytes is not aligned to {t.align_bytes}")

@@ -40,7 +40,7 @@ def _mbind_or_raise(addr: int, length: int, mode: int, nodes: list[int]) -> None
     except OSError as e:
         what = {errno.EINVAL: "the kernel refused the policy or node set (not allowed by this cpuset, "
                               "or the policy is not supported)",
-                errno.ENOSYS: "mbind is not available", errno.EPERM: "not permitted"}.get(e.errno, e.strerror)
+                errno.ENOSYS: "mbind is not available", errno.EPERM: "not permitted"}.get(e.errno or 0, e.strerror or str(e))
         raise TopologyError(f"cannot bind memory to {', '.join(f'node{n}' for n in nodes)}: {what}",
                             "check the node is online and allowed (cat /proc/self/status | grep Mems_allowed)") from None
 

@@ -101,7 +101,7 @@ def from_hf_config(config: Mapping[str, Any], *, name: str, hf_id: str, where: s
 def _catalog() -> dict[str, tuple[str, dict[str, Any]]]:
     """name -> (file name, config mapping) for the shipped specs."""
     out = {}
-    for entry in resources.files("sactool").joinpath("data", "models").iterdir():
+    for entry in resources.files("sactool").joinpath("data").joinpath("models").iterdir():
         if entry.name.endswith(".json"):
             cfg = json.loads(entry.read_text(encoding="utf-8"))
             out[cfg["_sactool"]["name"]] = (entry.name, cfg)

@@ -522,6 +522,7 @@ def save_profile(profile: Profile, path: str | os.PathLike[str], *, force: bool 
                                make_parents=make_parents)
     if err is not None:
         raise err
+    assert written is not None   # no error: the file is where it was asked to be
     return written
 
 

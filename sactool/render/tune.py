@@ -200,6 +200,12 @@ def render_tune(result) -> None:
                       f"{r['misses_per_step_per_layer']:.1f}", _t(r["fetch_time_per_token_s"]), vs,
                       format_bytes(r["gpu_bytes_per_rank"]), "yes" if r["feasible"] else "no")
         con.print(b)
+        pm = s.get("per_miss_cost") or {}
+        if pm.get("applied"):
+            con.print(f"fetch time includes {pm['per_missed_record_s'] * 1e9:.0f} ns per missed record per layer, paid "
+                      f"by DRAM and CXL alike: {pm['source']}, {pm['file']}", markup=False)
+        elif pm:
+            con.print(f"fetch time without the per-missed-record cost: {pm['why']}", markup=False)
     a = Table(title=None, show_edge=False)
     for col in ("alternative", "fetch time/token", "GPU/rank", "why it lost"):
         a.add_column(col)

@@ -159,7 +159,7 @@ def build_command(profile: Profile, *, profile_path: str, extra_args: Sequence[s
                        "SGLang's launcher in the target Python"))
     flags = sglang_flags(profile, model_path=model_path)
     if extra:
-        flags.append(Flag(tuple(extra), "user (after --)", "passed through untouched, last so they win"))
+        flags.append(Flag(tuple(extra), "user (after --)", "passed through last so they win, each option spelled in full as SGLang resolves it"))
     env: list[EnvVar] = []
     notes: list[str] = []
     if not environ.get("CUDA_DEVICE_ORDER"):

@@ -107,61 +107,13 @@ OWNED = {
 }
 
 
-SGLANG_OPTIONS_VERSION = "0.5.23"
-
-
-def sglang_options() -> dict[str, dict]:
-    """SGLang's long options (``sactool/data/sglang/options-0.5.23.json``, written by
-    scripts/sglang-options from SGLang's own argument definitions): name -> {dest, takes_value}."""
-    from sactool.data import data_path
-
-    path = data_path("sglang") / f"options-{SGLANG_OPTIONS_VERSION}.json"
-    return json.loads(path.read_text(encoding="utf-8"))["options"]
-
-
-def check_spelling(extra: Sequence[str]) -> None:
-    """The extras as SGLang's argparse reads them: it takes any unique prefix of an option
-    (``--tp 4`` is ``--tp-size 4``, ``--enable-hierarchical`` is ``--enable-hierarchical-cache``),
-    so an abbreviation would slip past the conflict check; it is refused with the full name, and
-    so are an unknown option (a typo: ``--tp-sizee``, with the closest names) and an option whose
-    value is missing (a dangling ``--model-path``). UsageError (2)."""
-    import difflib
-
-    from sactool.errors import UsageError
-
-    opts = sglang_options()
-    toks = list(extra)
-    i = 0
-    while i < len(toks):
-        tok = toks[i]
-        i += 1
-        if tok == "--":
-            break
-        if not tok.startswith("--"):
-            continue
-        name, eq, _ = tok.partition("=")
-        if name not in opts:
-            hits = sorted(o for o in opts if o.startswith(name))
-            if hits and len({opts[o]["dest"] for o in hits}) == 1:
-                full = next(o for o in hits if opts[o]["dest"] == opts[hits[0]]["dest"])
-                raise UsageError(f"{name} after -- is an abbreviation: SGLang would read it as {full}",
-                                 f"write {full} in full (sactool checks each flag against the profile by its name)")
-            if hits:
-                raise UsageError(f"{name} after -- is ambiguous in SGLang {SGLANG_OPTIONS_VERSION}: "
-                                 + ", ".join(hits[:6]) + ("…" if len(hits) > 6 else ""), "write the option in full")
-            close = difflib.get_close_matches(name, list(opts), n=3, cutoff=0.75)
-            raise UsageError(f"{name} after -- is not an SGLang {SGLANG_OPTIONS_VERSION} option",
-                             (f"did you mean {' or '.join(close)}?" if close else "see python -m sglang.launch_server --help"))
-        spec = opts[name]
-        if spec["takes_value"] and not spec.get("optional_value") and not eq:
-            if i >= len(toks) or toks[i].startswith("--"):
-                raise UsageError(f"{name} after -- needs a value", f"give it one: {name} VALUE")
-            i += 1
-
-
 def check_conflicts(profile: Profile, extra: Sequence[str]) -> list[str]:
-    """Refuse extras that contradict the profile or HiSparse; returns the extras accepted.
-    Spelled as SGLang reads them first (:func:`check_spelling`): no abbreviation hides a flag."""
+    """Refuse extras that contradict the profile or HiSparse; returns the extras accepted, each
+    option spelled in full as SGLang's parser resolves it (an abbreviation is checked as the option
+    it stands for; unknown or ambiguous ones are refused: :mod:`sactool.serve.sglang_options`)."""
+    from sactool.serve.sglang_options import resolve
+
+    extra = resolve(extra)
     hisparse = profile.sglang.role != "prefill"
 
     def refuse(msg: str, hint: str) -> None:
@@ -177,7 +129,6 @@ def check_conflicts(profile: Profile, extra: Sequence[str]) -> list[str]:
     if _values(extra, ("--enable-dp-attention",)):
         refuse("--enable-dp-attention is the deprecated spelling of attention DP",
                "set sglang.attn_dp_size in the profile (sactool emits --attn-dp-size)")
-    check_spelling(extra)   # after the spellings 0.5.23 dropped, which have their own message
     for names, (fld, get) in OWNED.items():
         for v in _values(extra, names):
             mine = get(profile)
@@ -265,11 +216,52 @@ class EngineInfo:
     plugins: tuple[str, ...]
 
 
+PROBE_OUTPUT_BYTES = 1 << 20
+"""The most of the probe's stdout/stderr read back (its answer is one JSON line of a few hundred bytes)."""
+
+
+def _run_probe(argv: list[str], timeout_s: float) -> tuple[str, str]:
+    """(stdout, stderr) of ``argv`` run in a session of its own, its output in temporary files:
+    whatever the interpreter leaves behind (a wrapper script's background helper, a ``.pth`` that
+    forks) is killed with its process group once it answered, timed out or was interrupted — with
+    pipes, a leftover child holding them kept serve waiting until it ended and then kept running."""
+    import signal
+    import tempfile
+
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        p = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            _wait_unreaped(p.pid, timeout_s, argv)   # the group id stays this process's until it is reaped
+        finally:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            p.wait()
+        texts = []
+        for f in (out, err):
+            f.seek(0)
+            texts.append(f.read(PROBE_OUTPUT_BYTES).decode("utf-8", "replace"))
+    return texts[0], texts[1]
+
+
+def _wait_unreaped(pid: int, timeout_s: float, argv) -> None:
+    """Wait for ``pid`` to exit without reaping it (``waitid(WNOWAIT)``), so killing its process
+    group afterwards cannot reach a group that reused the id."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is None:
+        if time.monotonic() > deadline:
+            raise subprocess.TimeoutExpired(argv, timeout_s)
+        time.sleep(0.01)
+
+
 def probe_engine(python: str, *, timeout_s: float = 60.0) -> EngineInfo:
-    """Ask ``python`` (argv list, no shell) what SGLang and plug-ins it has; imports no SGLang code."""
+    """Ask ``python`` (argv list, no shell) what SGLang and plug-ins it has; imports no SGLang code.
+    Nothing it starts outlives the question (:func:`_run_probe`)."""
     try:
-        r = subprocess.run([python, "-c", ENGINE_PROBE], capture_output=True, text=True, timeout=timeout_s,
-                           check=False, stdin=subprocess.DEVNULL)
+        stdout, stderr = _run_probe([python, "-c", ENGINE_PROBE], timeout_s)
     except FileNotFoundError:
         raise EngineMissingError(f"Python {python} does not exist", "pass --python the interpreter of SGLang's environment") from None
     except PermissionError:
@@ -277,9 +269,9 @@ def probe_engine(python: str, *, timeout_s: float = 60.0) -> EngineInfo:
     except subprocess.TimeoutExpired:
         raise EngineMissingError(f"{python} did not answer within {timeout_s:.0f} s", "check the interpreter") from None
     try:
-        d = json.loads(r.stdout.strip().splitlines()[-1])
+        d = json.loads(stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
-        first = (r.stderr.strip().splitlines() or ["no output"])[-1]
+        first = (stderr.strip().splitlines() or ["no output"])[-1]
         raise EngineMissingError(f"{python} could not report its packages ({first})",
                                  "pass --python a Python 3.10+ interpreter") from None
     return EngineInfo(d["python"], d["python_version"], d["sglang"], bool(d["launch_server"]),

@@ -27,6 +27,7 @@ from sactool.serve import capacity, checks
 from sactool.serve.argv import Command, build_command
 from sactool.serve.errors import EngineMissingError
 from sactool.serve.gpus import resolve_gpus
+from sactool.serve.sglang_options import resolve as resolve_options
 from sactool.units import format_bytes
 
 
@@ -94,7 +95,7 @@ def build_launch(profile_path: str, extra_args: Sequence[str] = (), *, python: s
     profile = load_profile(profile_path)
     overridden = placement is not None and placement != profile.pool.placement
     profile = _with_placement(profile, placement)
-    extra = list(extra_args)
+    extra = resolve_options(list(extra_args))   # as SGLang's parser reads them: full names, or refused
     python = python or sys.executable
     ep = entrypoint or profile.sglang.entrypoint
     lines = [f"profile {os.path.abspath(profile_path)}: {profile.model.name}, schema {profile.schema_version}"]

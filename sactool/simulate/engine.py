@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sactool.bench.record import lines_touched
-from sactool.hisparse.cost import fetch_bytes_per_token, rdma_full_prefix_bytes
+from sactool.hisparse.cost import common_miss_time_per_token, fetch_bytes_per_token, rdma_full_prefix_bytes
 
 PLACEMENTS = ("sac", "rdma", "dram")
 
@@ -183,7 +183,8 @@ def _step_time(sc: Scenario, counts: list[int], rec: list[float], mx: list[float
         bw = min(p.link_bytes_per_s, up / n_gpu)
         if p.device_bytes_per_s:
             bw = min(bw, p.device_bytes_per_s / dev_active[p.device_of(r)])
-        layer = p.fixed_s + max(mx[r] * p.s_per_record, rec[r] * sc.record_bytes / bw) + rec[r] * p.common_s_per_record
+        layer = (p.fixed_s + max(mx[r] * p.s_per_record, rec[r] * sc.record_bytes / bw)
+                 + common_miss_time_per_token(rec[r], 1, 1, p.common_s_per_record))   # one layer, the rank's misses
         comp = comp_cache.get(b)
         if comp is None:
             comp = comp_cache[b] = sc.compute.step_s(b, sc.context)

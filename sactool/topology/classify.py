@@ -78,7 +78,8 @@ class _Node:
 
     def __init__(self, n: NumaNode, kmem: list[DaxDevice]):
         self.n, self.kmem = n, kmem
-        self.kind, self.ev, self.specific = "unknown", [], False
+        self.kind, self.specific = "unknown", False
+        self.ev: list[str] = []
 
 
 def classify(nodes: list[NumaNode], decoders: list[CxlDecoder], regions: list[CxlRegion],

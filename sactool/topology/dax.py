@@ -24,7 +24,7 @@ def _key(name: str) -> tuple[int, ...]:
 
 
 def read_dax(r: SysfsReader, regions: list[CxlRegion]) -> list[DaxDevice]:
-    out = []
+    out: list[DaxDevice] = []
     for name in sorted((n for n in r.listdir(DAX_DEVICES) if _DAX_RE.match(n)), key=_key):
         path = r.resolve(f"{DAX_DEVICES}/{name}")
         if path is None:

@@ -66,4 +66,4 @@ def narrowest(links: tuple[PcieLink, ...]) -> PcieLink | None:
     """The link with the lowest per-direction ceiling (the path's real limit); None when no link's
     ceiling is known. Ties go to the one nearest the device."""
     known = [lk for lk in links if lk.ceiling_bytes_per_s]
-    return min(known, key=lambda lk: lk.ceiling_bytes_per_s) if known else None
+    return min(known, key=lambda lk: lk.ceiling_bytes_per_s or 0) if known else None

@@ -197,4 +197,5 @@ def write_snapshot(reader: SysfsReader, path: str | os.PathLike[str], *, force: 
     written, err = save_result(p, build_archive(reader), force=force, kind="snapshot", suffix=".tar.gz")
     if err is not None:
         raise err
+    assert written is not None   # no error: the file is where it was asked to be
     return written

@@ -4,13 +4,15 @@ read (permission denied, garbage) — named, not guessed."""
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from sactool.host.sysfs import SysfsReader
 from sactool.topology.model import IomemInfo, ProbeWarning, Topology
 
 _MAX_LISTED = 8
 
 
-def late_warnings(r: SysfsReader, topo: Topology, earlier: list[ProbeWarning] = ()) -> list[ProbeWarning]:
+def late_warnings(r: SysfsReader, topo: Topology, earlier: Sequence[ProbeWarning] = ()) -> list[ProbeWarning]:
     out: list[ProbeWarning] = []
     for m in topo.memdevs:
         lk = m.link
@@ -121,7 +123,7 @@ def _path_narrower(topo: Topology) -> list[ProbeWarning]:
     out = []
     for m in topo.memdevs:
         own, low = m.link, m.narrowest_link
-        if own and low and own.ceiling_bytes_per_s and low.ceiling_bytes_per_s < own.ceiling_bytes_per_s:
+        if own and low and own.ceiling_bytes_per_s and low.ceiling_bytes_per_s and low.ceiling_bytes_per_s < own.ceiling_bytes_per_s:
             out.append(ProbeWarning(
                 "link-path-narrower",
                 f"{m.name}'s own link ({own.pci_device}, {own.speed_gt_s} GT/s x{own.width}) is wider than "

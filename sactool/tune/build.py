@@ -36,13 +36,24 @@ def build_profile(d, *, chosen, ranked, evals, gather):
         prov["pool.rank_targets"] = _p("derived", f"{c.placement.strategy} over {d.pool.targets[0].name}, this "
                                        f"host's share ({d.pool.targets[0].capacity_source})")
     predictions = _predictions(d, chosen, ranked, plan, req)
+    predictions["per_miss_cost"] = _per_miss(gather)
     profile = new_profile(model=ModelRef.of(d.spec), pool=pool_s, hisparse=hs, sglang=sg, machine=d.machine,
                           request=_request(d), predictions=predictions, bench=dict(gather.info), provenance=prov,
                           workload=getattr(d, "workload", None),
                           fleet=share.block if share is not None else None)
     summary = _summary(d, c, hs, gather, predictions)
     summary["by_buffer"] = _by_buffer(chosen, evals)
+    summary["per_miss_cost"] = _per_miss(gather)
     return profile, summary, _alternatives(chosen, evals)
+
+
+def _per_miss(gather) -> dict[str, Any]:
+    """Whether the search charged the per-missed-record cost, its value and provenance."""
+    pm = search.per_miss_for(gather.info)
+    if pm is None:
+        return {"applied": False, "why": "the fetch figure is the GPU swap-in itself (bench.fetch_path gpu): "
+                                        "the measurement may already hold the per-record cost"}
+    return {"applied": True, **pm.to_data()}
 
 
 def _by_buffer(chosen, evals) -> list[dict[str, Any]]:
@@ -60,6 +71,7 @@ def _by_buffer(chosen, evals) -> list[dict[str, Any]]:
         pc = e.per_context.values()
         rows.append({"device_buffer_size": b, "feasible": e.feasible, "chosen": b == chosen.candidate.device_buffer_size,
                      "fetch_time_per_token_s": e.mean_s,
+                     "common_miss_time_per_token_s": sum(x["common_miss_time_per_token_s"] for x in pc) / max(1, len(pc)),
                      "misses_per_step_per_layer": sum(x["misses_per_step_per_layer"] for x in pc) / max(1, len(pc)),
                      "gpu_bytes_per_rank": e.gpu_bytes_per_rank,
                      "why_infeasible": "; ".join(e.why_infeasible)})
@@ -223,7 +235,9 @@ def _predictions(d, chosen, ranked, plan, req: int) -> dict[str, Any]:
     best = ranked[0]
     cmp = search.compare(chosen, best) if best is not chosen else None
     predictions = {
-        "objective": "fetch time per generated token, mean over the design contexts, at the design concurrency",
+        "objective": "fetch time per generated token (pool bytes over the measured bandwidth, plus the "
+                     "per-missed-record cost where it applies: per_miss_cost), mean over the design contexts, at "
+                     "the design concurrency",
         "fetch_time_per_token_s": chosen.mean_s,
         "fetch_time_per_token_per_round_s": list(chosen.samples_s),
         "device_token_slots": plan.device_slots,

@@ -481,7 +481,8 @@ def _search(d: DesignPoint, placements, gather, sims: _HotBuffer):
     x = search.Inputs(contexts=d.design, concurrency=d.concurrency, deployment=d.dep, targets=d.pool.targets,
                       layers=d.spec.num_layers, record_bytes=d.rec_bytes, indexer_bytes=d.spec.indexer_bytes,
                       top_k=top_k, gpu_budget_bytes=d.budget.bytes_per_gpu, misses=sims.misses,
-                      hit_rate=sims.hits, bandwidth=gather.rounds, swap_in=_swap_in(gather))
+                      hit_rate=sims.hits, bandwidth=gather.rounds, swap_in=_swap_in(gather),
+                      per_miss=search.per_miss_for(gather.info))
     if o.exhaustive:
         stage1 = search.all_buffers(top_k)
     else:  # the coarse grid plus the largest sizes that fit (arithmetic only), simulated in one pass

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
 from sactool.hisparse.capacity import PAGE, Deployment, PoolTarget, RankPlan, fits, min_ratio, rank_plan
-from sactool.hisparse.cost import fetch_bytes_per_token, step_time_over_targets
+from sactool.hisparse.cost import PerMissCost, common_miss_time_per_token, fetch_bytes_per_token, step_time_over_targets
 from sactool.hisparse.engine import DEFAULT_SWAP_IN_BLOCK, SWAP_IN_BLOCK_SIZES  # noqa: F401 (re-exported)
 from sactool.hisparse.placement import Placement, pool_bytes_per_rank
 
@@ -148,6 +148,7 @@ class Inputs:
     hit_rate: Mapping[int, Sequence[Mapping[int, float]]]
     bandwidth: Sequence[Mapping[str, float]]
     swap_in: SwapInChoice | None = None     # measured: the one CTA width searched; None/default: widths tie
+    per_miss: PerMissCost | None = None     # the per-missed-record cost every placement pays, when it applies
 
     @property
     def swap_in_block(self) -> int:
@@ -204,31 +205,43 @@ def largest_feasible(x: Inputs, placements: Sequence[Placement], *, n: int = 3) 
     return ok[-n:]
 
 
+def per_miss_for(bench_info: Mapping) -> PerMissCost | None:
+    """The per-missed-record cost the search charges (``hisparse.cost.per_missed_record_cost``),
+    or None where it does not apply: with a GPU swap-in figure (``bench.fetch_path: gpu``) the
+    measurement timed the swap-in on the GPU itself, and the fit cannot say which part of the
+    per-record cost that figure already holds; a CPU proxy holds none of it."""
+    from sactool.hisparse.cost import per_missed_record_cost
+
+    return None if bench_info.get("fetch_path") == "gpu" else per_missed_record_cost()
+
+
 def evaluate(c: Candidate, x: Inputs) -> Evaluation:
-    """Predicted fetch time per token (per measurement round) and resource use of one candidate."""
+    """Predicted fetch time per token (per measurement round) and resource use of one candidate:
+    per context the slowest pool target's bytes over its measured bandwidth, plus, when
+    ``x.per_miss`` is given, the per-missed-record cost every placement pays
+    (:func:`sactool.hisparse.cost.common_miss_time_per_token`, the term ``simulate`` charges)."""
     req = x.deployment.requests_per_rank(x.concurrency)
     why, plan = constraints(c, x)
     per_target = c.placement.ranks_per_target()
     reps = x.replicates
+    s_rec = x.per_miss.seconds if x.per_miss is not None else 0.0
     per_ctx: dict[int, dict[str, float]] = {}
     for ctx in x.contexts:
         m = statistics.fmean(x.misses[ctx][r][c.device_buffer_size] for r in range(reps))
         per_ctx[ctx] = {"misses_per_step_per_layer": m,
                         "hit_rate": statistics.fmean(x.hit_rate[ctx][r][c.device_buffer_size] for r in range(reps)),
-                        "fetch_bytes_per_token": fetch_bytes_per_token(m, x.record_bytes, x.layers)}
-    samples = []
-    for bw in x.bandwidth:
-        total = 0.0
-        for ctx in x.contexts:
-            per_req = per_ctx[ctx]["fetch_bytes_per_token"]
-            total += step_time_over_targets({t: n * req * per_req for t, n in per_target.items()},
-                                            {t: bw[t] for t in per_target})
-        samples.append(total / len(x.contexts))
-    for ctx in x.contexts:
+                        "fetch_bytes_per_token": fetch_bytes_per_token(m, x.record_bytes, x.layers),
+                        "common_miss_time_per_token_s": common_miss_time_per_token(m, req, x.layers, s_rec)}
+
+    def at(ctx: int, bw: Mapping[str, float]) -> float:
         per_req = per_ctx[ctx]["fetch_bytes_per_token"]
-        per_ctx[ctx]["fetch_time_per_token_s"] = statistics.fmean(
-            step_time_over_targets({t: n * req * per_req for t, n in per_target.items()}, {t: bw[t] for t in per_target})
-            for bw in x.bandwidth)
+        return (step_time_over_targets({t: n * req * per_req for t, n in per_target.items()},
+                                       {t: bw[t] for t in per_target})
+                + per_ctx[ctx]["common_miss_time_per_token_s"])
+
+    samples = [sum(at(ctx, bw) for ctx in x.contexts) / len(x.contexts) for bw in x.bandwidth]
+    for ctx in x.contexts:
+        per_ctx[ctx]["fetch_time_per_token_s"] = statistics.fmean(at(ctx, bw) for bw in x.bandwidth)
     return Evaluation(c, not why, tuple(why), tuple(samples), plan.gpu_bytes, plan.host_pool_bytes, per_ctx)
 
 

@@ -44,7 +44,7 @@ def layer_unions(model: str = "deepseek-v3.2") -> dict[int, tuple[float, ...]]:
         from sactool.errors import UsageError
 
         raise UsageError(f"no per-layer top-k profile for {model}", f"profiled: {', '.join(DATASETS)}")
-    text = resources.files("sactool").joinpath("data", "topk", name).read_text()
+    text = resources.files("sactool").joinpath("data").joinpath("topk").joinpath(name).read_text()
     by: dict[int, dict[int, float]] = {}
     for row in csv.DictReader(text.splitlines()):
         by.setdefault(int(row["target_prompt_len"]), {})[int(row["layer_id"])] = \
