@@ -332,3 +332,15 @@ def test_size_hint_on_a_cxl_node_is_the_checks_own_room(tmp_path):
     check_fits(free, 2 * hinted, reader=reader)              # what the hint says fits
     with pytest.raises(CapacityError):
         check_fits(free, 2 * (hinted + (1 << 20)), reader=reader)   # and no more than about that
+
+
+def test_an_interrupted_fleet_record_is_planned_with_a_warning():
+    """Issue 22: an interrupted (complete: false) fleet record fed tune --fleet without a word."""
+    from sactool.fleet.split import plan
+
+    data = _fleet_record(top=4, world=4)
+    assert "fleet_incomplete" not in {w["code"] for w in plan(data, 656)[1]}
+    data.update(complete=False, protocol={"rounds": 5})
+    data["fleet"]["rounds_done"] = 2
+    warns = plan(data, 656)[1]
+    assert any(w["code"] == "fleet_incomplete" and "2 of 5 rounds" in w["message"] for w in warns), warns

@@ -123,3 +123,37 @@ def test_tune_writes_and_prints_the_measured_width(tmp_path, machine, capsys, fa
     assert pc.hisparse.swap_in_block_size == 960 and pc.bench["swap_in"]["source"] == "default"
     assert pc.provenance["hisparse.swap_in_block_size"].source == "default"
     assert "swap_in_block_size 960: SGLang 0.5.23's default, not a measurement" in text
+
+
+def test_an_interrupted_bench_record_feeds_tune_with_a_warning(tmp_path, machine):
+    """Issue 22: an interrupted (complete: false) bench or fleet record fed tune without a word."""
+    from sactool.host.sysfs import SysfsReader
+    from sactool.memory.nodes import topology
+    from sactool.tune.pool import from_bench, pool_info
+
+    pool = pool_info(topology(SysfsReader(machine("sac2s__30-system-ram"))))
+    g2 = gpu_record(tmp_path / "g2.json", _sweep(1024, 512), "node2")
+    whole = from_bench([g2], RB, pool, {}, strict=False, blocks=8, top_k=TOPK)
+    assert "bench_incomplete" not in {w["code"] for w in whole.warnings}
+    data = json.loads(g2.read_text())
+    data["complete"] = False
+    g2.write_text(json.dumps(data))
+    cut = from_bench([g2], RB, pool, {}, strict=False, blocks=8, top_k=TOPK)
+    assert "bench_incomplete" in {w["code"] for w in cut.warnings}
+
+
+@pytest.mark.parametrize("line,why", [
+    ({"kind": "gather", "round": 0, "target": "node2", "bandwidth_bytes_per_s": "fast"}, "bandwidth_bytes_per_s"),
+    ({"kind": "sim", "context": 4096, "rep": -1, "buffers": {}}, "rep"),
+    ({"kind": "sim", "context": 4096, "rep": 0, "buffers": {"64": [1.0, 7.0]}}, "buffers"),
+    ({"kind": "telemetry"}, "not one tune writes"),
+])
+def test_resumed_points_are_validated(line, why):
+    """Issue 22: a resumed points file's lines were used unchecked (a KeyError or NaN deep in the search)."""
+    from sactool.errors import RecordError
+    from sactool.tune.points import check_points
+
+    good = {"kind": "gather", "round": 0, "target": "node2", "bandwidth_bytes_per_s": 1e9}
+    assert check_points([good], "p.jsonl") == [good]
+    with pytest.raises(RecordError, match=why):
+        check_points([good, line], "p.jsonl")

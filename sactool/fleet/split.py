@@ -104,6 +104,12 @@ def plan(data: dict[str, Any], record_bytes: int, *, path: str | None = None,
         raise RecordError(f"{src} holds a {fl['sweep'][0].get('test')} sweep; tune needs gather figures",
                           "measure with: mpirun -n N sactool bench gather --out FILE")
     warnings: list[dict[str, str]] = []
+    if data.get("complete") is False:   # an interrupted sweep: figures of the rounds that finished
+        done, rounds = fl.get("rounds_done"), (data.get("protocol") or {}).get("rounds")
+        warnings.append(records.warning(
+            "fleet_incomplete", f"{src} is an interrupted sweep (complete: false"
+            + (f", {done} of {rounds} rounds" if done is not None and rounds else "") + "): its figures come "
+            "from the rounds that finished", "rerun the fleet bench to the end for the full protocol"))
     top = max(s["active_ranks"] for s in gathers)
     world = int(fl.get("world_size") or top)
     if top < world:

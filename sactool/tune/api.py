@@ -107,12 +107,13 @@ def tune(options: TuneOptions, progress: Progress | None = None) -> TuneResult:
     try:
         return run.execute(run.Job(o=o, spec=spec, kv=kv, attn_dp=attn_dp, rec_bytes=rec_bytes, path=path,
                                    points_path=points_path, progress=progress, t0=t0))
-    except (SactoolError, OSError) as e:
-        # a failed run (not an interrupted one) leaves no points file behind that would make the
-        # next, corrected run stop with "unfinished tune" (exit 5); an earlier run's points stay
+    except Exception as e:
+        # a failed run (not an interrupted one) — an error, or a crash (MemoryError, a bug) —
+        # leaves no points file behind that would make the next, corrected run stop with
+        # "unfinished tune" (exit 5); an earlier run's points stay
         if fresh and points_path.exists():
             points_path.unlink()
-        if isinstance(e, OSError):
+        if isinstance(e, OSError) and not isinstance(e, SactoolError):
             raise SactoolError(f"cannot write {e.filename or points_path}: {e.strerror}",
                                "free some space or choose a writable --out") from None
         raise

@@ -186,6 +186,11 @@ def from_bench(paths, record_bytes: int, pool: PoolInfo, machine: dict, *, stric
 
     recs = [(p, load_bench(p)) for p in bench_paths(paths)]
     warnings = _machine_warnings(recs, machine, strict)
+    for p, r in recs:   # an interrupted bench (Ctrl-C, SIGTERM) kept the samples it had finished
+        if not r.complete:
+            warnings.append(warning("bench_incomplete", f"{p} is an interrupted bench record (complete: false): "
+                                    "its figures come from the samples that finished",
+                                    "rerun the bench to the end for the full protocol"))
     want = {"record_bytes": record_bytes, "blocks": blocks or 1, "threads": swap_in_block, "topk": top_k}
     mine = {t.name: _records_of(t, recs, strict, warnings) for t in pool.targets}
     swap = swap_in_choice(mine, want) if swap_in_block is None else None

@@ -304,7 +304,9 @@ class _Points:
         self.done: list[dict] = []
         if self.path is not None:
             if o.resume:
-                self.done = [p for p in read_jsonl(self.path) if p.get("key") == self.key]
+                from sactool.tune.points import check_points
+
+                self.done = check_points([p for p in read_jsonl(self.path) if p.get("key") == self.key], self.path)
             elif self.path.exists():
                 self.path.unlink()
 
