@@ -339,3 +339,37 @@ def test_engine_probe_leaves_nothing_of_the_target_interpreter_running(tmp_path)
         time.sleep(0.05)
     else:
         pytest.fail(f"the interpreter's child {child} is still running")
+
+
+def _standin_sglang(tmp_path, version: str, options: str) -> Path:
+    """A stand-in SGLang ``version`` (tests/standins/site, not SGLang) whose server_args defines ``options``."""
+    import shutil
+
+    site = tmp_path / "site"
+    shutil.copytree(Path(__file__).parent / "standins" / "site", site)
+    info = site / f"sglang-{version}.dist-info"
+    (site / "sglang-0.5.23.dist-info").rename(info)
+    for name in ("METADATA", "RECORD"):
+        (info / name).write_text((info / name).read_text().replace("0.5.23", version))
+    (site / "sglang" / "srt" / "server_args.py").write_text(
+        "class ServerArgs:\n    @staticmethod\n    def add_cli_args(p):\n" + options)
+    return site
+
+
+def test_a_target_sglang_of_another_version_is_read_with_its_own_parser(tmp_path, monkeypatch, capsys):
+    import sys
+
+    from sactool.cli import main
+
+    site = _standin_sglang(tmp_path, "0.5.24", "".join(
+        f"        p.add_argument({a})\n" for a in ('"--tp-size", type=int', '"--tp-rank", type=int',
+                                                   '"--model-path", "--model"', '"--port", type=int',
+                                                   '"--new-knob", type=int')))
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    args = ["serve", "--profile", str(ONE), "--python", sys.executable, "--dry-run", "--format", "json", "--"]
+    rc = main([*args, "--new-knob", "3", "--por", "30001"])      # 0.5.23 has no --new-knob
+    out = json.loads(capsys.readouterr().out)
+    assert rc in (0, 3) and out["argv"][-4:] == ["--new-knob", "3", "--port", "30001"]
+    assert any("read with SGLang 0.5.24's own parser (6 options)" in c for c in out["checks"])
+    assert main([*args, "--tp", "8"]) == 2                         # --tp-size and --tp-rank: ambiguous there
+    assert "could be --tp-rank, --tp-size" in capsys.readouterr().err

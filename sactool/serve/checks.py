@@ -107,13 +107,13 @@ OWNED = {
 }
 
 
-def check_conflicts(profile: Profile, extra: Sequence[str]) -> list[str]:
+def check_conflicts(profile: Profile, extra: Sequence[str], table=None) -> list[str]:
     """Refuse extras that contradict the profile or HiSparse; returns the extras accepted, each
     option spelled in full as SGLang's parser resolves it (an abbreviation is checked as the option
     it stands for; unknown or ambiguous ones are refused: :mod:`sactool.serve.sglang_options`)."""
     from sactool.serve.sglang_options import resolve
 
-    extra = resolve(extra)
+    extra = resolve(extra, table)
     hisparse = profile.sglang.role != "prefill"
 
     def refuse(msg: str, hint: str) -> None:
@@ -255,6 +255,19 @@ def _wait_unreaped(pid: int, timeout_s: float, argv) -> None:
         if time.monotonic() > deadline:
             raise subprocess.TimeoutExpired(argv, timeout_s)
         time.sleep(0.01)
+
+
+def probe_options(python: str, version: str, *, timeout_s: float = 120.0):
+    """The option table of the SGLang ``python`` has (its own parser, imported there: seconds, as
+    it imports torch), or (None, why) where it cannot be asked."""
+    from sactool.serve.sglang_options import OPTIONS_PROBE, table_of
+
+    try:
+        out, err = _run_probe([python, "-c", OPTIONS_PROBE], timeout_s)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return None, str(e)
+    t = table_of(out, version, f"SGLang {version}'s parser in {python}")
+    return t, None if t is not None else ((err.strip().splitlines() or ["no output"])[-1])
 
 
 def probe_engine(python: str, *, timeout_s: float = 60.0) -> EngineInfo:
