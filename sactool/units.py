@@ -54,6 +54,12 @@ def parse_kernel_size(text: str) -> int:
     return int(m.group(1)) * suffix_bytes(m.group(2), kernel=True)
 
 
+MAX_LIST_IDS = 1 << 16
+"""Most ids a range list may expand to: 8x the kernel's largest CPU count (``CONFIG_NR_CPUS`` is at
+most 8192, ``MAXSMP``); NUMA nodes are at most 1024 (``NODES_SHIFT`` 10). A recorded tree's
+``cpulist`` of ``0-4000000000`` is refused as unparsable instead of filling memory."""
+
+
 def expand_int_list(text: str, *, ranges: bool = True) -> list[int]:
     """``"0-3,8,10-11"`` → [0, 1, 2, 3, 8, 10, 11] in the order written (ValueError on garbage).
 
@@ -78,6 +84,8 @@ def expand_int_list(text: str, *, ranges: bool = True) -> list[int]:
             lo, hi = int(lo_s), int(hi_s)
             if hi < lo or lo < 0 or stride < 1:
                 raise ValueError(f"bad range {part!r}")
+            if len(out) + (hi - lo) // stride + 1 > MAX_LIST_IDS:   # a recorded "0-4000000000"
+                raise ValueError(f"range {part!r} expands to more than {MAX_LIST_IDS} ids")
             out.extend(range(lo, hi + 1, stride))
         else:
             v = int(part)

@@ -73,13 +73,18 @@ def example_profile():
 
 def node0_profile(tp: int = 1, **pool):
     """The cxl-one-node example resized to fit node 0 of any test machine (node 0 stands in for CXL)."""
-    from sactool.profile import load_profile, validate
+    from sactool.profile import Provenance, load_profile, validate
 
     p = load_profile(EXAMPLES / "cxl-one-node.yaml")
     pool = {"nodes": (0,), "gpu_local_nodes": (), "stand_in": True, **pool}
+    # every field set here says so, as a user editing the profile would (the whole-profile check
+    # refuses a settings field without provenance)
+    set_here = ["sglang.tp_size", "sglang.attn_dp_size", "sglang.max_running_requests",
+                "hisparse.device_buffer_size", "hisparse.host_to_device_ratio", *(f"pool.{k}" for k in pool)]
+    prov = {**p.provenance, **{k: Provenance("user", "test fixture: node 0 stands in for CXL") for k in set_here}}
     return validate(replace(p, sglang=replace(p.sglang, tp_size=tp, attn_dp_size=1, max_running_requests=1),
                             hisparse=replace(p.hisparse, device_buffer_size=2048, host_to_device_ratio=1),
-                            pool=replace(p.pool, **pool)))
+                            pool=replace(p.pool, **pool), provenance=prov))
 
 
 @pytest.fixture

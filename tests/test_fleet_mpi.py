@@ -165,6 +165,14 @@ def test_a_rank_with_a_malformed_option_ends_the_job(tmp_path):
     assert "--bogus" in p.stderr
 
 
+@pytest.mark.parametrize("value", ["0", "-1", "abc", "nan"])
+def test_fleet_timeout_variable_is_validated(tmp_path, value):
+    r = subprocess.run(_launcher() + ["-n", "2", SACTOOL, "probe", "-f", "json"], capture_output=True, text=True,
+                       timeout=HANG_GUARD_S, cwd=tmp_path, env=_env(tmp_path, SACTOOL_FLEET_TIMEOUT=value))
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "SACTOOL_FLEET_TIMEOUT" in r.stderr and "is not a positive number of seconds" in r.stderr
+
+
 def test_world_of_one_is_plain_sactool(tmp_path):
     p = _run(_launcher() + ["-n", "1", SACTOOL, "bench", "gather", "--preset", "fast", "-r", "656", *SMALL,
                             "--format", "json"], tmp_path)
@@ -187,10 +195,12 @@ def _rank_pids(launcher_pid: int) -> dict[int, int]:
     return out
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL, signal.SIGSTOP], ids=["ctrl-c", "killed", "hangs"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL, signal.SIGSTOP, signal.SIGTERM],
+                         ids=["ctrl-c", "killed", "hangs", "terminated"])
 def test_a_rank_interrupted_or_killed_stops_all_and_rank0_keeps_finished_steps(tmp_path, sig):
     """Three ranks (steps 1, 2, 3); once rank 0 has written the first round, rank 1 gets the signal.
-    SIGSTOP: a rank that hangs without dying; the others give up after SACTOOL_FLEET_TIMEOUT."""
+    SIGSTOP: a rank that hangs without dying; the others give up after SACTOOL_FLEET_TIMEOUT.
+    SIGTERM to one rank: every rank stops at the next exchange (exit 143), within seconds."""
     out = tmp_path / "fleet.json"
     cmd = _launcher() + ["-n", "3", SACTOOL, "bench", "gather", "--preset", "fast", "-r", "64,656,1152,4096",
                          *SMALL, "--out", str(out)]
@@ -203,6 +213,7 @@ def test_a_rank_interrupted_or_killed_stops_all_and_rank0_keeps_finished_steps(t
         assert out.exists(), "the first round never finished"
         victim = _rank_pids(p.pid)[1]
         os.kill(victim, sig)
+        signalled = time.monotonic()
         # no hang: the job ends by itself (the guard only bounds a broken run's wait), and why it
         # ended is asserted below (the agreed interrupt, the fleet timeout's message)
         _, err = p.communicate(timeout=HANG_GUARD_S)
@@ -224,6 +235,9 @@ def test_a_rank_interrupted_or_killed_stops_all_and_rank0_keeps_finished_steps(t
     if sig == signal.SIGINT:
         assert p.returncode == 130, err
         assert err.count("error: interrupted: ") == 1
+    elif sig == signal.SIGTERM:   # issue 22: the others waited SACTOOL_FLEET_TIMEOUT (300 s) for it
+        assert p.returncode == 143, err
+        assert err.count("error: terminated: ") == 1 and time.monotonic() - signalled < 60, err
     else:
         assert p.returncode != 0
     if sig == signal.SIGSTOP:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import logging
+import re
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -297,9 +298,14 @@ def test_budget_check_answered_for_the_placed_memory(monkeypatch, tmp_path, sgla
     assert "host-memory check of the 10915840-byte HiSparse pool answered with 67108864 bytes" in caplog.text
 
 
-def test_numa_budget_answer_is_the_target_nodes_free_memory(monkeypatch, tmp_path, sglang):
+def test_numa_budget_answer_is_the_target_nodes_free_memory(monkeypatch, tmp_path, sglang, caplog):
+    """The answer comes from node 0's free memory by the free-memory rule, not SGLang's own budget
+    (pinned at 1 MiB here). Node 0's free memory moves while other processes run, so the figure is
+    checked by where it came from (the hook's log line) and against the node's size, not against a
+    second reading taken later."""
     from sglang.srt.mem_cache.pool_host import base
 
+    caplog.set_level(logging.WARNING, logger="sactool.sglang_plugin")
     monkeypatch.setattr(base, "BUDGET", [1 << 20])
     monkeypatch.setenv("SACTOOL_PROFILE", str(_write(tmp_path, node0_profile())))
     monkeypatch.setenv("SACTOOL_RANK", "0")
@@ -307,9 +313,12 @@ def test_numa_budget_answer_is_the_target_nodes_free_memory(monkeypatch, tmp_pat
     sglang.HookRegistry.apply_hooks()
     _coordinator()
     answer = sp.placed_pools()[-1].budget_answer
-    plan = sp.plans_for(0)
-    assert answer == sp.pool_budget(plan)[0] or abs(answer - sp.pool_budget(plan)[0]) < 256 * MiB
-    assert answer > 1 << 20
+    assert answer is not None and answer > 1 << 20
+    assert f"answered with {answer} bytes: free memory of node0: " in caplog.text
+    assert sp.pool_budget(sp.plans_for(0))[1].startswith("free memory of node0: ")
+    meminfo = Path("/sys/devices/system/node/node0/meminfo").read_text()
+    total_kb = int(re.search(r"MemTotal:\s+(\d+) kB", meminfo).group(1))
+    assert answer < total_kb * 1024
 
 
 def test_strict_stops_when_the_allocation_hook_did_not_place_the_pool(monkeypatch, tmp_path, sglang, caplog):

@@ -310,3 +310,66 @@ def test_a_profile_whose_own_decode_backend_sglang_refuses_is_refused():
     bad = replace(fp8, sglang=replace(fp8.sglang, dsa_decode_backend="flashmla_sparse"))
     with pytest.raises(Exception, match="the profile's sglang.dsa_decode_backend"):
         check_conflicts(bad, [])
+
+
+def test_engine_probe_leaves_nothing_of_the_target_interpreter_running(tmp_path):
+    # a --python that leaves a child behind (a wrapper starting a helper): serve waited on the pipe the
+    # child held until it ended (here 120 s), and a child that never ends kept serve forever
+    import sys
+    import time
+
+    from sactool.serve.checks import probe_engine
+
+    pidfile = tmp_path / "child.pid"
+    wrapper = tmp_path / "python"
+    wrapper.write_text(f"#!/bin/sh\nsleep 120 &\necho $! > {pidfile}\nexec {sys.executable} \"$@\"\n")
+    wrapper.chmod(0o755)
+    t0 = time.monotonic()
+    info = probe_engine(str(wrapper), timeout_s=60)
+    took = time.monotonic() - t0
+    assert info.python_version and took < 60
+    child = int(pidfile.read_text())
+    for _ in range(100):   # killed with the probe's process group (a zombie until init reaps it)
+        try:
+            state = Path(f"/proc/{child}/stat").read_text().split(")")[-1].split()[0]
+        except FileNotFoundError:
+            break
+        if state == "Z":
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail(f"the interpreter's child {child} is still running")
+
+
+def _standin_sglang(tmp_path, version: str, options: str) -> Path:
+    """A stand-in SGLang ``version`` (tests/standins/site, not SGLang) whose server_args defines ``options``."""
+    import shutil
+
+    site = tmp_path / "site"
+    shutil.copytree(Path(__file__).parent / "standins" / "site", site)
+    info = site / f"sglang-{version}.dist-info"
+    (site / "sglang-0.5.23.dist-info").rename(info)
+    for name in ("METADATA", "RECORD"):
+        (info / name).write_text((info / name).read_text().replace("0.5.23", version))
+    (site / "sglang" / "srt" / "server_args.py").write_text(
+        "class ServerArgs:\n    @staticmethod\n    def add_cli_args(p):\n" + options)
+    return site
+
+
+def test_a_target_sglang_of_another_version_is_read_with_its_own_parser(tmp_path, monkeypatch, capsys):
+    import sys
+
+    from sactool.cli import main
+
+    site = _standin_sglang(tmp_path, "0.5.24", "".join(
+        f"        p.add_argument({a})\n" for a in ('"--tp-size", type=int', '"--tp-rank", type=int',
+                                                   '"--model-path", "--model"', '"--port", type=int',
+                                                   '"--new-knob", type=int')))
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    args = ["serve", "--profile", str(ONE), "--python", sys.executable, "--dry-run", "--format", "json", "--"]
+    rc = main([*args, "--new-knob", "3", "--por", "30001"])      # 0.5.23 has no --new-knob
+    out = json.loads(capsys.readouterr().out)
+    assert rc in (0, 3) and out["argv"][-4:] == ["--new-knob", "3", "--port", "30001"]
+    assert any("read with SGLang 0.5.24's own parser (6 options)" in c for c in out["checks"])
+    assert main([*args, "--tp", "8"]) == 2                         # --tp-size and --tp-rank: ambiguous there
+    assert "could be --tp-rank, --tp-size" in capsys.readouterr().err

@@ -347,3 +347,4 @@ def test_apply_hooks_swallows_failures_so_register_must_resolve_targets(src):
     by_group = next(n for n in plug.body if isinstance(n, ast.FunctionDef) and n.name == "load_plugins_by_group")
     text = ast.unparse(by_group)
     assert "allowed_set: set[str] | None = None" in text and "if allowed_str:" in text
+

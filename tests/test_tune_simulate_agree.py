@@ -66,6 +66,40 @@ def test_tune_gain_over_4096_equals_simulate_on_the_same_inputs():
     assert bare_gain == pytest.approx(sim_gain - common, rel=1e-3)
 
 
+def test_tune_choice_on_the_filler_workload_and_its_gain_equal_simulate():
+    """The paper runs' workload (the filler replay simulate uses, life means at every coarse size):
+    tune's search over those sizes picks one, and its fetch time saved over 4096 there is the
+    decode-step time simulate's engine saves with the same misses."""
+    from sactool.simulate.fillerfit import profile
+
+    p, spec, rb, layers, cal = _paper()
+    ctx, b, ranks = 32768, 8, p.attn_dp_size
+    bufs = search.coarse_buffers(p.top_k)
+    life = {buf: (1.0 - profile(p.filler, ctx, buf, p.top_k, kernel=p.hisparse_kernel, steps=1024).hit_rate) * p.top_k
+            for buf in bufs}
+    path = path_model(p, "sac", rb, common_s=cal.per_missed_record_s)
+    sc = _scenario(p, "sac", path, layers, rb, ctx, None)
+    on_dev = ranks // p.cxl_devices
+    share = min(path.link_bytes_per_s, p.switch_uplink_bytes_per_s / p.gpus_per_switch,
+                path.device_bytes_per_s / on_dev)
+    names = [f"cxl{i}" for i in range(p.cxl_devices)]
+    x = search.Inputs(contexts=(ctx,), concurrency=b * ranks, deployment=Deployment(ranks, ranks),
+                      targets=tuple(PoolTarget(n, 2 + i, 1 << 40, "test") for i, n in enumerate(names)),
+                      layers=layers, record_bytes=rb, indexer_bytes=spec.indexer_bytes, top_k=p.top_k,
+                      gpu_budget_bytes=1 << 40, misses={ctx: [life]}, hit_rate={ctx: [{k: 0.9 for k in bufs}]},
+                      bandwidth=[{n: share * on_dev for n in names}],
+                      per_miss=search.per_miss_for({"fetch_path": "cpu_proxy"}))
+    evals = [search.evaluate(c, x) for c in search.candidates_for(list(bufs), x, [round_robin(ranks, names)])]
+    chosen, _ = search.choose(evals)
+    best = chosen.candidate.device_buffer_size
+    assert best == max(bufs)                 # misses fall with the buffer and every size fits
+    at = {buf: min(e.mean_s for e in evals if e.candidate.device_buffer_size == buf) for buf in bufs}
+    tune_gain = at[4096] - chosen.mean_s
+    sim_gain = step_s(sc, b, life[4096]) - step_s(sc, b, life[best])
+    assert tune_gain == pytest.approx(sim_gain, rel=1e-3)
+    assert at[4096] > at[6144] > at[best]
+
+
 def test_per_miss_cost_applies_to_a_cpu_proxy_not_to_a_gpu_swap_in_figure():
     assert search.per_miss_for({"fetch_path": "gpu"}) is None
     for path in ("cpu_proxy", "mixed", None):

@@ -130,32 +130,10 @@ def _concurrency(text: str) -> int | None:
         raise UsageError(f"--concurrency {text!r} is not a number", "give an integer or auto") from None
 
 
-def _say_the_floor(opts) -> None:
-    """Before the work, what ``--replicates`` implies at least: each round runs one quick gather of
-    ``gather_seconds`` per pool target and one per page kind, so >= 2 x rounds x gather_seconds (none
-    with ``--bench``); said when that floor alone is a minute or more, like hyperfine's ETA. The
-    measured time left follows (render.tune._Estimates)."""
-    from sactool.render import note
-    from sactool.render.tune import ESTIMATE_FROM_S, format_duration
-
-    from sactool.tune.api import check_options
-
-    if opts.bench is not None or opts.pool_source is not None or opts.sysfs_root is not None:
-        return   # nothing measured here (a recording needs --bench)
-    check_options(opts)   # a bad option is refused first, alone
-    floor = 2 * opts.replicates * opts.gather_seconds
-    if floor >= ESTIMATE_FROM_S:
-        note(f"tune: --replicates {opts.replicates}: {opts.replicates} measurement rounds of "
-             f"{opts.gather_seconds:g} s quick gathers on each pool target and page kind, at least "
-             f"{format_duration(floor)}, then the hot-buffer simulations; the time left follows once measured; "
-             "Ctrl-C keeps finished rounds (--resume)")
-
-
 def _tune_one(opts, fmt: str) -> None:
     from sactool.render.tune import progress_reporter, render_tune, render_warnings
     from sactool.tune.api import tune as do_tune
 
-    _say_the_floor(opts)
     cb, close = progress_reporter()
     try:
         result = do_tune(opts, progress=cb)

@@ -12,9 +12,12 @@ reach Python while waiting), then an ``allgather`` of ``(status, payload)``. Bec
 one kind of collective, a rank that failed locally joins whatever exchange the others are at with
 status ``ERROR``, and every rank stops at that same exchange — no rank waits for a partner that
 will never come. Ctrl-C (SIGINT) on any rank sets a flag; the next exchange carries it to all.
-SIGTERM (what ``mpirun`` sends every rank when the job is torn down: Ctrl-C on ``mpirun``, a rank
-that died) raises :class:`Terminated` at once, so rank 0 can leave its finished steps on disk
-before the launcher's SIGKILL.
+So does a first SIGTERM — what ``mpirun`` sends every rank when the job is torn down, or what
+someone sends one rank: the running sample finishes, the next exchange stops every rank (also one
+already waiting there: the status is taken after the barrier), rank 0 writes the finished rounds,
+and the job exits 143 within seconds instead of the others waiting ``SACTOOL_FLEET_TIMEOUT`` for
+a rank that left. A second SIGTERM raises :class:`Terminated` at once: rank 0 saves what it has,
+and the rank ends the whole job (``MPI_Abort``) so no partner is left waiting.
 """
 
 from __future__ import annotations
@@ -44,7 +47,27 @@ DEFAULT_TIMEOUT_S = 300.0
 """Longest wait for the other ranks at one exchange before this rank gives up (policy: longer than
 any calibrated sample or buffer placement of the rigorous preset, short enough not to hang a job)."""
 
-OK, INTERRUPTED, ERROR = 0, 1, 2
+OK, INTERRUPTED, ERROR, TERMINATED = 0, 1, 2, 3
+
+
+def timeout_from_env(env: Mapping[str, str] | None = None) -> float:
+    """``$SACTOOL_FLEET_TIMEOUT`` in seconds (default :data:`DEFAULT_TIMEOUT_S`); anything but a
+    positive finite number is a UsageError (``0`` or ``-1`` waited forever, ``abc`` was a traceback)."""
+    import math
+
+    from sactool.errors import UsageError
+
+    raw = (os.environ if env is None else env).get(TIMEOUT_ENV)
+    if raw is None or not raw.strip():
+        return DEFAULT_TIMEOUT_S
+    try:
+        v = float(raw)
+    except ValueError:
+        v = float("nan")
+    if not math.isfinite(v) or v <= 0:
+        raise UsageError(f"{TIMEOUT_ENV}={raw!r} is not a positive number of seconds",
+                         f"e.g. {TIMEOUT_ENV}=600, or unset it for the default {DEFAULT_TIMEOUT_S:.0f} s")
+    return v
 
 
 class FleetError(SactoolError):
@@ -138,8 +161,8 @@ class Fleet:
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
         self.interrupted = False
-        env_t = os.environ.get(TIMEOUT_ENV)
-        self.timeout_s = timeout_s if timeout_s is not None else (float(env_t) if env_t else DEFAULT_TIMEOUT_S)
+        self.timeout_s = timeout_s if timeout_s is not None else timeout_from_env()
+        self.terminated = 0   # SIGTERMs received (see signals())
         self.exchanges = 0
         local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
         self.local_rank, self.local_size = local.Get_rank(), local.Get_size()
@@ -159,18 +182,22 @@ class Fleet:
         """Wait for every rank (sleeping), then allgather ``payload``; returns every rank's payload
         in rank order. Raises on every rank alike when any rank sent ``ERROR`` (:class:`FleetError`
         with each failing rank's message) or was interrupted (:class:`FleetInterrupted`)."""
-        st = status if status is not None else (INTERRUPTED if self.interrupted else OK)
         self._wait_all()
+        # taken after the barrier: a signal that came while this rank waited there stops this exchange
+        st = status if status is not None else (TERMINATED if self.terminated else INTERRUPTED if self.interrupted else OK)
         got = self.comm.allgather((st, payload))
         self.exchanges += 1
         errors = [(r, p) for r, (s, p) in enumerate(got) if s == ERROR]
         if errors:
             raise self._error_of(errors)
-        stopped = [r for r, (s, _) in enumerate(got) if s == INTERRUPTED]
+        stopped = [r for r, (s, _) in enumerate(got) if s in (INTERRUPTED, TERMINATED)]
         if stopped:
             self.interrupted = True
-            raise FleetInterrupted(f"interrupted on rank {', '.join(map(str, stopped))}: all ranks stopped",
-                                   "rerun to complete the measurement", exit_code=ExitCode.INTERRUPTED,
+            term = any(s == TERMINATED for s, _ in got)
+            raise FleetInterrupted(f"{'terminated (SIGTERM)' if term else 'interrupted'} on rank "
+                                   f"{', '.join(map(str, stopped))}: all ranks stopped",
+                                   "rerun to complete the measurement",
+                                   exit_code=ExitCode.TERMINATED if term else ExitCode.INTERRUPTED,
                                    quiet=not self.is_root)
         return [p for _, p in got]
 
@@ -238,14 +265,18 @@ class Fleet:
     # ---- signals -------------------------------------------------------------------------------
     @contextmanager
     def signals(self) -> Iterator[None]:
-        """SIGINT sets :attr:`interrupted` (the running sample finishes; the next exchange stops
-        every rank); SIGTERM raises :class:`Terminated`. Previous handlers are restored."""
+        """SIGINT and a first SIGTERM set :attr:`interrupted` (the running sample finishes; the next
+        exchange stops every rank); a second SIGTERM raises :class:`Terminated`; later ones are
+        counted. Previous handlers are restored."""
 
         def on_int(signum, frame):
             self.interrupted = True
 
         def on_term(signum, frame):
-            raise Terminated()
+            self.terminated += 1
+            self.interrupted = True
+            if self.terminated == 2:
+                raise Terminated()
 
         old_int = signal.signal(signal.SIGINT, on_int)
         old_term = signal.signal(signal.SIGTERM, on_term)

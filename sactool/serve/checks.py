@@ -107,13 +107,13 @@ OWNED = {
 }
 
 
-def check_conflicts(profile: Profile, extra: Sequence[str]) -> list[str]:
+def check_conflicts(profile: Profile, extra: Sequence[str], table=None) -> list[str]:
     """Refuse extras that contradict the profile or HiSparse; returns the extras accepted, each
     option spelled in full as SGLang's parser resolves it (an abbreviation is checked as the option
     it stands for; unknown or ambiguous ones are refused: :mod:`sactool.serve.sglang_options`)."""
     from sactool.serve.sglang_options import resolve
 
-    extra = resolve(extra)
+    extra = resolve(extra, table)
     hisparse = profile.sglang.role != "prefill"
 
     def refuse(msg: str, hint: str) -> None:
@@ -216,11 +216,65 @@ class EngineInfo:
     plugins: tuple[str, ...]
 
 
-def probe_engine(python: str, *, timeout_s: float = 60.0) -> EngineInfo:
-    """Ask ``python`` (argv list, no shell) what SGLang and plug-ins it has; imports no SGLang code."""
+PROBE_OUTPUT_BYTES = 1 << 20
+"""The most of the probe's stdout/stderr read back (its answer is one JSON line of a few hundred bytes)."""
+
+
+def _run_probe(argv: list[str], timeout_s: float) -> tuple[str, str]:
+    """(stdout, stderr) of ``argv`` run in a session of its own, its output in temporary files:
+    whatever the interpreter leaves behind (a wrapper script's background helper, a ``.pth`` that
+    forks) is killed with its process group once it answered, timed out or was interrupted — with
+    pipes, a leftover child holding them kept serve waiting until it ended and then kept running."""
+    import signal
+    import tempfile
+
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        p = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            _wait_unreaped(p.pid, timeout_s, argv)   # the group id stays this process's until it is reaped
+        finally:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            p.wait()
+        texts = []
+        for f in (out, err):
+            f.seek(0)
+            texts.append(f.read(PROBE_OUTPUT_BYTES).decode("utf-8", "replace"))
+    return texts[0], texts[1]
+
+
+def _wait_unreaped(pid: int, timeout_s: float, argv) -> None:
+    """Wait for ``pid`` to exit without reaping it (``waitid(WNOWAIT)``), so killing its process
+    group afterwards cannot reach a group that reused the id."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is None:
+        if time.monotonic() > deadline:
+            raise subprocess.TimeoutExpired(argv, timeout_s)
+        time.sleep(0.01)
+
+
+def probe_options(python: str, version: str, *, timeout_s: float = 120.0):
+    """The option table of the SGLang ``python`` has (its own parser, imported there: seconds, as
+    it imports torch), or (None, why) where it cannot be asked."""
+    from sactool.serve.sglang_options import OPTIONS_PROBE, table_of
+
     try:
-        r = subprocess.run([python, "-c", ENGINE_PROBE], capture_output=True, text=True, timeout=timeout_s,
-                           check=False, stdin=subprocess.DEVNULL)
+        out, err = _run_probe([python, "-c", OPTIONS_PROBE], timeout_s)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return None, str(e)
+    t = table_of(out, version, f"SGLang {version}'s parser in {python}")
+    return t, None if t is not None else ((err.strip().splitlines() or ["no output"])[-1])
+
+
+def probe_engine(python: str, *, timeout_s: float = 60.0) -> EngineInfo:
+    """Ask ``python`` (argv list, no shell) what SGLang and plug-ins it has; imports no SGLang code.
+    Nothing it starts outlives the question (:func:`_run_probe`)."""
+    try:
+        stdout, stderr = _run_probe([python, "-c", ENGINE_PROBE], timeout_s)
     except FileNotFoundError:
         raise EngineMissingError(f"Python {python} does not exist", "pass --python the interpreter of SGLang's environment") from None
     except PermissionError:
@@ -228,9 +282,9 @@ def probe_engine(python: str, *, timeout_s: float = 60.0) -> EngineInfo:
     except subprocess.TimeoutExpired:
         raise EngineMissingError(f"{python} did not answer within {timeout_s:.0f} s", "check the interpreter") from None
     try:
-        d = json.loads(r.stdout.strip().splitlines()[-1])
+        d = json.loads(stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
-        first = (r.stderr.strip().splitlines() or ["no output"])[-1]
+        first = (stderr.strip().splitlines() or ["no output"])[-1]
         raise EngineMissingError(f"{python} could not report its packages ({first})",
                                  "pass --python a Python 3.10+ interpreter") from None
     return EngineInfo(d["python"], d["python_version"], d["sglang"], bool(d["launch_server"]),

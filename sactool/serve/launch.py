@@ -28,6 +28,7 @@ from sactool.serve.argv import Command, build_command
 from sactool.serve.errors import EngineMissingError
 from sactool.serve.gpus import resolve_gpus
 from sactool.serve.sglang_options import resolve as resolve_options
+from sactool.serve.sglang_options import table as options_table
 from sactool.units import format_bytes
 
 
@@ -95,14 +96,12 @@ def build_launch(profile_path: str, extra_args: Sequence[str] = (), *, python: s
     profile = load_profile(profile_path)
     overridden = placement is not None and placement != profile.pool.placement
     profile = _with_placement(profile, placement)
-    extra = resolve_options(list(extra_args))   # as SGLang's parser reads them: full names, or refused
     python = python or sys.executable
     ep = entrypoint or profile.sglang.entrypoint
     lines = [f"profile {os.path.abspath(profile_path)}: {profile.model.name}, schema {profile.schema_version}"]
     if overridden:
         lines.append(f"--placement {placement} overrides the profile's pool.placement")
-    lines.append(checks.check_model(profile, extra))
-    checks.check_conflicts(profile, extra)
+    info, extra = _read_extras(profile, extra_args, python, lines)
     problems: list[Problem] = []
 
     def attempt(fn):
@@ -126,7 +125,8 @@ def build_launch(profile_path: str, extra_args: Sequence[str] = (), *, python: s
     found: dict[str, str] = {}
 
     def engine() -> list[str]:
-        info = checks.probe_engine(python)
+        nonlocal info
+        info = info or checks.probe_engine(python)   # asked again where it could not answer: the error
         out = checks.check_engine(profile, info, entrypoint=ep, plugin=cmd.placement == "plugin",
                                   allow_untested=allow_untested)
         if info.console_script and not info.console_script.startswith("declared"):
@@ -163,6 +163,41 @@ def build_launch(profile_path: str, extra_args: Sequence[str] = (), *, python: s
     if profile.pool.stand_in and cmd.placement != "none":
         lines.append("pool.stand_in: the profile's pool node is a DRAM node standing in for CXL")
     return Launch(os.path.abspath(profile_path), profile, cmd, tuple(lines), pool, tuple(problems), dry_run)
+
+
+def _read_extras(profile: Profile, extra_args: Sequence[str], python: str, lines: list[str]):
+    """(what the target Python has or None, the extras as SGLang's parser reads them — full names —
+    checked against the model and the profile)."""
+    info = _engine_info(python)
+    table = _option_table(python, info, lines)
+    extra = resolve_options(list(extra_args), table)
+    lines.append(checks.check_model(profile, extra))
+    checks.check_conflicts(profile, extra, table)
+    return info, extra
+
+
+def _engine_info(python: str):
+    """What the target Python has (None where it cannot answer: the engine check says why)."""
+    try:
+        return checks.probe_engine(python)
+    except SactoolError:
+        return None
+
+
+def _option_table(python: str, info, lines: list[str]):
+    """The option table the extras after ``--`` are read with: the shipped one, or — where the
+    target Python's SGLang is another version — that SGLang's own parser, asked there (a line says
+    which; where it cannot be asked, the shipped table stands and the line says why)."""
+    t = options_table()
+    if info is None or not info.sglang or info.sglang == t.version:
+        return t
+    live, why = checks.probe_options(python, info.sglang)
+    if live is None:
+        lines.append(f"SGLang {info.sglang}'s parser could not be asked ({why}); the extras after -- are read "
+                     f"with SGLang {t.version}'s options")
+        return t
+    lines.append(f"the extras after -- are read with SGLang {info.sglang}'s own parser ({len(live.options)} options)")
+    return live
 
 
 def _with_placement(profile: Profile, placement: str | None) -> Profile:

@@ -9,8 +9,9 @@ SGLang 0.5.23 parses its command line with ``argparse.ArgumentParser(prog="sglan
 option table of that parser and spells every option in full; it refuses what SGLang would refuse
 (exit 2), naming the candidates or the nearest option.
 
-The table: SGLang's parser itself when the interpreter running sactool imports an SGLang of
-another version than the shipped table's; otherwise ``sactool/data/sglang/options-<version>.json``,
+The table: SGLang's parser itself where an SGLang of another version than the shipped table's
+is installed — in the target Python of ``serve --python`` (asked with :data:`OPTIONS_PROBE`) or
+in the interpreter running sactool; otherwise ``sactool/data/sglang/options-<version>.json``,
 written from the real parser by ``scripts/sglang-options`` (tests/test_serve_argv.py checks it
 against the real parser where SGLang is importable).
 """
@@ -74,6 +75,26 @@ def _live_table() -> OptionTable | None:
         return None
     opts = {s: (a.dest, a.nargs) for s, a in p._option_string_actions.items() if s not in ("-h", "--help")}
     return OptionTable(version, opts, f"SGLang {version}'s parser (sglang.srt.server_args)")
+
+
+OPTIONS_PROBE = r"""
+import argparse, json
+from sglang.srt.server_args import ServerArgs
+p = argparse.ArgumentParser(prog="sglang serve")
+ServerArgs.add_cli_args(p)
+print(json.dumps({s: [a.dest, a.nargs] for s, a in p._option_string_actions.items() if s not in ("-h", "--help")}))
+"""
+"""Run in the target Python (``serve --python``) whose SGLang is of another version than the
+shipped table: its own parser's options, as ``scripts/sglang-options`` records them."""
+
+
+def table_of(answer: str, version: str, source: str) -> OptionTable | None:
+    """The table :data:`OPTIONS_PROBE` printed (its last line), or None when it printed none."""
+    try:
+        d = json.loads(answer.strip().splitlines()[-1])
+        return OptionTable(version, {str(k): (str(v[0]), v[1]) for k, v in d.items()}, source)
+    except (ValueError, IndexError, TypeError, AttributeError, KeyError):
+        return None
 
 
 def table() -> OptionTable:
@@ -145,4 +166,4 @@ def resolve(extra: Sequence[str], t: OptionTable | None = None) -> list[str]:
     return out
 
 
-__all__ = ["OptionTable", "SHIPPED", "resolve", "shipped_table", "table"]
+__all__ = ["OPTIONS_PROBE", "OptionTable", "SHIPPED", "resolve", "shipped_table", "table", "table_of"]

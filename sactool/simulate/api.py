@@ -192,7 +192,6 @@ def simulate(opts: SimulationOptions) -> SimulationResult:
     if p.harness == "e2e_bench" and not harness:
         notes.append("the benchmark harness models the cache-hit round in a closed loop: "
                      f"{'cache_populate' if case != 'cache_hit' else 'Poisson arrivals'} use the steady model")
-    _refuse_beyond_every_cap(p, opts, contexts, concs, L, R, spec.indexer_bytes, out)
     setup = _Setup(p, opts, L, R, out, case, rate, prefetch, compute, miss_fn, harness, cal)
     _refuse_what_fits_nowhere(p, opts.placements, spec.indexer_bytes, contexts, concs, L, R, out)
     points, miss_used, overheads = _sweep(setup, spec.indexer_bytes, contexts, concs)
@@ -211,25 +210,6 @@ def simulate(opts: SimulationOptions) -> SimulationResult:
                            miss_fn=miss_fn, layer_profile=_layer_targets(p))
     return SimulationResult(p.name, p.origin, spec.name, p.kv_dtype, R, case, out, opts.hotbuffer_steps, inputs,
                             tuple(points), tuple(ratios), dict(p.validation), tuple(notes), check)
-
-
-def _refuse_beyond_every_cap(p, opts, contexts, concs, L: int, R: int, indexer_bytes: int, out: int) -> None:
-    """Before any point runs: a requested concurrency above what every placement holds would only
-    queue (``simulate --concurrency 1000000`` simulated a million requests for minutes to end with
-    exit 6); refuse it now, exit 6, with the largest concurrency that fits at that context."""
-    for ctx in contexts:
-        kv = rdma_full_prefix_bytes(ctx, R, L)
-        for conc in concs:
-            caps = {pl: _capacity(p, pl, conc, kv, ctx * L * indexer_bytes, L, R, out)[1] for pl in opts.placements}
-            best = max(caps.values(), default=0)
-            if conc > best:
-                where = max(caps, key=caps.get) if caps else "-"
-                raise CapacityError(
-                    f"the requested concurrency fits in no placement: {conc} at {format_tokens(ctx)} tokens "
-                    f"(at most {best} fit{', in ' + where if best else ''}: "
-                    + ", ".join(f"{pl} {c}" for pl, c in caps.items()) + ")",
-                    f"lower --concurrency to at most {best} at this context, or --context, or add pool capacity"
-                    if best else "lower --context, or add pool capacity")
 
 
 def _sweep(st: "_Setup", indexer_bytes: int, contexts, concs):

@@ -78,14 +78,6 @@ def _check_options(o: TuneOptions, spec) -> tuple[str, int, int]:
     return kv, dp, rec
 
 
-def check_options(o: TuneOptions) -> None:
-    """The option checks :func:`tune` starts with, for a caller that says what the run implies
-    once they pass (``cli.tune``: the time ``--replicates`` takes at least)."""
-    from sactool.models import get_model
-
-    _check_options(o, get_model(o.model))
-
-
 def _check_output(path: Path, o: TuneOptions) -> Path:
     points = path.with_name(path.name + ".points.jsonl")
     refuse_existing(path, o.force)
