@@ -92,6 +92,97 @@ def ensure_numba_cache() -> str:
     return d
 
 
+_CACHE_GUARD = {"installed": False, "said": False}
+
+
+def _patch_numba_caching(caching) -> None:
+    """numba's cache reader treats a missing index as a miss but lets a corrupt one (a truncated
+    or garbled ``.nbi``/``.nbc``: a full disk, a crash mid-write, two numba versions) raise
+    ``UnpicklingError`` out of the first call of a kernel. Here a file that cannot be read is a
+    miss too: the entry is dropped (the index file removed), said once on stderr, and the kernel is
+    compiled and cached again."""
+    cls = caching.IndexDataCacheFile
+    if getattr(cls, "_sactool_guarded", False):
+        return
+    load_index, load = cls._load_index, cls.load
+
+    def _drop(self, e: Exception) -> None:
+        try:
+            os.unlink(self._index_path)
+        except OSError:
+            pass
+        if not _CACHE_GUARD["said"]:
+            _CACHE_GUARD["said"] = True
+            import sys
+
+            sys.stderr.write(f"note: numba cache file {self._index_path} was unreadable ({type(e).__name__}); "
+                             "compiling again\n")
+
+    def guarded_index(self):
+        try:
+            return load_index(self)
+        except Exception as e:   # noqa: BLE001 - any unpickling failure is a cache miss
+            _drop(self, e)
+            return {}
+
+    def guarded_load(self, key):
+        try:
+            return load(self, key)
+        except Exception as e:   # noqa: BLE001
+            _drop(self, e)
+            return None
+
+    cls._load_index, cls.load = guarded_index, guarded_load
+    cls._sactool_guarded = True
+
+
+class _NumbaCachingHook:
+    """A ``sys.meta_path`` finder that patches ``numba.core.caching`` when it is first imported
+    (``sactool probe`` never imports numba, so nothing is loaded for it)."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "numba.core.caching":
+            return None
+        import importlib.machinery
+        import sys
+
+        sys.meta_path.remove(self)
+        try:
+            spec = importlib.machinery.PathFinder.find_spec(name, path)
+        finally:
+            sys.meta_path.insert(0, self)
+        if spec is None or spec.loader is None:
+            return None
+        inner = spec.loader
+
+        class _Loader(importlib.abc.Loader):
+            def create_module(self, spec):
+                return inner.create_module(spec)
+
+            def exec_module(self, module):
+                inner.exec_module(module)
+                _patch_numba_caching(module)
+
+        import importlib.abc  # noqa: F401 - for the class above
+
+        spec.loader = _Loader()
+        return spec
+
+
+def guard_numba_cache() -> None:
+    """Install :func:`_patch_numba_caching` now (numba imported) or at numba's import; idempotent."""
+    import sys
+
+    if _CACHE_GUARD["installed"]:
+        return
+    _CACHE_GUARD["installed"] = True
+    mod = sys.modules.get("numba.core.caching")
+    if mod is not None:
+        _patch_numba_caching(mod)
+    else:
+        sys.meta_path.insert(0, _NumbaCachingHook())
+
+
 def ensure_mpl_config() -> str | None:
     """Set ``MPLCONFIGDIR`` (unless the user did) before matplotlib is imported, when matplotlib's own
     default (``$XDG_CONFIG_HOME/matplotlib``, else ``~/.config/matplotlib``) is not writable — a user
@@ -113,3 +204,4 @@ def ensure_mpl_config() -> str | None:
 
 
 ensure_numba_cache()
+guard_numba_cache()

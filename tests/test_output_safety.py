@@ -175,3 +175,19 @@ def test_gnu_timeout_signalling_child_and_group_loses_nothing(tmp_path):
     assert code == 143, err
     data = json.loads(out.read_text())
     assert data["complete"] is False and data["results"] and "kept" in err, err
+
+
+def test_install_completion_without_a_usable_home(tmp_path):
+    """Issue 22: typer's PermissionError traceback as a user whose HOME is /nonexistent; as root it
+    created the missing home silently."""
+    missing = tmp_path / "nonexistent"
+    env = {**os.environ, "HOME": str(missing), "SHELL": "/bin/bash"}
+    r = subprocess.run(CLI + ["--install-completion", "bash"], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 1 and "home directory" in one_line_error(r) and "--show-completion" in r.stderr
+    assert not missing.exists()
+    home = tmp_path / "home"
+    home.mkdir()
+    r = subprocess.run(CLI + ["--install-completion", "bash"], capture_output=True, text=True, timeout=120,
+                       env={**env, "HOME": str(home)})
+    assert r.returncode == 0, r.stderr
+    assert (home / ".bash_completions" / "sactool.sh").exists()

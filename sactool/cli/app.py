@@ -91,6 +91,27 @@ def _usage_error(e) -> int:
     return int(ExitCode.USAGE)
 
 
+def _check_completion_home() -> None:
+    """``--install-completion`` writes under the home directory (``~/.bash_completions``, the shell's
+    rc file): one that is missing or not writable (a service account's ``/nonexistent``, no HOME) is
+    a one-line error — typer's was a PermissionError traceback, and as root it created the missing
+    home silently."""
+    import os
+    from pathlib import Path
+
+    from sactool.errors import SactoolError
+
+    try:
+        home = Path.home()
+    except (KeyError, RuntimeError):
+        home = None
+    if home is None or not home.is_dir() or not os.access(home, os.W_OK | os.X_OK):
+        why = "is not set" if home is None else ("does not exist" if not home.exists() else "is not writable")
+        raise SactoolError(f"cannot install shell completion: the home directory {home or ''} {why}".replace("  ", " "),
+                           "set HOME to a writable directory, or print the script with "
+                           "'sactool --show-completion' and save it where your shell reads it")
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Console-script entry point; returns (and exits with) the process exit code."""
     try:  # typer >= 0.2x vendors click as typer._click and has its own Exit/Abort
@@ -112,6 +133,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         handle_sigterm()
 
     def run() -> int:
+        if "--install-completion" in args:
+            _check_completion_home()
         try:
             rv = app(args=args, prog_name="sactool", standalone_mode=False)
             if rv == ExitCode.INTERRUPTED:
