@@ -113,6 +113,11 @@ def handle_sigterm() -> None:
         signal.signal(signal.SIGINT, handler)
 
 
+def signalled() -> bool:
+    """Whether a SIGINT/SIGTERM has arrived since :func:`handle_sigterm`."""
+    return _SIGNALLED["signal"] is not None
+
+
 def check_signalled() -> None:
     """Raise the interrupt a signal asked for if it has not stopped the work yet (see
     :func:`handle_sigterm`); measurement loops call this between steps. Work that has caught the

@@ -231,3 +231,21 @@ def test_close_never_keeps_a_mapping_silently():
             close_after(buf)             # the view is alive, but the ValueError is what surfaces
     del keep
     buf.close()
+
+
+def test_close_after_an_interrupted_run_does_not_crash_the_save():
+    """A signal stopped the work (caught, the run returns what finished): a view the interrupted
+    frames left must not turn the save into a BufferError traceback (a double SIGTERM to bench all lost
+    its finished results that way); without the interruption it still raises."""
+    from sactool.memory import allocate
+    from sactool.memory.placed import close_after
+
+    buf = allocate(4 << 20, node=0, hugepages="none", prefault_threads=1)
+    keep = buf.array("uint8")
+    with pytest.raises(BufferError):
+        close_after(buf, interrupted=False)
+    close_after(buf, interrupted=True)    # no error: the mapping goes with the process
+    assert not buf.closed
+    del keep
+    buf.close()
+    assert buf.closed

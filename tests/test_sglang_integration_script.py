@@ -36,3 +36,15 @@ def test_only_an_editable_install_of_this_checkout_counts(script, tmp_path):
     assert "comes from file:///elsewhere" in script.checkout_problem(
         {"url": "file:///elsewhere", "editable": True, "file": here}, REPO)
     assert "an index" in script.checkout_problem({"url": "", "editable": False, "file": site}, REPO)
+
+
+@pytest.mark.parametrize("mode", ["numa", "devdax"])
+def test_the_profiles_it_writes_load_and_validate(script, tmp_path, mode):
+    """The script runs outside CI, so a renamed sactool API breaks it silently (59c0732 renamed
+    ModelSpec.to_model_ref): the profile it hands the real SGLang is written and loaded here."""
+    from sactool.profile import load_profile
+
+    path = tmp_path / f"{mode}.yaml"
+    script.write_profile(path, mode, 8, 2, 200_000, 2)
+    p = load_profile(path)
+    assert p.pool.mode == mode and p.sglang.tp_size == 8 and p.hisparse.host_to_device_ratio == 2

@@ -303,7 +303,7 @@ def _place_and_measure(opts: BenchOptions, topo, reader: SysfsReader, mem: int, 
         finally:
             from sactool.memory.placed import close_after
 
-            close_after(buf)
+            close_after(buf, interrupted=not complete)
     return bdesc, complete
 
 

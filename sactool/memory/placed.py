@@ -191,17 +191,25 @@ class PlacedBuffer:
         }
 
 
-def close_after(buf: PlacedBuffer) -> None:
+def close_after(buf: PlacedBuffer, *, interrupted: bool | None = None) -> None:
     """``buf.close()`` in a ``finally``: on a clean exit a view still alive is an error (BufferError);
     while another error is on its way out, whose traceback's frames may still view the buffer, that
-    error is what the caller must see — the mapping then goes with those frames (or the process)."""
+    error is what the caller must see — the mapping then goes with those frames (or the process).
+    ``interrupted``: a signal stopped the work, which is caught and returned as finished-so-far; a
+    view the interrupted frames left must not turn the save of those results into a crash (the
+    process is on its way out: the mapping goes with it). None: whether a SIGINT/SIGTERM has
+    arrived (:func:`sactool.errors.signalled`)."""
     import sys
 
+    from sactool.errors import signalled
+
+    if interrupted is None:
+        interrupted = signalled()
     pending = sys.exc_info()[1]
     try:
         buf.close()
     except BufferError:
-        if pending is None:
+        if pending is None and not interrupted:
             raise
 
 
