@@ -202,3 +202,19 @@ def test_live_snapshot_does_not_carry_kernel_addresses(tmp_path):
     with tarfile.open(snap) as tar:
         iomem = tar.extractfile("proc/iomem").read().decode()
     assert "Kernel" not in iomem and "System RAM" not in iomem
+
+
+def test_a_tree_full_of_escapes_prints_none_raw(tmp_path):
+    """Every file of a recorded tree ends in escapes, and a directory name holds one: no output
+    format lets one through raw (e141ef7: 6 lines of the table carried OSC and clear-screen)."""
+    tree = unpack("sac2s__30-system-ram", tmp_path / "tree")
+    for f in [p for p in tree.rglob("*") if p.is_file() and not p.is_symlink()]:
+        with open(f, "a") as fh:
+            fh.write(HOSTILE)
+    (tree / "sys/bus/cxl/devices" / "mem9\x1b[2J").mkdir(parents=True, exist_ok=True)
+    for fmt in ("table", "json", "yaml"):
+        r = subprocess.run([SACTOOL, "probe", "--sysfs-root", str(tree), "-f", fmt], capture_output=True, timeout=120,
+                           env={**os.environ, "FORCE_COLOR": "1", "COLUMNS": "160"})
+        assert r.returncode == 0, r.stderr
+        out = r.stdout + r.stderr
+        assert b"\x1b]" not in out and b"\x1b[2J" not in out and "\x9b".encode() not in out, fmt
