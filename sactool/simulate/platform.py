@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Annotated, Any, Mapping, NoReturn
+
+from pydantic import AliasPath, BaseModel, BeforeValidator, Field, PlainValidator, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError, PydanticUndefined
 
 from sactool.errors import RecordError
 from sactool.records import load_structured, upgrade
@@ -175,7 +178,7 @@ class Platform:
 
 
 # --------------------------------------------------------------------------------------------
-# field readers: every error names the dotted field
+# the file's schema (pydantic): every error names the dotted field
 # --------------------------------------------------------------------------------------------
 
 def _err(name: str, msg: str) -> RecordError:
@@ -183,259 +186,252 @@ def _err(name: str, msg: str) -> RecordError:
                        "fix the platform file (see sactool/data/platforms/sac-paper.yaml for every field)")
 
 
-def _get(d: Mapping[str, Any], path: str, *, optional: bool = False, default: Any = None,
-         label: str | None = None) -> Any:
-    cur: Any = d
-    for part in path.split("."):
-        if not isinstance(cur, Mapping) or part not in cur or cur[part] is None:
-            if optional:
-                return default
-            raise _err(label or path, "is missing")
-        cur = cur[part]
-    return cur
+def _fail(msg: str) -> NoReturn:
+    raise PydanticCustomError("platform", "{msg}", {"msg": msg})
 
 
-def _num(d, path, *, positive=True, optional=False, default=None, allow_zero=False,
-         label: str | None = None) -> float | None:
-    v = _get(d, path, optional=optional, default=default, label=label)
-    path = label or path
-    if v is None:
-        return None
-    if isinstance(v, str):  # YAML 1.1 reads 55.4e9 as a string; sizes like 2TB are accepted too
-        try:
-            v = float(v)
-        except ValueError:
-            from sactool.units import parse_size
-
+def _number(*, allow_zero: bool = False) -> PlainValidator:
+    def check(v: Any) -> float:
+        if v is None:
+            _fail("is missing")
+        if isinstance(v, str):  # YAML 1.1 reads 55.4e9 as a string; sizes like 2TB are accepted too
             try:
-                v = parse_size(v, what=path)
-            except Exception:
-                raise _err(path, f"must be a number, got {v!r}") from None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v in (float("inf"), float("-inf")):
-        raise _err(path, f"must be a finite number, got {v!r}")
-    if positive and (v < 0 or (v == 0 and not allow_zero)):
-        raise _err(path, f"must be {'>= 0' if allow_zero else '> 0'}, got {v!r}")
-    return float(v)
+                v = float(v)
+            except ValueError:
+                from sactool.units import parse_size
+
+                try:
+                    v = parse_size(v, what="value")
+                except Exception:
+                    _fail(f"must be a number, got {v!r}")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v in (float("inf"), float("-inf")):
+            _fail(f"must be a finite number, got {v!r}")
+        if v < 0 or (v == 0 and not allow_zero):
+            _fail(f"must be {'>= 0' if allow_zero else '> 0'}, got {v!r}")
+        return float(v)
+    return PlainValidator(check)
 
 
-def _int(d, path, *, lo=1, optional=False, default=None, label: str | None = None) -> int | None:
-    v = _get(d, path, optional=optional, default=default, label=label)
-    path = label or path
+def _integer(v: Any) -> int:
     if v is None:
-        return None
+        _fail("is missing")
     if isinstance(v, str):
         from sactool.units import parse_tokens
 
         try:
-            v = parse_tokens(v, what=path)
+            v = parse_tokens(v, what="value")
         except Exception:
-            raise _err(path, f"must be an integer, got {v!r}") from None
+            _fail(f"must be an integer, got {v!r}")
     if isinstance(v, bool) or not isinstance(v, int):
-        raise _err(path, f"must be an integer, got {v!r}")
-    if v < lo:
-        raise _err(path, f"must be >= {lo}, got {v}")
+        _fail(f"must be an integer, got {v!r}")
+    if v < 1:
+        _fail(f"must be >= 1, got {v}")
     return v
 
 
-def _ints(d, path) -> tuple[int, ...]:
-    v = _get(d, path)
+def _flag(v: Any) -> bool:
+    if not isinstance(v, bool):
+        _fail(f"must be true or false, got {v!r}")
+    return v
+
+
+def _choice(allowed: tuple[str, ...]) -> PlainValidator:
+    def check(v: Any) -> str:
+        if v not in allowed:
+            _fail(f"must be one of {', '.join(allowed)}, got {v!r}")
+        return str(v)
+    return PlainValidator(check)
+
+
+def _int_list(v: Any) -> Any:
     if isinstance(v, (int, str)) and not isinstance(v, bool):
         v = [v]
     if not isinstance(v, list) or not v:
-        raise _err(path, "must be a non-empty list")
-    return tuple(_int({"v": x}, "v", label=f"{path}[{i}]") for i, x in enumerate(v))
-
-
-def _bool(d, path, *, default: bool) -> bool:
-    v = _get(d, path, optional=True, default=default)
-    if not isinstance(v, bool):
-        raise _err(path, f"must be true or false, got {v!r}")
+        _fail("must be a non-empty list")
     return v
 
 
-def _gather(d, path) -> GatherCurve:
-    rb = _int(d, f"{path}.record_bytes")
-    raw = _get(d, f"{path}.points")
-    if not isinstance(raw, list) or len(raw) < 2:
-        raise _err(f"{path}.points", "needs at least two {records, latency_s} measurements")
-    pts = []
-    for i, p in enumerate(raw):
-        if not isinstance(p, Mapping):
-            _bad(f"{path}.points[{i}]")
-        pts.append(GatherPoint(_int(p, "records", label=f"{path}.points[{i}].records"),
-                               _num(p, "latency_s", label=f"{path}.points[{i}].latency_s")))
-    if len({p.records for p in pts}) < 2:
-        raise _err(f"{path}.points", "needs two different record counts")
-    curve = GatherCurve(rb, tuple(sorted(pts, key=lambda p: p.records)), str(_get(d, f"{path}.source", optional=True, default="")),
-                        _num(d, f"{path}.aggregate_bytes_per_s", optional=True))
-    if curve.line()[1] <= 0:
-        raise _err(f"{path}.points", "latency must grow with the number of records")
-    return curve
+Num = Annotated[float, _number()]
+Num0 = Annotated[float, _number(allow_zero=True)]
+Int = Annotated[int, PlainValidator(_integer)]
+Bool = Annotated[bool, PlainValidator(_flag)]
+Text = Annotated[str, PlainValidator(str)]
+Ints = Annotated[list[Int], BeforeValidator(_int_list)]
 
 
-def _choice(d, path: str, allowed: tuple[str, ...], default: str) -> str:
-    v = _get(d, path, optional=True, default=default)
-    if v not in allowed:
-        raise _err(path, f"must be one of {', '.join(allowed)}, got {v!r}")
-    return v
+def _at(path: str, default: Any = PydanticUndefined) -> Any:
+    """The field at dotted ``path`` of the file (``default`` when absent)."""
+    return Field(default, validation_alias=AliasPath(*path.split(".")))
 
 
-def _bad(path: str):
-    raise _err(path, "must be a mapping")
+def _drop_nulls(v: Any) -> Any:
+    """A null value in a mapping counts as absent."""
+    if isinstance(v, Mapping):
+        return {k: _drop_nulls(x) for k, x in v.items() if x is not None}
+    return [_drop_nulls(x) for x in v] if isinstance(v, list) else v
 
 
-def _step_points(d, path: str) -> list[StepPoint]:
-    """``[{requests_per_rank, context_tokens, step_time_s}, ...]`` at ``path`` (optional)."""
-    out = []
-    for i, p in enumerate(_get(d, path, optional=True, default=[]) or []):
-        q = f"{path}[{i}]"
-        if not isinstance(p, Mapping):
-            _bad(q)
-        out.append(StepPoint(_int(p, "requests_per_rank", label=f"{q}.requests_per_rank"),
-                             _int(p, "context_tokens", label=f"{q}.context_tokens"),
-                             _num(p, "step_time_s", label=f"{q}.step_time_s")))
-    return out
+class _Step(BaseModel):
+    requests_per_rank: Int
+    context_tokens: Int
+    step_time_s: Num
 
 
-def _time_points(d, path: str) -> list[tuple[int, float]]:
-    """``[{context_tokens, time_s}, ...]`` at ``path`` (optional) as (context, seconds)."""
-    out = []
-    for i, p in enumerate(_get(d, path, optional=True, default=[]) or []):
-        q = f"{path}[{i}]"
-        if not isinstance(p, Mapping):
-            _bad(q)
-        out.append((_int(p, "context_tokens", label=f"{q}.context_tokens"), _num(p, "time_s", label=f"{q}.time_s")))
-    return out
+class _Time(BaseModel):
+    context_tokens: Int
+    time_s: Num
 
 
-def read_runs(d, path: str = "calibration.runs") -> tuple[CalibrationRun, ...]:
-    """``[{placement, device_buffer_size, context_tokens, requests_per_rank, step_time_s, run}]``."""
-    out = []
-    for i, p in enumerate(_get(d, path, optional=True, default=[]) or []):
-        q = f"{path}[{i}]"
-        if not isinstance(p, dict):
-            _bad(q)
-        pl = p.get("placement")
-        if pl not in ("dram", "sac"):
-            raise _err(f"{q}.placement", f"must be dram or sac, got {pl!r}")
-        out.append(CalibrationRun(pl, _int(p, "device_buffer_size", label=f"{q}.device_buffer_size"),
-                                  _int(p, "context_tokens", label=f"{q}.context_tokens"),
-                                  _int(p, "requests_per_rank", label=f"{q}.requests_per_rank"),
-                                  _num(p, "step_time_s", label=f"{q}.step_time_s"),
-                                  str(p.get("run") or "")))
-    return tuple(out)
+class _Run(BaseModel):
+    placement: Annotated[str, _choice(("dram", "sac"))] = Field(None, validate_default=True)
+    device_buffer_size: Int
+    context_tokens: Int
+    requests_per_rank: Int
+    step_time_s: Num
+    run: Text = ""
 
 
-def read_filler(d, path: str = "workload.filler") -> dict[int, Any]:
+class _GatherPoint(BaseModel):
+    records: Int
+    latency_s: Num
+
+
+class _Gather(BaseModel):
+    record_bytes: Int
+    points: list[_GatherPoint] = Field(min_length=2)
+    source: Text = ""
+    aggregate_bytes_per_s: Num | None = None
+
+    @field_validator("points")
+    @classmethod
+    def _grows(cls, v: list[_GatherPoint]) -> list[_GatherPoint]:
+        if len({p.records for p in v}) < 2:
+            _fail("needs two different record counts")
+        if GatherCurve(1, tuple(GatherPoint(p.records, p.latency_s) for p in v)).line()[1] <= 0:
+            _fail("latency must grow with the number of records")
+        return v
+
+    def curve(self) -> GatherCurve:
+        pts = sorted((GatherPoint(**p.model_dump()) for p in self.points), key=lambda p: p.records)
+        return GatherCurve(self.record_bytes, tuple(pts), self.source, self.aggregate_bytes_per_s)
+
+
+class _File(BaseModel):
+    """The file's schema: :class:`Platform`'s fields, each at its dotted place in the file."""
+
+    name: Text = _at("name")
+    model: Text = _at("model.name")
+    kv_dtype: Text = _at("model.kv_dtype")
+    gpus: Int = _at("serving.gpus")
+    attn_dp_size: Int = _at("serving.attn_dp_size")
+    top_k: Int = _at("serving.top_k")
+    device_buffer_size: Int = _at("serving.device_buffer_size")
+    prefetch: Bool = _at("serving.prefetch", False)
+    rdma_device_buffer_size: Int | None = _at("serving.rdma_device_buffer_size", None)
+    hisparse_kernel: Text = _at("serving.hisparse_kernel", "sglang-0.5.23")
+    gpu_name: Text = _at("gpu.name")
+    step_points: list[_Step] = _at("gpu.decode_step.measured", [])
+    dram_step_points: list[_Step] = _at("gpu.hisparse_dram_step.measured", [])
+    dram_step_buffer: Int | None = _at("gpu.hisparse_dram_step.device_buffer_size", None)
+    hisparse_overhead_s: Num0 = _at("gpu.hisparse_overhead_s", 0.0)
+    kv_budget_bytes: Num | None = _at("gpu.kv_budget_bytes", None)
+    gpu_source: Text = _at("gpu.source", "")
+    prefill_points: list[_Time] = _at("prefill.measured", [])
+    extend_points: list[_Time] = _at("first_token.extend.measured", [])
+    gpu_link_bytes_per_s: Num = _at("pcie.gpu_link_bytes_per_s")
+    pcie_switches: Int = _at("pcie.switches")
+    switch_uplink_bytes_per_s: Num = _at("pcie.switch_uplink_bytes_per_s")
+    cxl_devices: Int = _at("cxl.devices")
+    cxl_device_read_bytes_per_s: Num = _at("cxl.device_read_bytes_per_s")
+    cxl_gpu_path_bytes_per_s: Num = _at("cxl.gpu_path_read_bytes_per_s")
+    cxl_write_bytes_per_s: Num = _at("cxl.write_bytes_per_s")
+    cxl_capacity_bytes: Num = _at("cxl.capacity_bytes")
+    dram_capacity_bytes: Num = _at("dram.capacity_bytes")
+    dram_write_bytes_per_s: Num = _at("dram.write_bytes_per_s")
+    dram_nodes: Int = _at("dram.nodes", 1)
+    nics: Int = _at("nic.count")
+    nic_bytes_per_s: Num = _at("nic.bandwidth_bytes_per_s")
+    nic_chunk_bytes: Int = _at("nic.chunk_bytes")
+    nic_per_message_s: Num0 = _at("nic.per_message_s")
+    rdma_fetch_blocks_decode: Bool = _at("rdma.fetch_blocks_decode", False)
+    rdma_conversion_bytes_per_s: Num | None = _at("rdma.layout_conversion_bytes_per_s", None)
+    rdma_requests_per_concurrency: Num | None = _at("rdma.requests_per_concurrency", None)
+    rdma_fetch_fixed_s: Num0 = _at("rdma.fetch_fixed_s", 0.0)
+    frontend_s_per_prompt_token: Num0 = _at("frontend.s_per_prompt_token", 0.0)
+    gather_cxl: _Gather = _at("gather.cxl")
+    gather_dram: _Gather = _at("gather.dram")
+    contexts: Ints = _at("workload.contexts")
+    output_tokens: Int = _at("workload.output_tokens")
+    concurrency: Ints = _at("workload.concurrency")
+    requests_per_concurrency: Num = _at("workload.requests_per_concurrency", 2.0)
+    case: Annotated[str, _choice(CASES)] = _at("workload.case", "cache_hit")
+    arrival_rate_per_s: Num | None = _at("workload.arrival_rate_per_s", None)
+    harness: Annotated[str, _choice(HARNESSES)] = _at("workload.harness", "steady")
+    shared_prefix: Bool = _at("workload.shared_prefix", False)
+    topk_workload: Annotated[str, _choice(TOPK_WORKLOADS)] = _at("workload.topk", "sharegpt-dsv32")
+    calibration_runs: list[_Run] = _at("calibration.runs", [])
+    calibration_source: Text = _at("calibration.source", "")
+    calibration_held_out: list[Text] = _at("calibration.held_out", [])
+    calibration_baselines: list[Text] = _at("calibration.baselines_from_validation_families", [])
+    sources: dict[Any, Any] = _at("sources", {})
+    validation: dict[str, Any] = _at("validation", {})
+
+
+_MESSAGES = {"missing": "is missing", "model_type": "must be a mapping", "dict_type": "must be a mapping",
+             "list_type": "must be a list",
+             "too_short": "needs at least two {records, latency_s} measurements"}
+
+
+def read_filler(workload: Mapping[str, Any], path: str = "workload.filler") -> dict[int, Any]:
     """``{context: FillerParams}``: a packaged workload's name (``sactool/data/workloads/``) or an
     inline block of the same fields; ``{}`` when absent."""
     from sactool.errors import UsageError
     from sactool.workload.filler import load_filler_workload, read_params
 
-    blk = _get(d, path, optional=True, default=None)
+    blk = workload.get("filler")
     if not blk:
         return {}
     try:
         if isinstance(blk, str):
             return dict(load_filler_workload(blk).per_context)
         if not isinstance(blk, Mapping):
-            _bad(path)
+            raise _err(path, "must be a mapping")
         return read_params(dict(blk), path)
     except UsageError as e:
         raise _err(path, e.message) from None
 
 
+def _times(m: list[_Time]) -> tuple[tuple[int, float], ...]:
+    return tuple(sorted((t.context_tokens, t.time_s) for t in m))
+
+
 def from_data(data: Mapping[str, Any], *, origin: str = "platform") -> Platform:
     """Build and validate a :class:`Platform` from loaded YAML/JSON (and fit its calibration runs)."""
-    data = upgrade(dict(data), kind=KIND, current=SCHEMA_VERSION, source=origin)
-    d = data
-    steps = _step_points(d, "gpu.decode_step.measured")
-    dsteps = _step_points(d, "gpu.hisparse_dram_step.measured")
-    extend = _time_points(d, "first_token.extend.measured")
-    harness = _get(d, "workload.harness", optional=True, default="steady")
+    data = _drop_nulls(upgrade(dict(data), kind=KIND, current=SCHEMA_VERSION, source=origin))
+    try:
+        f = _File.model_validate(data)
+    except ValidationError as e:  # the first error, naming the dotted field
+        first = e.errors()[0]
+        path = "".join(f"[{x}]" if isinstance(x, int) else f".{x}" for x in first["loc"]).lstrip(".")
+        raise _err(path, _MESSAGES.get(first["type"], first["msg"])) from None
     from sactool.hisparse import KERNELS
 
-    kernel = _get(d, "serving.hisparse_kernel", optional=True, default="sglang-0.5.23")
-    if kernel not in KERNELS:
-        raise _err("serving.hisparse_kernel", f"must be one of {', '.join(KERNELS)}, got {kernel!r}")
-    if harness not in HARNESSES:
-        raise _err("workload.harness", f"must be one of {', '.join(HARNESSES)}, got {harness!r}")
-    gpu = _gpu(d, steps, dsteps)
-    prefill = _time_points(d, "prefill.measured")
-    rate = _num(d, "workload.arrival_rate_per_s", optional=True)
-    case = _get(d, "workload.case", optional=True, default="cache_hit")
-    if case not in CASES:
-        raise _err("workload.case", f"must be one of {', '.join(CASES)}, got {case!r}")
-    conv = _get(d, "rdma.layout_conversion_bytes_per_s", optional=True)
-    p = Platform(
-        name=str(_get(d, "name")),
-        model=str(_get(d, "model.name")),
-        kv_dtype=str(_get(d, "model.kv_dtype")),
-        gpus=_int(d, "serving.gpus"),
-        attn_dp_size=_int(d, "serving.attn_dp_size"),
-        top_k=_int(d, "serving.top_k"),
-        device_buffer_size=_int(d, "serving.device_buffer_size"),
-        prefetch=_bool(d, "serving.prefetch", default=False),
-        rdma_device_buffer_size=_int(d, "serving.rdma_device_buffer_size", optional=True),
-        gpu=gpu,
-        prefill_points=tuple(sorted(prefill)),
-        gpu_link_bytes_per_s=_num(d, "pcie.gpu_link_bytes_per_s"),
-        pcie_switches=_int(d, "pcie.switches"),
-        switch_uplink_bytes_per_s=_num(d, "pcie.switch_uplink_bytes_per_s"),
-        cxl_devices=_int(d, "cxl.devices"),
-        cxl_device_read_bytes_per_s=_num(d, "cxl.device_read_bytes_per_s"),
-        cxl_gpu_path_bytes_per_s=_num(d, "cxl.gpu_path_read_bytes_per_s"),
-        cxl_write_bytes_per_s=_num(d, "cxl.write_bytes_per_s"),
-        cxl_capacity_bytes=_num(d, "cxl.capacity_bytes"),
-        dram_capacity_bytes=_num(d, "dram.capacity_bytes"),
-        dram_write_bytes_per_s=_num(d, "dram.write_bytes_per_s"),
-        dram_nodes=_int(d, "dram.nodes", optional=True, default=1),
-        nics=_int(d, "nic.count"),
-        nic_bytes_per_s=_num(d, "nic.bandwidth_bytes_per_s"),
-        nic_chunk_bytes=_int(d, "nic.chunk_bytes"),
-        nic_per_message_s=_num(d, "nic.per_message_s", allow_zero=True),
-        rdma_fetch_blocks_decode=_bool(d, "rdma.fetch_blocks_decode", default=False),
-        rdma_conversion_bytes_per_s=None if conv is None else _num(d, "rdma.layout_conversion_bytes_per_s"),
-        gather_cxl=_gather(d, "gather.cxl"),
-        gather_dram=_gather(d, "gather.dram"),
-        contexts=_ints(d, "workload.contexts"),
-        output_tokens=_int(d, "workload.output_tokens"),
-        concurrency=_ints(d, "workload.concurrency"),
-        requests_per_concurrency=_num(d, "workload.requests_per_concurrency", optional=True, default=2.0),
-        case=case,
-        arrival_rate_per_s=rate,
-        harness=harness,
-        hisparse_kernel=kernel,
-        rdma_requests_per_concurrency=_num(d, "rdma.requests_per_concurrency", optional=True),
-        shared_prefix=_bool(d, "workload.shared_prefix", default=False),
-        rdma_fetch_fixed_s=_num(d, "rdma.fetch_fixed_s", optional=True, default=0.0, allow_zero=True),
-        frontend_s_per_prompt_token=_num(d, "frontend.s_per_prompt_token", optional=True, default=0.0,
-                                         allow_zero=True),
-        extend_points=tuple(sorted(extend)),
-        topk_workload=_choice(d, "workload.topk", TOPK_WORKLOADS, "sharegpt-dsv32"),
-        filler=read_filler(d),
-        calibration_runs=read_runs(d),
-        calibration_source=str(_get(d, "calibration.source", optional=True, default="")),
-        calibration_baselines=tuple(str(x) for x in (_get(d, "calibration.baselines_from_validation_families",
-                                                              optional=True, default=[]) or [])),
-        calibration_held_out=tuple(str(x) for x in (_get(d, "calibration.held_out", optional=True, default=[]) or [])),
-        sources={str(k): str(v) for k, v in (d.get("sources") or {}).items()},
-        validation=dict(d.get("validation") or {}),
-        origin=origin,
-    )
-    return _with_calibration(check(p))
-
-
-def _gpu(d, steps, dsteps) -> GpuSection:
-    return GpuSection(
-        dram_step_points=tuple(dsteps),
-        dram_step_buffer=_int(d, "gpu.hisparse_dram_step.device_buffer_size", optional=True),
-        name=str(_get(d, "gpu.name")),
-        step_points=tuple(steps),
-        hisparse_overhead_s=_num(d, "gpu.hisparse_overhead_s", optional=True, default=0.0, allow_zero=True),
-        kv_budget_bytes=_num(d, "gpu.kv_budget_bytes", optional=True),
-        source=str(_get(d, "gpu.source", optional=True, default="")),
-    )
+    if f.hisparse_kernel not in KERNELS:
+        raise _err("serving.hisparse_kernel", f"must be one of {', '.join(KERNELS)}, got {f.hisparse_kernel!r}")
+    gpu = GpuSection(name=f.gpu_name, step_points=tuple(StepPoint(**s.model_dump()) for s in f.step_points),
+                     hisparse_overhead_s=f.hisparse_overhead_s, kv_budget_bytes=f.kv_budget_bytes, source=f.gpu_source,
+                     dram_step_points=tuple(StepPoint(**s.model_dump()) for s in f.dram_step_points),
+                     dram_step_buffer=f.dram_step_buffer)
+    fields = f.model_dump(exclude={"gpu_name", "step_points", "dram_step_points", "dram_step_buffer",
+                                   "hisparse_overhead_s", "kv_budget_bytes", "gpu_source"})
+    fields.update(
+        gpu=gpu, prefill_points=_times(f.prefill_points), extend_points=_times(f.extend_points),
+        gather_cxl=f.gather_cxl.curve(), gather_dram=f.gather_dram.curve(),
+        contexts=tuple(f.contexts), concurrency=tuple(f.concurrency), filler=read_filler(data["workload"]),
+        calibration_runs=tuple(CalibrationRun(**r.model_dump()) for r in f.calibration_runs),
+        calibration_held_out=tuple(f.calibration_held_out), calibration_baselines=tuple(f.calibration_baselines),
+        sources={str(k): str(v) for k, v in f.sources.items()}, origin=origin)
+    return _with_calibration(check(Platform(**fields)))
 
 
 def _with_calibration(p: Platform) -> Platform:
