@@ -113,6 +113,17 @@ def handle_sigterm() -> None:
         signal.signal(signal.SIGINT, handler)
 
 
+def ignore_further_signals() -> None:
+    """After a signal's work is saved and the process is on its way out: SIGINT/SIGTERM ignored.
+    Python's finalization resets every handler it installed to the default action, so a second
+    signal arriving then (GNU ``timeout`` signals the child and then its group) would kill the
+    process by the signal (exit -15) after the record was saved, with the wrong exit status."""
+    import signal
+
+    for s in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(s, signal.SIG_IGN)
+
+
 def signalled() -> bool:
     """Whether a SIGINT/SIGTERM has arrived since :func:`handle_sigterm`."""
     return _SIGNALLED["signal"] is not None

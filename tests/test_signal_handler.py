@@ -53,3 +53,32 @@ def test_sigint_dropped_by_a_ctypes_callback_is_raised_at_the_next_step():
     assert p.returncode == 0, p.stderr
     assert "raised KeyboardInterrupt" in p.stdout and "raised Terminated" not in p.stdout
     assert "survived second, count 2" in p.stdout
+
+
+FINALIZE = textwrap.dedent("""
+    import os, signal, sys, time
+    from sactool.cli.guard import run_guarded
+    from sactool.errors import handle_sigterm
+
+    handle_sigterm()
+
+    def work():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)
+
+    code = run_guarded(work)
+    # Python's finalization resets the handlers it installed to SIG_DFL: only an ignored signal
+    # survives a late arrival there, so the disposition must be SIG_IGN from here on
+    print("ignored" if signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+          and signal.getsignal(signal.SIGINT) is signal.SIG_IGN else "handled", flush=True)
+    os.kill(os.getpid(), signal.SIGTERM)   # a late second one, as the process exits
+    time.sleep(0.05)
+    sys.exit(code)
+""")
+
+
+def test_a_signal_after_the_save_does_not_kill_the_exiting_process():
+    p = subprocess.run([sys.executable, "-c", FINALIZE], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 143, (p.returncode, p.stderr)
+    assert "terminated (SIGTERM)" in p.stderr
+    assert "ignored" in p.stdout

@@ -25,6 +25,10 @@ def run_guarded(fn, *, debug: bool = False) -> int:
 
     with guarded_streams():
         code = _run(fn, debug)
+    from sactool.errors import ignore_further_signals, signalled
+
+    if signalled():   # saved and exiting: a later signal must not turn the exit into a death by signal
+        ignore_further_signals()
     if code:  # under mpirun, a rank failing before it joined its fleet must not leave the others waiting
         from sactool.fleet.mpi import abort_if_alone
 
