@@ -48,26 +48,10 @@ def _fmt(n: int) -> str:
 def read_input(path: str | os.PathLike[str], *, what: str, limit: int | None = None) -> bytes:
     """The bytes of the regular file ``path``, at most ``limit`` (default: :data:`LIMITS` of
     ``what``); RecordError (4) for anything else, one line naming the file and why."""
-    from sactool.host.files import kind
-
     p = Path(path)
     limit = LIMITS.get(what, 64 * MiB) if limit is None else limit
+    fd = _open_regular(p, what, limit, "sactool reads a {what} whole, and a pipe or device may never end")
     try:
-        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise RecordError(f"{what} {p} does not exist", "check the path") from None
-    except IsADirectoryError:
-        raise RecordError(f"{what} {p} is a directory, not a file", "pass the file itself") from None
-    except OSError as e:
-        raise RecordError(f"{what} {p} cannot be read: {e.strerror}", "check the path and its permissions") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise RecordError(f"{what} {p} is a {kind(st.st_mode)}, not a regular file",
-                              f"pass a regular file (sactool reads a {what} whole, and a pipe or device may never end)")
-        if st.st_size > limit:
-            raise RecordError(f"{what} {p} is {_fmt(st.st_size)}, more than a {what} can be ({_fmt(limit)})",
-                              f"check that this is a {what}")
         chunks, left = [], limit + 1
         while left > 0:
             b = os.read(fd, min(left, 1 << 20))
@@ -89,10 +73,17 @@ def open_input(path: str | os.PathLike[str], *, what: str, limit: int | None = N
     """A binary file object of the regular file ``path`` (checked as :func:`read_input` checks it:
     a regular file no larger than its kind's bound), for readers that parse a file themselves
     (``numpy.load``); the caller closes it."""
-    from sactool.host.files import kind
-
     p = Path(path)
     limit = LIMITS.get(what, 64 * MiB) if limit is None else limit
+    fd = _open_regular(p, what, limit, "a pipe or device may never end")
+    return os.fdopen(fd, "rb")
+
+
+def _open_regular(p: Path, what: str, limit: int, why: str) -> int:
+    """A descriptor of ``p`` opened without blocking on a FIFO, checked to be a regular file of at
+    most ``limit`` bytes (closed again and RecordError otherwise); ``why`` ends the not-regular hint."""
+    from sactool.host.files import kind
+
     try:
         fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -101,15 +92,18 @@ def open_input(path: str | os.PathLike[str], *, what: str, limit: int | None = N
         raise RecordError(f"{what} {p} is a directory, not a file", "pass the file itself") from None
     except OSError as e:
         raise RecordError(f"{what} {p} cannot be read: {e.strerror}", "check the path and its permissions") from None
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
-        os.close(fd)
+    try:
+        st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise RecordError(f"{what} {p} is a {kind(st.st_mode)}, not a regular file",
-                              f"pass a regular file (a pipe or device may never end)")
-        raise RecordError(f"{what} {p} is {_fmt(st.st_size)}, more than a {what} can be ({_fmt(limit)})",
-                          f"check that this is a {what}")
-    return os.fdopen(fd, "rb")
+                              f"pass a regular file ({why.format(what=what)})")
+        if st.st_size > limit:
+            raise RecordError(f"{what} {p} is {_fmt(st.st_size)}, more than a {what} can be ({_fmt(limit)})",
+                              f"check that this is a {what}")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def check_depth(data: Any, where: str) -> None:
