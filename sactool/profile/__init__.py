@@ -204,39 +204,6 @@ def _err(field_name: str, msg: str, hint: str | None = None) -> RecordError:
     return RecordError(f"profile field {field_name}: {msg}", hint or "fix the field, or re-create the profile with sactool tune")
 
 
-def _int(v: Any, name: str, lo: int | None = None, hi: int | None = None, *, optional: bool = False) -> int | None:
-    if v is None and optional:
-        return None
-    if not isinstance(v, int) or isinstance(v, bool):
-        raise _err(name, f"must be an integer, got {v!r}")
-    if lo is not None and v < lo:
-        raise _err(name, f"must be >= {lo}, got {v}")
-    if hi is not None and v > hi:
-        raise _err(name, f"must be <= {hi}, got {v}")
-    return v
-
-
-def _choice(v: Any, name: str, choices: tuple[str, ...]) -> str:
-    if v not in choices:
-        raise _err(name, f"must be one of {', '.join(choices)}; got {v!r}")
-    return v
-
-
-def _str(v: Any, name: str, *, optional: bool = False) -> str | None:
-    if v is None and optional:
-        return None
-    if not isinstance(v, str) or not v:
-        raise _err(name, f"must be a non-empty string, got {v!r}")
-    return v
-
-
-def _bool(v: Any, name: str) -> bool:
-    if not isinstance(v, bool):
-        raise _err(name, f"must be true or false, got {v!r}")
-    return v
-
-
-_TARGET_RE = re.compile(r"^(node\d+|dax\d+\.\d+)$")
 _VERSION_CLAUSE_RE = re.compile(r"^(>=|<=|==|!=|>|<)\s*(v?\d+(?:\.\d+)*)\S*$")
 
 
@@ -260,123 +227,12 @@ def version_spec(spec: str, name: str = "sglang.tested") -> list[tuple[str, tupl
 
 
 def validate(p: Profile) -> Profile:
-    """Check every settings field and the cross-field rules; raise RecordError naming the field."""
-    _validate_model(p.model)
-    _validate_hisparse(p.hisparse, p.model)
-    _validate_sglang(p.sglang, p.hisparse, p.model)
-    _validate_pool_targets(p.pool, p.sglang)
-    _validate_pool_allocation(p.pool, p.sglang)
-    for k, v in p.provenance.items():
-        if not isinstance(v, Provenance) or v.source not in PROVENANCE_SOURCES:
-            raise _err(f"provenance[{k!r}]", f"source must be one of {', '.join(PROVENANCE_SOURCES)}")
+    """Check every settings field and the cross-field rules (the pydantic schema,
+    :mod:`sactool.profile.schema`); raise RecordError naming the field."""
+    from sactool.profile.schema import check_settings
+
+    check_settings(p)
     return p
-
-
-def _validate_model(m: ModelRef) -> None:
-    _str(m.name, "model.name")
-    _str(m.hf_id, "model.hf_id")
-    _str(m.architecture, "model.architecture")
-    for f in ("num_layers", "kv_lora_rank", "qk_rope_head_dim", "index_topk", "max_position_embeddings"):
-        _int(getattr(m, f), f"model.{f}", 1)
-
-
-def _validate_hisparse(h: HiSparseSettings, m: ModelRef) -> None:
-    _int(h.top_k, "hisparse.top_k", 1)
-    if h.top_k != m.index_topk:
-        raise _err("hisparse.top_k", f"{h.top_k} differs from the model's index_topk {m.index_topk} "
-                   "(SGLang overrides top_k with index_topk)")
-    _int(h.device_buffer_size, "hisparse.device_buffer_size", h.top_k)
-    _int(h.host_to_device_ratio, "hisparse.host_to_device_ratio", 1)
-    _int(h.swap_in_block_size, "hisparse.swap_in_block_size", *SWAP_IN_BLOCK_RANGE)
-    _bool(h.prefetch, "hisparse.prefetch")
-
-
-def _validate_sglang(s: SglangSettings, h: HiSparseSettings, m: ModelRef) -> None:
-    version_spec(s.tested)
-    _choice(s.entrypoint, "sglang.entrypoint", ENTRYPOINTS)
-    _choice(s.role, "sglang.role", ROLES)
-    _int(s.tp_size, "sglang.tp_size", 1)
-    _int(s.attn_dp_size, "sglang.attn_dp_size", 1)
-    if s.tp_size % s.attn_dp_size:
-        raise _err("sglang.attn_dp_size", f"{s.attn_dp_size} must divide tp_size {s.tp_size}")
-    _choice(s.kv_cache_dtype, "sglang.kv_cache_dtype", KV_DTYPES)
-    _int(s.page_size, "sglang.page_size", 1)
-    if s.page_size != DSA_PAGE_SIZE_CUDA:
-        raise _err("sglang.page_size", f"DSA on CUDA forces page size {DSA_PAGE_SIZE_CUDA}, got {s.page_size}")
-    if s.mem_fraction_static is not None and not (isinstance(s.mem_fraction_static, (int, float))
-                                                 and not isinstance(s.mem_fraction_static, bool)
-                                                 and 0 < s.mem_fraction_static < 1):
-        raise _err("sglang.mem_fraction_static", f"must be a number in (0, 1), got {s.mem_fraction_static!r}")
-    _int(s.max_running_requests, "sglang.max_running_requests", 1, optional=True)
-    _int(s.context_length, "sglang.context_length", 1, m.max_position_embeddings, optional=True)
-    _str(s.dsa_decode_backend, "sglang.dsa_decode_backend", optional=True)
-    _int(s.max_total_tokens, "sglang.max_total_tokens", 1, optional=True)
-    _int(s.base_gpu_id, "sglang.base_gpu_id", 0)
-    if s.max_total_tokens is not None and s.max_total_tokens < h.device_buffer_size:
-        raise _err("sglang.max_total_tokens", f"{s.max_total_tokens} is smaller than one request's hot buffer "
-                   f"(device_buffer_size {h.device_buffer_size})")
-
-
-def _validate_pool_targets(q: PoolSettings, s: SglangSettings) -> None:
-    """Placement, mode, nodes / DAX devices and the rank → target map."""
-    _choice(q.placement, "pool.placement", PLACEMENTS)
-    _choice(q.mode, "pool.mode", POOL_MODES)
-    for i, n in enumerate(q.nodes):
-        _int(n, f"pool.nodes[{i}]", 0)
-    for i, d in enumerate(q.dax_devices):
-        if not isinstance(d, str) or not re.match(r"^dax\d+\.\d+$", d):
-            raise _err(f"pool.dax_devices[{i}]", f"must name a DAX device like dax0.0, got {d!r}")
-    if q.placement != "none":
-        if q.mode == "numa" and not q.nodes:
-            raise _err("pool.nodes", "is empty: name the NUMA node(s) that hold the pool")
-        if q.mode == "devdax" and not q.dax_devices:
-            raise _err("pool.dax_devices", "is empty while pool.mode is devdax")
-        if q.mode == "devdax" and q.placement == "numactl":
-            raise _err("pool.placement", "numactl cannot place memory on a devdax device; use plugin")
-    _choice(q.rank_assignment, "pool.rank_assignment", RANK_ASSIGNMENTS)
-    if q.rank_targets:
-        if len(q.rank_targets) != s.tp_size:
-            raise _err("pool.rank_targets", f"has {len(q.rank_targets)} entries for {s.tp_size} ranks (tp_size)")
-        allowed = {f"node{n}" for n in q.nodes} if q.mode == "numa" else set(q.dax_devices)
-        for i, t in enumerate(q.rank_targets):
-            if not isinstance(t, str) or not _TARGET_RE.match(t):
-                raise _err(f"pool.rank_targets[{i}]", f"must be nodeN or daxX.Y, got {t!r}")
-            if t not in allowed:
-                raise _err(f"pool.rank_targets[{i}]", f"{t} is not among the pool's targets {sorted(allowed)}")
-
-
-def _validate_pool_allocation(q: PoolSettings, s: SglangSettings) -> None:
-    """Policy, weights, huge pages, prefault, strictness and the GPU-local nodes."""
-    _choice(q.policy, "pool.policy", POLICIES)
-    if not isinstance(q.interleave_weights, dict):
-        raise _err("pool.interleave_weights", "must be a mapping node -> weight")
-    for k, w in q.interleave_weights.items():
-        _int(k, "pool.interleave_weights key", 0)
-        _int(w, f"pool.interleave_weights[{k}]", 1, 255)
-    if q.policy == "weighted_interleave" and not q.interleave_weights:
-        raise _err("pool.interleave_weights", "is empty while pool.policy is weighted_interleave")
-    _choice(q.hugepages, "pool.hugepages", HUGEPAGES)
-    _int(q.prefault_threads, "pool.prefault_threads", 1, 1024)
-    if q.prefault_cpus != "auto":
-        from sactool.host.sysfs import parse_cpulist
-
-        try:
-            if not parse_cpulist(str(q.prefault_cpus)):
-                raise ValueError("empty")
-        except ValueError:
-            raise _err("pool.prefault_cpus", f"must be 'auto' or a cpulist like 0-15, got {q.prefault_cpus!r}") from None
-    _int(q.register_chunk_gb, "pool.register_chunk_gb", 1, optional=True)
-    _int(q.capacity_bytes, "pool.capacity_bytes", 1, optional=True)
-    if q.rank_assignment == "locality" and not q.rank_targets and not q.gpu_local_nodes and q.placement != "none":
-        raise _err("pool.rank_assignment", "locality needs each rank's GPU node in pool.gpu_local_nodes",
-                   "set pool.gpu_local_nodes, or use round_robin")
-    _bool(q.strict, "pool.strict")
-    _bool(q.stand_in, "pool.stand_in")
-    if q.gpu_local_nodes:
-        if len(q.gpu_local_nodes) != s.tp_size:
-            raise _err("pool.gpu_local_nodes", f"has {len(q.gpu_local_nodes)} entries for {s.tp_size} ranks")
-        for i, n in enumerate(q.gpu_local_nodes):
-            _int(n, f"pool.gpu_local_nodes[{i}]", 0)
 
 
 def settings_fields() -> list[str]:
@@ -385,36 +241,6 @@ def settings_fields() -> list[str]:
     for sect, cls in (("pool", PoolSettings), ("hisparse", HiSparseSettings), ("sglang", SglangSettings)):
         out.extend(f"{sect}.{f.name}" for f in dataclasses.fields(cls))
     return out
-
-
-def _defaults() -> dict[str, Any]:
-    out = {}
-    for sect, cls in (("pool", PoolSettings), ("hisparse", HiSparseSettings), ("sglang", SglangSettings)):
-        for f in dataclasses.fields(cls):
-            if f.default is not dataclasses.MISSING:
-                out[f"{sect}.{f.name}"] = f.default
-            elif f.default_factory is not dataclasses.MISSING:   # type: ignore[misc]
-                out[f"{sect}.{f.name}"] = f.default_factory()    # type: ignore[misc]
-    return out
-
-
-def _build(cls, data: Any, section: str):
-    if not isinstance(data, Mapping):
-        raise _err(section, f"must be a mapping, got {type(data).__name__}")
-    names = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - set(names))
-    if unknown:
-        raise _err(f"{section}.{unknown[0]}", "is not a known field", "remove it, or upgrade sactool if a newer one wrote it")
-    kw = {}
-    for k, v in data.items():
-        if isinstance(v, list):
-            v = tuple(v)
-        kw[k] = v
-    missing = [n for n, f in names.items() if n not in kw and f.default is dataclasses.MISSING
-               and f.default_factory is dataclasses.MISSING]  # type: ignore[misc]
-    if missing:
-        raise _err(f"{section}.{missing[0]}", "is missing")
-    return cls(**kw)
 
 
 def _upgrade_1_to_2(record: dict[str, Any]) -> dict[str, Any]:
@@ -427,63 +253,21 @@ def _upgrade_1_to_2(record: dict[str, Any]) -> dict[str, Any]:
 _UPGRADES: dict[int, Any] = {1: _upgrade_1_to_2}  # schema n -> n+1 steps, applied in order
 
 
-_DEFAULTS = _defaults()
-
 
 def from_data(data: dict[str, Any], *, source: str = "profile") -> Profile:
-    """Build and validate a Profile from loaded YAML/JSON data."""
+    """Build and validate a Profile from loaded YAML/JSON data: upgraded step by step, then
+    checked as a whole (:mod:`sactool.profile.whole`: every field, the rules across fields, the
+    sections, the provenance of every field set, finite numbers, argv values)."""
     data = upgrade(data, kind=KIND, current=SCHEMA_VERSION, steps=_UPGRADES, source=source)
-    known = {f.name for f in dataclasses.fields(Profile)}
-    unknown = sorted(str(k) for k in set(data) - known)
-    if unknown:   # the same rule as inside a section (_build): a typo must not pass silently
-        raise _err(unknown[0], "is not a known field", "remove it, or upgrade sactool if a newer one wrote it")
-    for sect in ("model", "pool", "hisparse", "sglang"):
-        if sect not in data:
-            raise _err(sect, "is missing")
-    prov_raw = data.get("provenance") or {}
-    if not isinstance(prov_raw, Mapping):
-        raise _err("provenance", "must be a mapping")
-    prov = {}
-    for k, v in prov_raw.items():
-        if not isinstance(v, Mapping) or "source" not in v:
-            raise _err(f"provenance[{k!r}]", "must be a mapping with a 'source'")
-        prov[str(k)] = Provenance(source=v["source"], detail=str(v.get("detail", "")))
-    pool = _build(PoolSettings, data["pool"], "pool")
-    if isinstance(pool.interleave_weights, Mapping):
-        try:
-            pool = dataclasses.replace(pool, interleave_weights={int(k): v for k, v in pool.interleave_weights.items()})
-        except (TypeError, ValueError):
-            raise _err("pool.interleave_weights", "keys must be node numbers") from None
-    for name in ("machine", "request", "predictions"):
-        if not isinstance(data.get(name) or {}, Mapping):
-            raise _err(name, "must be a mapping")
-    if data.get("bench") is not None and not isinstance(data["bench"], Mapping):
-        raise _err("bench", "must be a mapping or null")
-    if data.get("fleet") is not None and not isinstance(data["fleet"], Mapping):
-        raise _err("fleet", "must be a mapping or null")
-    if data.get("workload") is not None and not isinstance(data["workload"], Mapping):
-        raise _err("workload", "must be a mapping or null")
-    prof = Profile(
-        model=_build(ModelRef, data["model"], "model"),
-        pool=pool,
-        hisparse=_build(HiSparseSettings, data["hisparse"], "hisparse"),
-        sglang=_build(SglangSettings, data["sglang"], "sglang"),
-        machine=dict(data.get("machine") or {}),
-        request=dict(data.get("request") or {}),
-        predictions=dict(data.get("predictions") or {}),
-        bench=dict(data["bench"]) if data.get("bench") else None,
-        fleet=dict(data["fleet"]) if data.get("fleet") else None,
-        workload=dict(data["workload"]) if data.get("workload") else None,
-        provenance=prov,
-        schema_version=data["schema_version"],
-        sactool_version=str(data.get("sactool_version", "")),
-        created_at=str(data.get("created_at", "")),
-    )
     from sactool.profile import whole
 
-    whole.check_data(data, _DEFAULTS)   # sections, provenance of every field set, finite numbers (the file as a whole)
-    validate(prof)
-    whole.check_profile(prof)
+    r = whole.read(data)
+    model, pool, hisparse, sglang = r.sections()
+    prof = Profile(model=model, pool=pool, hisparse=hisparse, sglang=sglang, machine=r.machine, request=r.request,
+                   predictions=r.predictions, bench=r.bench, fleet=r.fleet, workload=r.workload,
+                   provenance={str(k): v for k, v in r.provenance.items()}, schema_version=data["schema_version"],
+                   sactool_version=r.sactool_version, created_at=r.created_at)
+    whole.check_profile(prof)   # counts within what a machine holds
     return prof
 
 

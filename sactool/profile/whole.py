@@ -20,10 +20,14 @@ of profile validation.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Any, Mapping
+from typing import Annotated, Any, Mapping
+
+from pydantic import BeforeValidator, ConfigDict, Field, PlainValidator, model_validator
 
 from sactool.errors import RecordError
+from sactool.profile.schema import ProvenanceMap, Settings, checked, fail
 
 SECTIONS = ("model", "pool", "hisparse", "sglang", "provenance")
 """The sections without which a file is no profile (the record's other blocks are optional)."""
@@ -36,63 +40,122 @@ MAX_PHYSICAL_BYTES = 1 << 52
 ARGV_VALUES = ("model.hf_id", "sglang.dsa_decode_backend")
 """Profile strings passed to SGLang as the value after a flag (``--model-path``, ``--dsa-decode-backend``)."""
 
+CUT_SHORT = ("is missing (is the file cut short?)", "re-create the profile with sactool tune")
+
 
 def _err(name: str, msg: str, hint: str | None = None) -> RecordError:
     return RecordError(f"profile field {name}: {msg}", hint or "fix the field, or re-create the profile with sactool tune")
 
 
-def check_data(data: Mapping[str, Any], defaults: Mapping[str, Any]) -> None:
-    """The rules that read the file as loaded: sections, provenance coverage, finite numbers.
-    ``defaults``: each settings field's default (``pool.hugepages`` → ``"thp"``); a field the file
-    leaves at it needs no provenance (sactool writes every field, older profiles name fewer)."""
-    for sect in SECTIONS:
-        if sect not in data:
-            raise _err(sect, "is missing (is the file cut short?)", "re-create the profile with sactool tune")
-    prov = data.get("provenance")
-    if not isinstance(prov, Mapping) or not prov:
-        raise _err("provenance", "is empty: every settings field must say where its value came from "
-                   "(is the file cut short?)", "re-create the profile with sactool tune")
-    set_here = [f"{sect}.{k}" for sect in SETTINGS_SECTIONS if isinstance(data.get(sect), Mapping)
-                for k, v in data[sect].items() if not _is_default(v, defaults.get(f"{sect}.{k}", _NONE))]
-    missing = [f for f in set_here if f not in prov]
+def _block(v: Any) -> dict[str, Any]:
+    """``machine``, ``request``, ``predictions``: a mapping; null or left empty: ``{}``."""
+    if not v:
+        return {}
+    if not isinstance(v, Mapping):
+        fail("must be a mapping")
+    return dict(v)
+
+
+def _optional_block(v: Any) -> dict[str, Any] | None:
+    """``bench``, ``workload``, ``fleet``: a mapping, or null (an empty one counts as null)."""
+    if v is not None and not isinstance(v, Mapping):
+        fail("must be a mapping or null")
+    return dict(v) if v else None
+
+
+Block = Annotated[dict[str, Any], PlainValidator(_block)]
+OptionalBlock = Annotated[dict[str, Any] | None, PlainValidator(_optional_block)]
+
+
+class Record(Settings):
+    """A whole profile file (after :func:`sactool.records.upgrade`): :class:`Settings` and the
+    record around it; no key the profile does not know."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Any = None
+    schema_version: Any = None
+    sactool_version: Annotated[str, BeforeValidator(str)] = ""
+    created_at: Annotated[str, BeforeValidator(str)] = ""
+    machine: Block = Field(default_factory=dict)
+    request: Block = Field(default_factory=dict)
+    predictions: Block = Field(default_factory=dict)
+    bench: OptionalBlock = None
+    workload: OptionalBlock = None
+    fleet: OptionalBlock = None
+    provenance: Annotated[ProvenanceMap, BeforeValidator(lambda v: {} if v is None else v)]   # required here
+
+    @model_validator(mode="after")
+    def _whole(self) -> Record:
+        _covered(self)
+        for name in ("machine", "request", "predictions", "bench", "workload", "fleet"):
+            _finite(getattr(self, name), name)
+        _argv_values(self)
+        return self
+
+
+def read(data: Mapping[str, Any]) -> Record:
+    """The loaded (and upgraded) file checked as a whole; RecordError naming the first bad field."""
+    return checked(Record, data, missing_section=CUT_SHORT)
+
+
+def _covered(r: Record) -> None:
+    """The provenance names every settings field the file sets to other than sactool's default."""
+    if not r.provenance:
+        fail("is empty: every settings field must say where its value came from (is the file cut short?)",
+             at="provenance", hint="re-create the profile with sactool tune")
+    _, q, h, s = r.sections()
+    set_here = [f"{name}.{k}" for name, section, given in (("pool", q, r.pool), ("hisparse", h, r.hisparse),
+                                                          ("sglang", s, r.sglang))
+                for k in given.model_fields_set if not _is_default(getattr(section, k), _default(type(section), k))]
+    missing = [f for f in set_here if f not in r.provenance]
     if missing:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
-        raise _err(f"provenance[{missing[0]!r}]", f"is missing{more}: every settings field the profile sets says "
-                   "where its value came from (is the file cut short?)",
-                   "re-create the profile with sactool tune, or add the entry (source: user)")
-    _finite(data, "")
+        fail(f"is missing{more}: every settings field the profile sets says where its value came from "
+             "(is the file cut short?)", at=f"provenance[{missing[0]!r}]",
+             hint="re-create the profile with sactool tune, or add the entry (source: user)")
 
 
 _NONE = object()
 
 
+def _default(cls: type, name: str) -> Any:
+    f = {f.name: f for f in dataclasses.fields(cls)}[name]
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return _NONE
+
+
 def _is_default(v: Any, default: Any) -> bool:
-    if isinstance(v, list):
-        v = tuple(v)
     return default is not _NONE and v == default and type(v) is type(default)
 
 
 def _finite(v: Any, where: str) -> None:
     if isinstance(v, float) and not math.isfinite(v):
-        raise _err(where or "(top level)", f"must be a finite number, got {v}")
+        fail(f"must be a finite number, got {v}", at=where)
     if isinstance(v, Mapping):
         for k, x in v.items():
-            _finite(x, f"{where}.{k}" if where else str(k))
+            _finite(x, f"{where}.{k}")
     elif isinstance(v, (list, tuple)):
         for i, x in enumerate(v):
             _finite(x, f"{where}[{i}]")
 
 
-def check_profile(p: Any) -> None:
-    """The rules that need the built profile: argv values, counts within what a machine holds."""
-    for name in ARGV_VALUES:
-        sect, field = name.split(".")
-        v = getattr(getattr(p, sect), field)
+def _argv_values(r: Record) -> None:
+    """Values that become SGLang arguments cannot be read as flags, nor split into two."""
+    m, _, _, s = r.sections()
+    for name, v in zip(ARGV_VALUES, (m.hf_id, s.dsa_decode_backend)):
         if isinstance(v, str) and (v.startswith("-") or any(c.isspace() or not c.isprintable() for c in v)):
-            raise _err(name, f"{v!r} would reach SGLang's command line as "
-                       + ("a flag" if v.startswith("-") else "a value with spaces or control characters"),
-                       "name a model path or Hugging Face id (e.g. deepseek-ai/DeepSeek-V3.2)"
-                       if name == "model.hf_id" else "fix the field")
+            fail(f"{v!r} would reach SGLang's command line as "
+                 + ("a flag" if v.startswith("-") else "a value with spaces or control characters"), at=name,
+                 hint="name a model path or Hugging Face id (e.g. deepseek-ai/DeepSeek-V3.2)"
+                 if name == "model.hf_id" else "fix the field")
+
+
+def check_profile(p: Any) -> None:
+    """The rules that need the built profile: counts within what a machine holds."""
     _check_requests(p)
     _check_host_pool(p)
 
