@@ -1,10 +1,13 @@
-"""The ``bench`` record (schema 1): what was measured, where, how, and how sure we are.
+"""The ``bench`` record (schema 2): what was measured, where, how, and how sure we are.
 
-Top level: ``records.header("bench", 1)`` + ``machine`` + ``command``, ``protocol``,
+Top level: ``records.header("bench", 2)`` + ``machine`` + ``command``, ``protocol``,
 ``memory_node``, ``cpu_node``, ``cpus`` (separate: CXL nodes have no CPUs), ``stand_in``,
 ``buffer``, ``results`` [{test, memory_node, cpu_node, params, kernel, unit, stats, samples,
 derived, first_call_seconds, reps_per_sample}], ``warnings`` [{code, message, hint}],
 ``complete`` (False when Ctrl-C cut the run short; finished samples are kept).
+
+A NUMA node is its number (``memory_node: 2``; docs/reference/units.md) — schema 2; a schema-1
+record (``"node2"``) is upgraded on loading by :func:`_upgrade_1_to_2`.
 """
 
 from __future__ import annotations
@@ -16,10 +19,67 @@ from typing import Any
 
 from sactool import records
 from sactool.errors import RecordError, UsageError
+from sactool.host.machine import upgrade_machine
+from sactool.units import node_name, node_number
 
 KIND = "bench"
-SCHEMA_VERSION = 1
-UPGRADES: dict = {}  # schema n -> n+1 steps go here
+SCHEMA_VERSION = 2
+"""2: every NUMA node is its number — ``memory_node``, ``cpu_node``, ``stand_in.node``, each
+result's and matrix pair's ``memory_node``/``cpu_node``, ``buffer.memory_nodes``, ``gpu.numa_node``,
+the fleet block's hosts' and ranks' nodes and ``machine.numa_nodes[].node`` (1 wrote ``"node2"``)."""
+
+
+def _nodes_to_numbers(d: Any, keys: tuple[str, ...]) -> Any:
+    """``d`` with each of ``keys`` that holds ``"nodeN"`` as ``N`` (other values left to the checks)."""
+    if not isinstance(d, dict):
+        return d
+    out = dict(d)
+    for k in keys:
+        v = out.get(k)
+        if isinstance(v, str) and node_number(v) is not None:
+            out[k] = node_number(v)
+    return out
+
+
+def _upgrade_1_to_2(rec: dict[str, Any]) -> dict[str, Any]:
+    """Schema 1 spelled NUMA nodes ``"node2"``; 2 holds the number. Only values that are nodes
+    move: names that may be a DAX device (``dax_device``) and mapping keys (``node_pages``) stay."""
+    pair = ("memory_node", "cpu_node")
+    rec = _nodes_to_numbers(rec, pair)
+    rec["machine"] = upgrade_machine(rec.get("machine"))
+    rec["stand_in"] = _nodes_to_numbers(rec.get("stand_in"), ("node",))
+    for k in ("results", "pairs"):
+        if isinstance(rec.get(k), list):
+            rec[k] = [_nodes_to_numbers(r, pair) for r in rec[k]]
+    buf = rec.get("buffer")
+    if isinstance(buf, dict) and isinstance(buf.get("memory_nodes"), list):
+        rec["buffer"] = {**buf, "memory_nodes": [node_number(n) if node_number(n) is not None else n
+                                                 for n in buf["memory_nodes"]]}
+    if isinstance(rec.get("gpu"), dict):
+        rec["gpu"] = _nodes_to_numbers(rec["gpu"], ("numa_node",))
+    fl = rec.get("fleet")
+    if isinstance(fl, dict):
+        fl = dict(fl)
+        for k in ("hosts", "ranks"):
+            if isinstance(fl.get(k), list):
+                fl[k] = [_fleet_entry(e) for e in fl[k]]
+        rec["fleet"] = fl
+    return rec
+
+
+def _fleet_entry(e: Any) -> Any:
+    """A fleet block's host or rank entry with its nodes as numbers."""
+    e = _nodes_to_numbers(e, ("memory_node", "cpu_node"))
+    if isinstance(e, dict):
+        for k in ("stand_in", "pool_device"):
+            if isinstance(e.get(k), dict):
+                e[k] = _nodes_to_numbers(e[k], ("node",))
+        if "machine_block" in e:
+            e["machine_block"] = upgrade_machine(e["machine_block"])
+    return e
+
+
+UPGRADES: dict = {1: _upgrade_1_to_2}  # schema n -> n+1 steps, applied in order
 
 
 @dataclass(frozen=True)
@@ -42,12 +102,7 @@ class BenchRecord:
         return self.data
 
 
-def _node_id(v: Any) -> int | None:
-    if isinstance(v, int) and not isinstance(v, bool):
-        return v
-    if isinstance(v, str) and v.startswith("node") and v[4:].isdigit():
-        return int(v[4:])
-    return None
+_node_id = node_number
 
 
 STAT_KEYS = ("median", "mean", "stdev", "min", "max", "p05", "p95", "n")
@@ -226,6 +281,7 @@ def convert_figure(record: BenchRecord, record_bytes: int = 1152, impl: str | No
     best = max(cs, key=lambda r: r["derived"]["bandwidth_bytes_per_s"])
     bw = float(best["derived"]["bandwidth_bytes_per_s"])
     src = (f"sactool bench convert ({want}, {best['params']['threads']} thread(s), {record_bytes} B x "
-           f"{best['params']['layers']} layers, {best['params']['tokens']} tokens, {best.get('memory_node') or record.memory_node})"
+           f"{best['params']['layers']} layers, {best['params']['tokens']} tokens, "
+           f"{node_name(record.memory_node if best.get('memory_node') is None else best['memory_node'])})"
            f": {bw / 1e9:.2f} GB/s")
     return bw, src

@@ -167,11 +167,11 @@ def _prepare(fleet: Fleet, opts, reader, res: dict, cpus: tuple[int, ...], share
     kind = topo.node(mem).kind if res["dax"] is None else "devdax"
     stand_in = None
     if res["dax"] is None and (topo.verdict.stand_in or kind != "cxl"):
-        stand_in = {"node": f"node{mem}", "kind": kind, "stands_in_for": "cxl",
+        stand_in = {"node": mem, "kind": kind, "stands_in_for": "cxl",
                     "reason": topo.verdict.reason if topo.verdict.stand_in else f"node{mem} is {kind}, not CXL memory"}
     gather_idx = api._prepare_gather(opts, size, llc) if opts.tests[0] == "gather" else []
     loc.info = {"rank": fleet.rank, "host": fleet.host, "machine": fleet.machine, "local_rank": fleet.local_rank,
-                "memory_node": f"node{mem}", "cpu_node": f"node{cpu_node}", "cpus": list(cpus),
+                "memory_node": mem, "cpu_node": cpu_node, "cpus": list(cpus),
                 "threads": list(threads), "size_bytes": size, "llc_bytes": llc, "buffer_rule": rule.to_data(),
                 "stand_in": stand_in,
                 "pool_device": (pool_device(topo, reader, mem, fleet.machine) if res["dax"] is None
@@ -231,11 +231,11 @@ def pool_device(topo, reader, mem: int, machine: str) -> dict[str, Any]:
     serials = sorted({s for s in (norm_serial(m.serial) for m in topo.memdevs_of_node(mem)) if s})
     if serials:
         return {"kind": "cxl", "key": "cxl:" + "+".join(serials), "memdev_serials": serials,
-                "node": f"node{mem}", "capacity_bytes": node.mem_total_bytes, "free_bytes": free.bytes,
+                "node": mem, "capacity_bytes": node.mem_total_bytes, "free_bytes": free.bytes,
                 "capacity_source": f"node{mem}/meminfo MemTotal"}
     boot = reader.str("proc/sys/kernel/random/boot_id") or "unknown-boot"
     return {"kind": node.kind, "key": f"{node.kind}:{machine}:{boot}:node{mem}", "memdev_serials": [],
-            "node": f"node{mem}", "capacity_bytes": node.mem_total_bytes, "free_bytes": free.bytes,
+            "node": mem, "capacity_bytes": node.mem_total_bytes, "free_bytes": free.bytes,
             "capacity_source": f"node{mem}/meminfo MemTotal; free: {free.source}"}
 
 

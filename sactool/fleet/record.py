@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from sactool import records
 from sactool.fleet.sweep import step_entry
+from sactool.units import node_name
 
 
 def activation_order(hosts: list[str]) -> list[int]:
@@ -82,7 +83,7 @@ def _warnings(state: dict) -> list[dict]:
     ranks = state["ranks"]
     extra = []
     if any(r["stand_in"] for r in ranks):
-        nodes = sorted({f"{r['host']}:{r['memory_node']}" for r in ranks if r["stand_in"]})
+        nodes = sorted({f"{r['host']}:{node_name(r['memory_node'])}" for r in ranks if r["stand_in"]})
         extra.append(records.warning("stand_in", f"{', '.join(nodes)}: not CXL memory, standing in for it",
                                      "figures describe this memory, not a CXL device"))
     low: dict[int, list[tuple[int, float]]] = {}
