@@ -58,7 +58,8 @@ def check_model(profile: Profile, extra: Sequence[str]) -> str:
             raise RecordError(f"{cfg_path} cannot be read: {e}", "check the model directory") from None
         if not isinstance(cfg, dict):
             raise RecordError(f"{cfg_path} is not a JSON object", "check the model directory")
-        text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+        tc = cfg.get("text_config")
+        text = tc if isinstance(tc, dict) else cfg
         arch = (cfg.get("architectures") or [None])[0]
         diffs = [f"architecture {arch} != {m.architecture}"] if arch != m.architecture else []
         for key, attr in _CONFIG_FIELDS:
