@@ -261,10 +261,10 @@ def _wait_unreaped(pid: int, timeout_s: float, argv) -> None:
 def probe_options(python: str, version: str, *, timeout_s: float = 120.0):
     """The option table of the SGLang ``python`` has (its own parser, imported there: seconds, as
     it imports torch), or (None, why) where it cannot be asked."""
-    from sactool.serve.sglang_options import OPTIONS_PROBE, table_of
+    from sactool.serve.sglang_options import options_probe, table_of
 
     try:
-        out, err = _run_probe([python, "-c", OPTIONS_PROBE], timeout_s)
+        out, err = _run_probe([python, "-c", options_probe()], timeout_s)
     except (OSError, subprocess.TimeoutExpired) as e:
         return None, str(e)
     t = table_of(out, version, f"SGLang {version}'s parser in {python}")
