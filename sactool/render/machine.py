@@ -434,6 +434,8 @@ def _rank_edges(sc: Scene, topo: Topology, plan, rank_gpus: Sequence[str | None]
 
 
 def _title(topo: Topology, plan) -> str:
-    where = "this system" if topo.live else f"recording {topo.sysfs_root.rstrip('/').rsplit('/', 1)[-1]}"
+    kind = topo.origin_of.kind
+    name = topo.sysfs_root.rstrip('/').rsplit('/', 1)[-1]
+    where = {"live": "this system", "recording": f"recording {name}", "generated": f"generated tree {name}"}[kind]
     kernel = topo.machine.get("kernel") or "?"
     return f"{'rank plan on ' if plan is not None else ''}{where} (kernel {kernel})"

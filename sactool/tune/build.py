@@ -310,6 +310,7 @@ def _bench_request(bench):
 
 def _alternatives(chosen, evals, n_feasible: int = 4, n_infeasible: int = 2) -> list[dict[str, Any]]:
     seen = {chosen.candidate}
+    ranked = sorted((e for e in evals if e.feasible), key=lambda e: e.mean_s)
     feas = sorted((e for e in evals if e.feasible and e.candidate not in seen), key=lambda e: e.mean_s)
     by_buf: dict[int, Any] = {}
     for e in sorted((e for e in evals if not e.feasible and e.mean_s < chosen.mean_s),
@@ -334,4 +335,4 @@ def _alternatives(chosen, evals, n_feasible: int = 4, n_infeasible: int = 2) -> 
     picked += infeas[:n_infeasible]
     return [{"candidate": e.candidate.label, "fetch_time_per_token_s": e.mean_s,
              "gpu_bytes_per_rank": e.gpu_bytes_per_rank, "feasible": e.feasible,
-             "reason": search.reason_lost(e, chosen)} for e in picked]
+             "reason": search.reason_lost(e, chosen, ranked)} for e in picked]
