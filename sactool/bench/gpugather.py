@@ -107,7 +107,8 @@ def run_gpu_gather(o: GpuGatherOptions, *, reader: SysfsReader | None = None, pr
     except KeyboardInterrupt:
         complete = False
     finally:
-        host_u8 = placed_u8 = dev_u8 = ms = None  # noqa: F841  (drop the views, and configs over them, first)
+        host_u8 = placed_u8 = dev_u8 = None  # noqa: F841  (drop the views, and configs over them, first)
+        ms = []  # noqa: F841
         from sactool.memory.placed import close_after
 
         close_after(buf)
@@ -295,7 +296,7 @@ def _stand_in(topo, mem, dax):
 
 
 def _path_warnings(gpu, topo, mem) -> list[dict]:
-    out = []
+    out: list[dict] = []
     if topo is None or mem is None or gpu.cpu_node is None or mem not in topo.node_ids:
         return out
     near = topo.nearest_cpu_node(mem)

@@ -109,6 +109,8 @@ def _resolve(opts, reader) -> dict[str, Any]:
             from sactool.memory import map_devdax
 
             map_devdax(opts.dax, reader=reader)   # the single-host bench's errors: missing, system-ram, unbound
+        if dev is None:
+            raise TopologyError(f"{name} is not a DAX device here", "see 'sactool probe'")
         (target,) = pool_targets(topo, reader, [name])
         if not target.capacity_bytes or dev.target_node is None:
             raise TopologyError(f"{name} reports no size or no target node", "see 'sactool probe'")
@@ -325,7 +327,11 @@ def run_fleet_bench(fleet: Fleet, opts, *, reader=None, write: Writer | None = N
     try:
         with fleet.signals():
             loc, prep = _prepare_local(fleet, opts, reader)
-            state["ranks"] = fleet.agree(lambda: _place(loc, prep, opts) or dict(loc.info, warnings=loc.warnings))
+            def placed(loc: _Local = loc) -> dict[str, Any]:
+                _place(loc, prep, opts)
+                return dict(loc.info, warnings=loc.warnings)
+
+            state["ranks"] = fleet.agree(placed)
             keys = fleet.agree(lambda: [m.cfg.key for m in loc.measures])
             if any(k != keys[0] for k in keys):
                 raise fleet.everywhere(FleetError("ranks built different configurations",
@@ -450,7 +456,8 @@ def _sweep(fleet: Fleet, opts, loc: _Local, proto, state: dict, write, progress)
                               "params": {m.cfg.key: _params(m) for m in loc.measures},
                               "tests": {m.cfg.key: m.test for m in loc.measures}})
         if fleet.is_root:
-            state["results"] = [standard_result(m, mine[(1, m.cfg.key)], state["ranks"][0]) for m in loc.measures]
+            state["results"] = [res for m in loc.measures
+                                if (res := standard_result(m, mine[(1, m.cfg.key)], state["ranks"][0])) is not None]
             state["steps"] = sweep_steps(state["ranks"], order, got)
             state["rounds_done"] = r + 1
             if write:

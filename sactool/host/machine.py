@@ -68,7 +68,7 @@ def machine_block(r: SysfsReader | None = None) -> dict[str, Any]:
     governor = r.str("sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")
     online = r.cpulist("sys/devices/system/cpu/online")
     tiers = node_tiers(r)
-    nodes = []
+    nodes: list[dict[str, Any]] = []
     for name in r.listdir(NODE_DIR):
         if not (name.startswith("node") and name[4:].isdigit()):
             continue
