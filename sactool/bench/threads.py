@@ -7,17 +7,19 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Callable, Sequence
+from typing import Callable, Sequence, TypeVar
+
+T = TypeVar("T")
 
 
-def run_pinned(cpus: Sequence[int], fn: Callable[[int], float]) -> list[float]:
+def run_pinned(cpus: Sequence[int], fn: Callable[[int], T]) -> list[T]:
     """Call ``fn(i)`` in a thread pinned to ``cpus[i]`` for every i; all start together (barrier).
 
     Returns each thread's return value; re-raises the first exception (KeyboardInterrupt included
     is handled by the caller, which runs in the main thread).
     """
     n = len(cpus)
-    out: list[float] = [0.0] * n
+    out: dict[int, T] = {}               # thread i -> fn(i); every i is there unless an error is raised
     errors: list[BaseException] = []
     barrier = threading.Barrier(n)
 
@@ -51,7 +53,7 @@ def run_pinned(cpus: Sequence[int], fn: Callable[[int], float]) -> list[float]:
     real = [e for e in errors if not isinstance(e, threading.BrokenBarrierError)]
     if real or errors:
         raise (real or errors)[0]
-    return out
+    return [out[i] for i in range(n)]
 
 
 def split(n: int, parts: int, align: int = 1) -> list[tuple[int, int]]:
