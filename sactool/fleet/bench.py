@@ -37,7 +37,7 @@ from typing import Any, Callable
 from sactool import records
 from sactool.inputfile import read_input
 from sactool.errors import ExitCode, Interrupted, TopologyError, UsageError
-from sactool.fleet.mpi import Fleet, FleetError, FleetInterrupted, Terminated
+from sactool.fleet.mpi import Fleet, FleetError, FleetInterrupted
 from sactool.fleet.record import activation_order, build_record, standard_result, sweep_steps
 from sactool.fleet.daxslice import check_fits_slice, dax_pool_device, fleet_slices
 from sactool.fleet.sweep import sweep_sizes
@@ -346,23 +346,6 @@ def run_fleet_bench(fleet: Fleet, opts, *, reader=None, write: Writer | None = N
             err.exit_code = e.exit_code
             raise err from None
         raise
-    except Terminated:   # a second SIGTERM on this rank: save, then end the whole job
-        _finish(fleet, opts, loc, state, write)
-        if loc is not None:
-            loc.buf = None  # a kernel thread may still read it: leave the mapping to the process's end
-        msg = "terminated (SIGTERM): " + _kept(state, write)
-        if fleet.size > 1:   # the other ranks would wait at the next exchange for this one
-            import sys
-
-            from sactool.textsafe import printable
-
-            if fleet.is_root:
-                sys.stderr.write(printable(f"error: {msg}\nhint: rerun to complete the sweep\n"))
-                sys.stderr.flush()
-            fleet.abort(int(ExitCode.TERMINATED))
-        if not fleet.is_root:
-            raise FleetError("terminated", exit_code=143, quiet=True) from None
-        raise Interrupted(msg, "rerun to complete the sweep") from None
     except FleetError as e:
         if state["ranks"] is not None:
             _finish(fleet, opts, loc, state, write)
