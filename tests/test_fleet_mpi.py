@@ -88,6 +88,12 @@ def test_bench_gather_sweep_on_four_ranks(four_ranks):
     assert "cpus_shared" in {w["code"] for w in rec.warnings}
     assert len({h["pool_device"]["key"] for h in fl["hosts"]}) == 1
     assert gather_figure(rec, 656).bandwidth_bytes_per_s > 0  # rank 0's one-rank result
+    # one spelling for a NUMA node (docs/reference/units.md): numbers in the fleet block too
+    from fixtures.nodespelling import bare_node_names
+
+    raw = json.loads(out.read_text())
+    assert raw["memory_node"] == 0 and {h["memory_node"] for h in raw["fleet"]["hosts"]} == {0}
+    assert bare_node_names(raw) == set(), bare_node_names(raw)
 
 
 def test_tune_fleet_writes_one_valid_profile_per_host(four_ranks, tmp_path, monkeypatch, capsys):

@@ -91,7 +91,7 @@ class GpuInfo:
         return {"index": self.index, "name": self.name,
                 "compute_capability": list(self.compute_capability) if self.compute_capability else None,
                 "sm_count": self.sm_count, "l2_bytes": self.l2_bytes, "pci_bus_id": self.pci_bus_id,
-                "numa_node": f"node{self.numa_node}" if self.numa_node is not None else None,
+                "numa_node": self.numa_node,
                 "cpu_node": self.cpu_node, "cpu_node_evidence": self.cpu_node_evidence,
                 "simulator": self.simulator, "numba_cuda": self.implementation,
                 "driver_version": self.driver_version}

@@ -154,7 +154,7 @@ def _emit(res, sens, *, fmt: str, explain: bool, plot: Optional[Path], force: bo
     if plot is not None:
         from sactool.cli.common import write_result
         from sactool.render import note
-        from sactool.render.simulate import plot_png
+        from sactool.render.simfigure import plot_png
 
         write_result(plot, plot_png(res), force=force, kind="simulate-plot", suffix=".png")
         note(f"plot: {plot}")

@@ -113,7 +113,7 @@ class SimulationResult:
 
         from sactool.host.machine import machine_block
 
-        d = header("simulation", 1)
+        d = header("simulation", 2)   # 2: machine.numa_nodes[].node is a number
         # the host that ran the model (the simulated platform is described by `platform`/`inputs`)
         d["machine"] = machine_block()
         d.update({f.name: to_data(getattr(self, f.name)) for f in dataclasses.fields(self)})
