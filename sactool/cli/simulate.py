@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
@@ -12,7 +12,10 @@ from sactool.data import paper_platform
 from sactool.errors import UsageError
 from sactool.simulate.platform import CASES
 
-Case = choices("Case", CASES)
+if TYPE_CHECKING:   # choices() builds these str Enums from data at run time: the checker sees their base
+    from enum import Enum as Case
+else:
+    Case = choices("Case", CASES)
 
 EXAMPLE = example("sactool simulate --platform sactool/data/platforms/sac-paper.yaml --explain",
                   "sactool simulate --profile myhost.yaml --context 32k,128k --concurrency 8,16,32,64 --plot sim.png")
