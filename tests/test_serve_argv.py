@@ -218,6 +218,14 @@ def test_model_checks(tmp_path):
     assert ei.value.exit_code == ExitCode.MODEL_MISMATCH and "config.json" in ei.value.message
 
 
+@pytest.mark.parametrize("archs", [7, "DeepseekV32ForCausalLM", [1, 2], {"a": 1}])
+def test_a_config_whose_architectures_is_not_a_list_of_names_is_a_record_error(tmp_path, archs):
+    # a number was a TypeError traceback; a string compared only its first character ("D")
+    with pytest.raises(Exception) as ei:
+        check_model(load_profile(ONE), ["--model-path", _config(tmp_path, architectures=archs)])
+    assert ei.value.exit_code == ExitCode.RECORD and "not a list of class names" in ei.value.message
+
+
 # ---- SGLang version and entry points ------------------------------------------------------
 
 @pytest.mark.parametrize("v, spec, ok", [

@@ -4,9 +4,14 @@ bandwidth, gather bandwidth vs record size), buffer/placement line; warnings go 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.markup import escape as esc
 
 from sactool.units import format_bytes, format_rate, node_name
+
+if TYPE_CHECKING:   # matplotlib is imported only where a picture is drawn
+    from matplotlib.transforms import Bbox
 
 BAR = 28
 
@@ -81,7 +86,9 @@ def render_bench(rec, console=None, err=None) -> None:
 
     def m(r: dict, text: str) -> str:
         """The figure with the marks of the warnings raised for its result (legend below the tables)."""
-        return text + "".join(MARKS[k] for k in MARKS if k in hit.get(r.get("key"), ()))
+        key = r.get("key")
+        codes = hit.get(key, set()) if key is not None else set()
+        return text + "".join(MARKS[k] for k in MARKS if k in codes)
     _header(c, rec)
     by: dict[str, list[dict]] = {}
     for r in rec.results:
@@ -302,7 +309,7 @@ def _label_delays(fig, ax, xs, ys, rs) -> None:
     frame = ax.get_window_extent(renderer)   # inside the panel: not cut at its edge
     order = sorted(range(len(rs)), key=lambda i: (rs[i]["params"].get("inject_delay_iterations") is not None,
                                                   i != len(rs) - 1, i))
-    placed = []
+    placed: list[Bbox] = []
     for i in order:
         d = rs[i]["params"].get("inject_delay_iterations")
         for off in LABEL_OFFSETS:
@@ -332,7 +339,7 @@ def warning_lines(rec) -> list[tuple[str, str, str | None]]:
     groups: dict[str, list[dict]] = {}
     for w in rec.warnings:
         groups.setdefault(w["code"], []).append(w)
-    out = []
+    out: list[tuple[str, str, str | None]] = []
     for code, ws in groups.items():
         per = [(k, w) for w in ws if (k := _result_key(w.get("message") or "", keys)) is not None]
         if len(per) < 2 or len(per) != len(ws):

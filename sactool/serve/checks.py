@@ -60,7 +60,11 @@ def check_model(profile: Profile, extra: Sequence[str]) -> str:
             raise RecordError(f"{cfg_path} is not a JSON object", "check the model directory")
         tc = cfg.get("text_config")
         text = tc if isinstance(tc, dict) else cfg
-        arch = (cfg.get("architectures") or [None])[0]
+        archs = cfg.get("architectures")
+        if archs is not None and not (isinstance(archs, list) and all(isinstance(a, str) for a in archs)):
+            raise RecordError(f"{cfg_path}: architectures is {str(archs)[:60]!r}, not a list of class names",
+                              "check the model directory (Hugging Face writes e.g. [\"DeepseekV32ForCausalLM\"])")
+        arch = (archs or [None])[0]
         diffs = [f"architecture {arch} != {m.architecture}"] if arch != m.architecture else []
         for key, attr in _CONFIG_FIELDS:
             if key in text and text[key] != getattr(m, attr):

@@ -81,7 +81,7 @@ def _by_buffer(chosen, evals) -> list[dict[str, Any]]:
 def _gpu_nodes(d) -> tuple[int, ...]:
     """The CPU node of GPUs 0..tp-1 when the probe saw them all with a node, else () (SGLang asks NVML)."""
     nodes = tuple(getattr(d.pool, "gpu_nodes", ())[:d.o.tp])
-    return nodes if len(nodes) == d.o.tp and all(n is not None for n in nodes) else ()  # type: ignore[return-value]
+    return nodes if len(nodes) == d.o.tp and all(n is not None for n in nodes) else ()
 
 
 def _visible() -> str:
