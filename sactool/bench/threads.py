@@ -33,12 +33,12 @@ def run_pinned(cpus: Sequence[int], fn: Callable[[int], T]) -> list[T]:
             barrier.abort()
 
     ts = [threading.Thread(target=work, args=(i,), daemon=True, name=f"sactool-cpu{cpus[i]}") for i in range(n)]
-    interrupted = False
+    interrupted: KeyboardInterrupt | None = None
     try:
         for t in ts:
             t.start()
-    except KeyboardInterrupt:   # a signal while starting: the started threads must not outlive the buffer
-        interrupted = True
+    except KeyboardInterrupt as e:   # a signal while starting: the started threads must not outlive the buffer
+        interrupted = interrupted or e
         barrier.abort()
     # a thread counts as started once it has an ident: a signal inside t.start() (it waits for the new
     # thread to run) arrives after the thread exists, and that thread holds views of the buffer too
@@ -46,10 +46,10 @@ def run_pinned(cpus: Sequence[int], fn: Callable[[int], T]) -> list[T]:
         while t.is_alive():
             try:
                 t.join(0.05)  # short joins keep the main thread responsive to Ctrl-C
-            except KeyboardInterrupt:
-                interrupted = True  # the kernels are bounded: let them finish before the buffer goes
-    if interrupted:
-        raise KeyboardInterrupt
+            except KeyboardInterrupt as e:
+                interrupted = interrupted or e  # the kernels are bounded: let them finish before the buffer goes
+    if interrupted is not None:
+        raise interrupted   # the first one as it came: a SIGTERM stays errors.Terminated
     real = [e for e in errors if not isinstance(e, threading.BrokenBarrierError)]
     if real or errors:
         raise (real or errors)[0]
