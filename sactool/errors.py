@@ -7,6 +7,11 @@ the CLI prints ``error: <message>`` and ``hint: <hint>`` on stderr and exits wit
 from __future__ import annotations
 
 import enum
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 
 class ExitCode(enum.IntEnum):
@@ -85,10 +90,11 @@ class OutputError(SactoolError):
 
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised where the signal arrives so every path that keeps finished work on Ctrl-C
-    (``except KeyboardInterrupt``) keeps it on SIGTERM too; the exit code is then 143."""
+    (``except KeyboardInterrupt``) keeps it on SIGTERM too; the exit code is then 143. The one
+    class for the whole tool: fleet ranks (:mod:`sactool.fleet.mpi`) use it and this policy too."""
 
 
-_SIGNALLED: dict[str, int | None] = {"signal": None, "count": 0}
+_SIGNALLED: dict[str, int | None] = {"signal": None, "count": 0, "deferred": 0}
 
 
 def handle_sigterm() -> None:
@@ -98,7 +104,11 @@ def handle_sigterm() -> None:
 
     An exception raised while Python runs a ctypes callback (llvmlite's object-cache hook while
     numba compiles) is printed and dropped, so the signal is also kept in :data:`_SIGNALLED` and
-    :func:`check_signalled` raises it again at the next measurement step."""
+    :func:`check_signalled` raises it again at the next measurement step.
+
+    Inside :func:`deferred_signals` the first signal is only recorded, not raised: the work that
+    deferred it stops at its own next safe point (a fleet rank: the next exchange, which carries
+    it to every rank)."""
     import signal
 
     def handler(signum, frame):
@@ -106,11 +116,39 @@ def handle_sigterm() -> None:
         if _SIGNALLED["signal"] is not None:
             return   # already on its way out: counted, the save goes on
         _SIGNALLED["signal"] = signum
+        if _SIGNALLED["deferred"]:
+            return   # recorded: the deferring work stops at its next safe point
         raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, handler)
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, handler)
+
+
+@contextmanager
+def deferred_signals() -> Iterator[None]:
+    """The policy of :func:`handle_sigterm` (installed here if it is not yet), except that the
+    first SIGINT/SIGTERM is recorded, not raised, until the block ends: for work that must not be
+    cut in the middle of a step others wait on (an MPI collective). The block polls
+    :func:`pending_signal` at its safe points; later signals are counted, as everywhere. The
+    handlers found on entry are restored on exit; what was recorded stays (:func:`signalled`)."""
+    import signal
+
+    old = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    handle_sigterm()
+    _SIGNALLED["deferred"] = int(_SIGNALLED["deferred"] or 0) + 1
+    try:
+        yield
+    finally:
+        _SIGNALLED["deferred"] = int(_SIGNALLED["deferred"] or 0) - 1
+        for s, h in old.items():
+            if h is not None:
+                signal.signal(s, h)
+
+
+def pending_signal() -> int | None:
+    """The first SIGINT/SIGTERM recorded since :func:`handle_sigterm` (its number), or None."""
+    return _SIGNALLED["signal"]
 
 
 def ignore_further_signals() -> None:
@@ -132,11 +170,12 @@ def signalled() -> bool:
 def check_signalled() -> None:
     """Raise the interrupt a signal asked for if it has not stopped the work yet (see
     :func:`handle_sigterm`); measurement loops call this between steps. Work that has caught the
-    interrupt never calls it again, so the saving path is not interrupted twice."""
+    interrupt never calls it again, so the saving path is not interrupted twice. Inside
+    :func:`deferred_signals` it raises nothing: the deferring work stops at its own safe point."""
     import signal
 
     sig = _SIGNALLED["signal"]
-    if sig is not None:
+    if sig is not None and not _SIGNALLED["deferred"]:
         raise Terminated if sig == signal.SIGTERM else KeyboardInterrupt
 
 

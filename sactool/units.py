@@ -209,3 +209,30 @@ def format_percent(fraction: float | None, digits: int = 2) -> str:
 def format_tokens(n: int) -> str:
     """16384 → ``"16K"``; 5000 → ``"5000"``."""
     return f"{n // 1024}K" if n % 1024 == 0 and n >= 1024 else str(n)
+
+
+_NODE_NAME_RE = re.compile(r"^node(\d+)$")
+
+
+def node_number(value: object) -> int | None:
+    """A NUMA node as records hold it (docs/reference/units.md: the kernel's integer, ``2``) from
+    either spelling: ``2`` or the ``"node2"`` of records written before that rule. None for
+    anything else (None, a DAX device name, a bool)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value if value >= 0 else None
+    if isinstance(value, str):
+        m = _NODE_NAME_RE.match(value)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+def node_name(value: object, unknown: str = "?") -> str:
+    """A NUMA node as people read it: ``node2`` (from ``2`` or ``"node2"``); another string (a pool
+    target such as ``dax0.0``) unchanged; ``unknown`` for None."""
+    n = node_number(value)
+    if n is not None:
+        return f"node{n}"
+    if value is None or value == "":
+        return unknown
+    return str(value)

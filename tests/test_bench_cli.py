@@ -26,10 +26,13 @@ def test_gather_json_stdout_is_data_and_record_loads(tmp_path, capsys):
     cap = capsys.readouterr()
     assert code == 0, cap.err
     data = json.loads(cap.out)  # stdout carries only the record
-    assert data["kind"] == "bench" and data["schema_version"] == 1 and data["machine"]["live"] is True
-    assert data["memory_node"] == "node0" and data["cpus"] and data["buffer"]["verified_fraction"] == 1.0
+    assert data["kind"] == "bench" and data["schema_version"] == 2 and data["machine"]["live"] is True
+    # a NUMA node is its number (docs/reference/units.md); a mapping key stays nodeN
+    assert data["memory_node"] == 0 and data["cpu_node"] == 0 and data["results"][0]["memory_node"] == 0
+    assert data["buffer"]["memory_nodes"] == [0] and data["machine"]["numa_nodes"][0]["node"] == 0
+    assert data["cpus"] and data["buffer"]["verified_fraction"] == 1.0
     assert data["buffer"]["node_pages"] == {"node0": data["buffer"]["pages_total"]}
-    assert "hugepage_fraction" in data["buffer"] and data["stand_in"]["node"] == "node0"
+    assert "hugepage_fraction" in data["buffer"] and data["stand_in"]["node"] == 0
     assert any(w["code"] == "stand_in" for w in data["warnings"])
     assert "stand_in" in cap.err  # warnings also on stderr
     rs = [r for r in data["results"] if r["test"] == "gather"]

@@ -102,3 +102,62 @@ def test_load_roundtrip_newer_and_corrupt(tmp_path):
         load_bench(p)
     with pytest.raises(RecordError):
         load_bench(tmp_path / "missing.json")
+
+
+# ---- refusals (the schema, sactool/bench/record.py): where, which field, the hint ----------------
+def _damaged(damage):
+    d = make_record([gather_result(656, 1, 100.0), gather_result(1152, 2, 150.0)]).data
+    d = json.loads(json.dumps(d))
+    d["results"][1]["key"] = "gather/1152B/2t"
+    damage(d)
+    return d
+
+
+HINT = "the record was edited or damaged: re-run 'sactool bench … --out'"
+R1 = "bench record: results[1] (gather/1152B/2t)"
+
+
+@pytest.mark.parametrize("damage, message, hint", [
+    (lambda d: d["results"][1].update(test=7), "bench record: results[1] (gather/1152B/2t) has no test name", HINT),
+    (lambda d: d["results"][1].pop("params"), f"{R1} has no 'params' mapping", HINT),
+    (lambda d: d["results"][1].update(stats=[1]), f"{R1} has no 'stats' mapping", HINT),
+    (lambda d: d["results"][1].pop("derived"), f"{R1} has no 'derived' mapping", HINT),
+    (lambda d: d["results"][1]["stats"].pop("p05") and d["results"][1]["stats"].pop("n"), f"{R1}: stats lacks p05, n", HINT),
+    (lambda d: d["results"][1]["stats"].update(mean=float("nan")), f"{R1}: stats.mean is nan, not a finite number", HINT),
+    (lambda d: d["results"][1]["stats"].update(max=True), f"{R1}: stats.max is True, not a finite number", HINT),
+    (lambda d: d["results"][1]["stats"].update(n=2.5), f"{R1}: stats.n is 2.5, not a finite number >= 1", HINT),
+    (lambda d: d["results"][1]["derived"].update(extra_ns="x"), f"{R1}: derived.extra_ns is 'x', not a finite number", HINT),
+    (lambda d: d["results"][1]["params"].update(threads=0), f"{R1}: params.threads is 0, not a positive integer", HINT),
+    (lambda d: d["results"][1]["derived"].update(ns_per_record=-1.0),
+     f"{R1}: derived.ns_per_record is -1.0, not a positive number", HINT),
+    (lambda d: d.update(results={"a": 1}), "bench record has no valid 'results' list", "re-run 'sactool bench'"),
+    (lambda d: d.pop("results"), "bench record has no valid 'results' list", "re-run 'sactool bench'"),
+    (lambda d: d["results"][0].pop("test"), "bench record has no valid 'results' list", "re-run 'sactool bench'"),
+    (lambda d: d.update(cpus=[0, "one"]), "bench record: cpus holds 'one', not a CPU number", HINT),
+    (lambda d: d.update(cpus="0-3"), "bench record: cpus is '0-3', not a list of CPU numbers", HINT),
+])
+def test_each_refusal_names_the_result_and_field(damage, message, hint):
+    with pytest.raises(RecordError) as e:
+        from_data(_damaged(damage))
+    assert (e.value.message, e.value.hint) == (message, hint)
+    assert e.value.exit_code == 4
+
+
+def test_gpu_gather_figures_are_checked_and_other_tests_not():
+    g = gather_result(656, 1, 100.0)
+    gpu = dict(g, test="gpu_gather", params={"record_bytes": 656, "topk": 8, "blocks": 1, "threads_per_block": 0},
+               derived={"bandwidth_bytes_per_s": 1e9, "topk_step_us": 3.0, "records_per_s": 1e6})
+    with pytest.raises(RecordError, match=r"params.threads_per_block is 0, not a positive integer"):
+        make_record([gpu])
+    # a latency result has no gather params; an empty derived block (an interrupted gather) is kept
+    lat = dict(g, test="latency", params={}, derived={"latency_ns": 90.0})
+    rec = make_record([lat, dict(g, derived={})])
+    assert rec.results[0]["derived"] == {"latency_ns": 90.0} and rec.cpus == (0, 1) and rec.complete
+
+
+def test_what_the_schema_does_not_read_is_kept_as_stored():
+    d = _damaged(lambda d: d["results"][0].update(raw=[{"seconds": 1}], on_cpu_fraction=0.97))
+    d["results"][0]["stats"]["extra"] = "kept"
+    rec = from_data(json.loads(json.dumps(d)))
+    assert rec.results[0]["raw"] == [{"seconds": 1}] and rec.results[0]["stats"]["extra"] == "kept"
+    assert rec.data["results"] == d["results"]

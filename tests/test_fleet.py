@@ -44,7 +44,7 @@ def test_pool_map_matches_memdevs_by_serial(hosts):
     assert [d["serial"] for d in shared_devices(pm)] == ["0x1001"]
     ram = {h["host"]: h for h in by["0x1001"]["hosts"]}
     # on 6.12 the volatile region was onlined by kmem as node2; on 6.1 no region could be created
-    assert ram["ram__10-region"]["nodes"] == ["node2"] and ram["ram__10-region"]["dax_devices"] == ["dax0.0"]
+    assert ram["ram__10-region"]["nodes"] == [2] and ram["ram__10-region"]["dax_devices"] == ["dax0.0"]
     assert ram["ram-k6.1__10-region"]["regions"] == [] and ram["ram-k6.1__10-region"]["nodes"] == []
     assert {h["capacity_bytes"] for h in by["0x1001"]["hosts"]} == {256 << 20}
     assert pm["unmatched"] == [] and pm["warnings"] == []
@@ -247,7 +247,7 @@ def test_pool_map_two_socket_recordings(tmp_path):
     assert sorted(by) == ["0x3001", "0x3002"] and all(d["shared"] for d in by.values())
     assert {h["memdev"] for h in by["0x3001"]["hosts"]} == {"mem1"} and {h["memdev"] for h in by["0x3002"]["hosts"]} == {"mem0"}
     onlined = {h["host"]: h["nodes"] for h in by["0x3001"]["hosts"]}
-    assert onlined == {"sac2s__10-region": ["node2"], "sac2s__20-devdax": []}
+    assert onlined == {"sac2s__10-region": [2], "sac2s__20-devdax": []}
     dax = {tuple(g["memdev_serials"]): sorted((h["dax"], h["mode"]) for h in g["hosts"]) for g in pm["dax_devices"]}
     assert dax == {("0x3001",): [("dax0.0", "devdax"), ("dax0.0", "system-ram")],
                    ("0x3002",): [("dax1.0", "devdax"), ("dax1.0", "system-ram")]}

@@ -88,6 +88,12 @@ def test_bench_gather_sweep_on_four_ranks(four_ranks):
     assert "cpus_shared" in {w["code"] for w in rec.warnings}
     assert len({h["pool_device"]["key"] for h in fl["hosts"]}) == 1
     assert gather_figure(rec, 656).bandwidth_bytes_per_s > 0  # rank 0's one-rank result
+    # one spelling for a NUMA node (docs/reference/units.md): numbers in the fleet block too
+    from fixtures.nodespelling import bare_node_names
+
+    raw = json.loads(out.read_text())
+    assert raw["memory_node"] == 0 and {h["memory_node"] for h in raw["fleet"]["hosts"]} == {0}
+    assert bare_node_names(raw) == set(), bare_node_names(raw)
 
 
 def test_tune_fleet_writes_one_valid_profile_per_host(four_ranks, tmp_path, monkeypatch, capsys):
@@ -242,3 +248,38 @@ def test_a_rank_interrupted_or_killed_stops_all_and_rank0_keeps_finished_steps(t
         assert p.returncode != 0
     if sig == signal.SIGSTOP:
         assert "did not arrive within 10 s" in err
+
+
+@pytest.mark.parametrize("victim", [0, 1], ids=["rank0", "rank1"])
+def test_two_sigterms_on_one_rank_are_counted_not_an_abort(tmp_path, victim):
+    """Issue 19: one signal policy (sactool.errors) for fleet ranks too. Two SIGTERMs 50 ms apart to
+    one rank (GNU ``timeout`` signals its child, then the group): the second is counted, not fatal —
+    every rank stops at the next exchange, rank 0 writes the finished rounds and the job exits 143,
+    with no ``MPI_Abort`` (it used to end the job from the second signal on)."""
+    out = tmp_path / "fleet.json"
+    cmd = _launcher() + ["-n", "2", SACTOOL, "bench", "gather", "--preset", "fast", "-r", "64,656,1152,4096",
+                         *SMALL, "--out", str(out)]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                         env=_env(tmp_path))
+    try:
+        deadline = time.monotonic() + HANG_GUARD_S
+        while not out.exists() and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert out.exists(), "the first round never finished"
+        pid = _rank_pids(p.pid)[victim]
+        os.kill(pid, signal.SIGTERM)
+        time.sleep(0.05)
+        os.kill(pid, signal.SIGTERM)
+        signalled = time.monotonic()
+        _, err = p.communicate(timeout=HANG_GUARD_S)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 143, err
+    assert "MPI_ABORT" not in err and err.count("error: terminated: ") == 1, err
+    assert time.monotonic() - signalled < 60, err
+    rec = json.loads(out.read_text())
+    fl = rec["fleet"]
+    assert not rec["complete"] and 1 <= fl["rounds_done"] < rec["protocol"]["rounds"]
+    assert all(len(r["raw"]) == fl["rounds_done"] for s in fl["sweep"] for r in s["per_rank"])
+    assert "interrupted" in {w["code"] for w in rec["warnings"]}

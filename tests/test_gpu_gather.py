@@ -112,7 +112,7 @@ records.atomic_write(p, records.dumps(rec.data, "json"))
 back = load_bench(p)
 print(json.dumps({"complete": back.complete, "results": back.results, "gpu": back.data["gpu"],
                   "warnings": [w["code"] for w in back.warnings], "buffer": back.buffer,
-                  "registration": back.data["registration"], "tests": back.data["tests"]}))
+                  "registration": back.data["registration"], "tests": back.data["tests"], "record": rec.data}))
 """
 
 
@@ -138,6 +138,12 @@ def test_sweep_record_under_the_simulator(tmp_path):
     assert any("workload model" in r["params"]["index_source"] for r in gathers)
     assert got["buffer"]["placement"]["method"] == "mbind" and got["buffer"]["verified_fraction"] == 1.0
     assert got["registration"]["method"].startswith("simulator")
+    # one spelling for a NUMA node (docs/reference/units.md): numbers, not "node0"
+    from fixtures.nodespelling import bare_node_names
+
+    rec = got["record"]
+    assert rec["memory_node"] == 0 and {r["memory_node"] for r in rec["results"]} == {0}
+    assert bare_node_names(rec) == set(), bare_node_names(rec)
 
 
 def test_no_gpu_is_one_line_and_exit_3():

@@ -150,3 +150,19 @@ def test_a_damaged_gpu_result_is_refused_on_load(tmp_path):
     with pytest.raises(RecordError) as e:
         load_bench(p)
     assert "params.blocks" in e.value.message
+
+
+def test_a_target_with_no_usable_figure_says_why_for_both_paths(tmp_path, machine):
+    """Records of the pool targets that hold neither a GPU figure at these record bytes nor a CPU
+    gather: one error naming the target, the GPU figure's reason and the CPU gather's."""
+    from sactool.host.sysfs import SysfsReader
+    from sactool.memory.nodes import topology
+    from sactool.tune.pool import from_bench, pool_info
+
+    pool = pool_info(topology(SysfsReader(machine("sac2s__30-system-ram"))))
+    with pytest.raises(RecordError) as e:
+        from_bench([gpu_record(tmp_path / "a.json"), gpu_record(tmp_path / "b.json", "node3")], 1152, pool, {},
+                   strict=False, blocks=8, swap_in_block=960, top_k=2048)
+    m = e.value.message
+    assert m.startswith("no usable fetch figure for pool target node2: ")
+    assert "do not include 1152 B records" in m and "no gather results" in m and "gpu-gather" in e.value.hint

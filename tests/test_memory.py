@@ -26,7 +26,7 @@ def test_bind_node0_verified_every_page():
         assert r.verified_fraction == 1.0
         assert 0 <= r.hugepage_bytes <= 32 * MiB
         d = buf.describe()
-        assert d["memory_nodes"] == ["node0"] and d["verified_fraction"] == 1.0
+        assert d["memory_nodes"] == [0] and d["verified_fraction"] == 1.0
         a = buf.array("uint64")
         assert a.size == 32 * MiB // 8 and a.ctypes.data == buf.address
         a[:] = 7  # writable through the buffer protocol

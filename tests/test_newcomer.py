@@ -35,7 +35,7 @@ def test_simulate_plot_at_one_concurrency_puts_context_on_the_x_axis():
     column of twelve points at x = 64), and the x axis says so."""
     pytest.importorskip("matplotlib", reason="--plot needs the 'plot' extra")
     from sactool.data import paper_platform
-    from sactool.render.simulate import simulation_figure
+    from sactool.render.simfigure import simulation_figure
     from sactool.simulate.api import SimulationOptions, simulate
     from sactool.simulate.platform import load_platform
 
@@ -57,7 +57,7 @@ def test_simulate_plot_local_dram_does_not_hide_sac_where_they_coincide():
     pytest.importorskip("matplotlib", reason="--plot needs the 'plot' extra")
     from matplotlib.colors import to_rgba
 
-    from sactool.render.simulate import STYLE
+    from sactool.render.simfigure import STYLE
 
     dram, sac = STYLE["dram"], STYLE["sac"]
     assert dram["markerfacecolor"] == "none" or to_rgba(dram["markerfacecolor"])[3] == 0

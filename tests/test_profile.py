@@ -54,14 +54,14 @@ def test_upgrade_steps_run_in_order(tmp_path, monkeypatch):
     import sactool.profile as prof
 
     d = _data(tmp_path)
-    assert from_data(d).schema_version == prof.SCHEMA_VERSION == 2   # current: nothing to upgrade
+    assert from_data(d).schema_version == prof.SCHEMA_VERSION == 3   # current: nothing to upgrade
     old = dict(d, schema_version=0)
     with pytest.raises(RecordError):        # no valid schema_version < 1 exists
         from_data(old)
-    monkeypatch.setattr(prof, "SCHEMA_VERSION", 3)
-    monkeypatch.setattr(prof, "_UPGRADES", {**prof._UPGRADES, 2: lambda r: {**r, "request": {"upgraded": True}}})
+    monkeypatch.setattr(prof, "SCHEMA_VERSION", 4)
+    monkeypatch.setattr(prof, "_UPGRADES", {**prof._UPGRADES, 3: lambda r: {**r, "request": {"upgraded": True}}})
     up = prof.from_data(dict(d, schema_version=1))
-    assert up.request == {"upgraded": True} and up.schema_version == 3
+    assert up.request == {"upgraded": True} and up.schema_version == 4
 
 
 def test_schema_1_profile_without_workload_block_is_accepted(tmp_path, capsys):
@@ -75,7 +75,7 @@ def test_schema_1_profile_without_workload_block_is_accepted(tmp_path, capsys):
     v1 = tmp_path / "v1.yaml"
     v1.write_text(yaml.safe_dump(d))
     p = load_profile(v1)
-    assert p.schema_version == 2 and p.workload is None
+    assert p.schema_version == 3 and p.workload is None
     assert main(["profile", "validate", str(v1)]) == 0
     assert main(["profile", "show", str(v1)]) == 0
     o, _ = capsys.readouterr()

@@ -153,7 +153,7 @@ def test_bench_plot_without_plottable_tests_is_refused_before_the_work(tmp_path,
 
 def test_simulate_plot_shows_every_placement_and_tbt():
     from sactool.data import paper_platform
-    from sactool.render.simulate import simulation_figure
+    from sactool.render.simfigure import simulation_figure
     from sactool.simulate.api import SimulationOptions, simulate
     from sactool.simulate.platform import load_platform
 

@@ -218,6 +218,14 @@ def test_model_checks(tmp_path):
     assert ei.value.exit_code == ExitCode.MODEL_MISMATCH and "config.json" in ei.value.message
 
 
+@pytest.mark.parametrize("archs", [7, "DeepseekV32ForCausalLM", [1, 2], {"a": 1}])
+def test_a_config_whose_architectures_is_not_a_list_of_names_is_a_record_error(tmp_path, archs):
+    # a number was a TypeError traceback; a string compared only its first character ("D")
+    with pytest.raises(Exception) as ei:
+        check_model(load_profile(ONE), ["--model-path", _config(tmp_path, architectures=archs)])
+    assert ei.value.exit_code == ExitCode.RECORD and "not a list of class names" in ei.value.message
+
+
 # ---- SGLang version and entry points ------------------------------------------------------
 
 @pytest.mark.parametrize("v, spec, ok", [
@@ -373,3 +381,89 @@ def test_a_target_sglang_of_another_version_is_read_with_its_own_parser(tmp_path
     assert any("read with SGLang 0.5.24's own parser (6 options)" in c for c in out["checks"])
     assert main([*args, "--tp", "8"]) == 2                         # --tp-size and --tp-rank: ambiguous there
     assert "could be --tp-rank, --tp-size" in capsys.readouterr().err
+    assert main([*args, "--new-knob", "three"]) == 2               # its parser's type, read there
+    assert "--new-knob 'three': SGLang 0.5.24 wants an integer" in capsys.readouterr().err
+
+
+# ---- option values: as SGLang's parser converts and checks them ------------------------------
+
+@pytest.mark.parametrize("extra,says,hint", [
+    (["--tp-size", "four"], "--tp-size 'four': SGLang 0.5.23 wants an integer", "an integer"),
+    (["--tp=4.5"], "--tp-size '4.5': SGLang 0.5.23 wants an integer", "an integer"),
+    (["--kv-cache-dtype", "fp8_e4m4"], "--kv-cache-dtype 'fp8_e4m4' is not one of SGLang 0.5.23's choices",
+     "did you mean --kv-cache-dtype fp8_e4m3?"),
+    (["--log-level-http=loud"], "", ""),                          # str without choices: any value
+    (["--mem-fraction-static", "most"], "wants a number", "a number"),
+    (["--preferred-sampling-params", "{not json"], "wants JSON", "JSON"),
+])
+def test_values_sglangs_parser_refuses_are_refused(extra, says, hint):
+    if not says:
+        assert check_conflicts(load_profile(ONE), extra)
+        return
+    with pytest.raises(Exception) as ei:
+        check_conflicts(load_profile(ONE), extra)
+    e = ei.value
+    assert e.exit_code == ExitCode.USAGE and says in e.message and hint in e.hint, (e.message, e.hint)
+
+
+def test_value_checks_agree_with_argparse_itself():
+    """The oracle is argparse: a parser with the kinds of options SGLang defines (int, float, str
+    with choices, json.loads, a list of ints, int choices, a type sactool does not apply), read
+    through option_entries as the shipped table is, accepts exactly the extras resolve accepts."""
+    import argparse
+    import contextlib
+    import io
+
+    from sactool.errors import UsageError
+    from sactool.serve.sglang_options import _table, option_entries, resolve
+
+    def knob(v):        # a type callable of the engine's own (as human_readable_int): not applied
+        return int(v.rstrip("K")) * 1000
+
+    p = argparse.ArgumentParser(prog="sglang serve")
+    p.add_argument("--tp-size", type=int)
+    p.add_argument("--frac", type=float)
+    p.add_argument("--dtype", type=str, choices=["auto", "bf16", "fp8_e4m3"])
+    p.add_argument("--mode", choices=["a", "b"])
+    p.add_argument("--cfg", type=json.loads)
+    p.add_argument("--ids", type=int, nargs="+")
+    p.add_argument("--level", type=int, choices=[1, 2, 4])
+    p.add_argument("--budget", type=knob)
+    t = _table("9.9", json.loads(json.dumps(option_entries(p))), "a test parser")
+    cases = {"--tp-size": ["4", "four", "4.0", "-2"], "--frac": ["0.8", "1e-3", "most", "nan"],
+             "--dtype": ["bf16", "fp8", "BF16"], "--mode": ["a", "c"], "--cfg": ['{"a": 1}', "{a}", "3"],
+             "--ids": ["1", "x"], "--level": ["2", "3", "two"], "--budget": ["4K"]}
+    checked = 0
+    for opt, values in cases.items():
+        for v in values:
+            for argv in ([opt, v], [f"{opt}={v}"]):
+                with contextlib.redirect_stderr(io.StringIO()):
+                    try:
+                        p.parse_args(argv)
+                        ok = True
+                    except SystemExit:
+                        ok = False
+                try:
+                    resolve(argv, t)
+                    mine = True
+                except UsageError:
+                    mine = False
+                assert mine == ok, (argv, ok)
+                checked += 1
+    assert checked == 2 * sum(map(len, cases.values()))
+    # a list option: each value converted, as argparse does
+    assert resolve(["--ids", "1", "2"], t) == ["--ids", "1", "2"] and p.parse_args(["--ids", "1", "2"]).ids == [1, 2]
+    with pytest.raises(UsageError, match="--ids 'x'"):
+        resolve(["--ids", "1", "x"], t)
+    # a value with spaces after '=' is still the option's (argparse reads the option before the space)
+    assert resolve(['--cfg={"a": 1}'], t) == ['--cfg={"a": 1}'] and p.parse_args(['--cfg={"a": 1}']).cfg == {"a": 1}
+
+
+def test_a_table_without_value_kinds_still_resolves():
+    """A table written before values were recorded ([dest, nargs] only) resolves names as before
+    and checks no value."""
+    from sactool.serve.sglang_options import resolve, table_of
+
+    t = table_of('{"--tp-size": ["tp_size", null], "--port": ["port", null]}', "0.5.22", "old")
+    assert t is not None and t.kinds == {}
+    assert resolve(["--tp", "four"], t) == ["--tp-size", "four"]

@@ -82,3 +82,69 @@ def test_a_signal_after_the_save_does_not_kill_the_exiting_process():
     assert p.returncode == 143, (p.returncode, p.stderr)
     assert "terminated (SIGTERM)" in p.stderr
     assert "ignored" in p.stdout
+
+
+DEFERRED = textwrap.dedent("""
+    import os, signal, time
+    from sactool.errors import Terminated, check_signalled, deferred_signals, pending_signal, _SIGNALLED
+
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        with deferred_signals():   # what a fleet rank runs its collectives and its sweep under
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+            check_signalled()      # deferred: the block stops at its own safe point
+            print("recorded", pending_signal() == signal.SIGTERM, flush=True)
+            os.kill(os.getpid(), signal.SIGTERM)   # a second one: counted, not fatal
+            time.sleep(0.05)
+            print("count", _SIGNALLED["count"], flush=True)
+    except BaseException as e:
+        print("raised inside", type(e).__name__, flush=True)
+    print("restored", signal.getsignal(signal.SIGTERM) is before, flush=True)
+    try:
+        check_signalled()          # outside the block the recorded signal is raised again
+    except Terminated:
+        print("raised Terminated after", flush=True)
+""")
+
+
+def test_deferred_signals_record_the_first_and_count_the_rest():
+    """The fleet's variant of the one policy (errors.deferred_signals), with real signals."""
+    p = subprocess.run([sys.executable, "-c", DEFERRED], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "raised inside" not in p.stdout, p.stdout
+    assert "recorded True" in p.stdout and "count 2" in p.stdout
+    assert "restored True" in p.stdout and "raised Terminated after" in p.stdout
+
+
+PINNED = textwrap.dedent("""
+    import os, signal, threading, time
+    from sactool.bench.threads import run_pinned
+    from sactool.errors import handle_sigterm, Terminated
+
+    handle_sigterm()
+    main = threading.main_thread().ident
+
+    def work(i):
+        if i == 0:
+            signal.pthread_kill(main, signal.{sig})   # arrives while the main thread joins the workers
+        time.sleep(0.3)
+        return i
+
+    try:
+        run_pinned([0, 0], work)
+        print("returned", flush=True)
+    except Terminated:
+        print("raised Terminated", flush=True)
+    except KeyboardInterrupt:
+        print("raised KeyboardInterrupt", flush=True)
+""")
+
+
+def test_a_signal_while_pinned_threads_run_leaves_as_the_exception_it_came_as():
+    """run_pinned lets the workers finish, then re-raises the interrupt it caught: a SIGTERM stays
+    errors.Terminated (it was re-raised as a plain KeyboardInterrupt), a SIGINT a KeyboardInterrupt."""
+    for sig, want in (("SIGTERM", "raised Terminated"), ("SIGINT", "raised KeyboardInterrupt")):
+        r = subprocess.run([sys.executable, "-c", PINNED.format(sig=sig)], capture_output=True, text=True,
+                           timeout=120)
+        assert r.stdout.strip() == want, (sig, r.stdout, r.stderr)

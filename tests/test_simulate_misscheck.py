@@ -122,3 +122,15 @@ def test_the_logs_gaps_are_never_an_input():
     ra, rb = a.miss_check["per_context"][16384], b.miss_check["per_context"][16384]
     assert rb["logs_gap_s"] == 2 * ra["logs_gap_s"] and rb["model_gap_s"] == ra["model_gap_s"]
     assert rb["implied_misses_per_layer"] > ra["implied_misses_per_layer"]
+
+
+def test_a_step_time_only_scenario_is_refused_by_a_run():
+    # the view's scenarios carry no miss profile (only engine._step_time reads them): a run says so
+    from sactool.simulate import engine
+    from sactool.simulate.harness import HarnessInputs, run_harness
+
+    sac, _ = _pair(load_platform(PLATFORM))
+    with pytest.raises(ValueError, match="no miss profile"):
+        engine.run(sac)
+    with pytest.raises(ValueError, match="no miss profile"):
+        run_harness(sac, HarnessInputs(0.0, 0.0))

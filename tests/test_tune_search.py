@@ -107,3 +107,23 @@ def test_largest_feasible_sees_past_ratio_jumps():
                for b in (3008, 3072, 3264, 3328)}
     assert fits_at == {3008: True, 3072: False, 3264: True, 3328: False}
     assert search.largest_feasible(x, pl, n=2) == [3008, 3264]   # 3072..3200 need ratio 11
+
+
+def test_a_candidate_beaten_on_the_same_targets_cannot_win_a_tie():
+    """Four pool targets, one measurement round (the generated server tree's case, tune --replicates 1
+    with one bench record): across different target loads nothing is significant, but a small buffer
+    packed on three targets is beaten by the large buffer packed alike whatever the bandwidth is. It
+    used to win the tie on GPU memory (2048 slots, packed/3: 7.40 ms where 8192 slots over all four
+    targets predicted 4.31 ms); only the fastest of each target load may be chosen."""
+    t = tuple(PoolTarget(f"node{n}", n, 1 << 40, "t") for n in (6, 7, 8, 9))
+    m = {2048: 400.0, 8192: 100.0}
+    x = _inputs(10**12, m, targets=t, reps=1, bw=[{f"node{n}": 1e10 for n in (6, 7, 8, 9)}])
+    (chosen, ranked), evals = _run(x, buffers=list(m))
+    assert chosen.candidate.device_buffer_size == 8192
+    assert chosen.candidate.placement == round_robin(8, [p.name for p in t])
+    assert chosen is ranked[0]
+    small = next(e for e in evals if e.candidate.device_buffer_size == 2048 and e.feasible
+                 and e.candidate.placement.label == "packed/3")
+    assert not search.compare(small, chosen).significant      # one round: the test alone cannot tell
+    why = search.reason_lost(small, chosen, ranked)
+    assert "vs 8192" in why and "packed/3" in why and "same per-target load" in why, why

@@ -188,8 +188,8 @@ def run_bench(opts: BenchOptions, *, reader: SysfsReader | None = None, progress
     data = records.header(R.KIND, R.SCHEMA_VERSION)
     data.update({
         "machine": machine_block(reader), "command": opts.command, "tests": list(opts.tests),
-        "protocol": proto.to_data(), "memory_node": f"node{mem}",
-        "cpu_node": f"node{cpu_node}" if cpu_node >= 0 else None, "cpus": list(cpus), "stand_in": stand_in,
+        "protocol": proto.to_data(), "memory_node": mem,
+        "cpu_node": cpu_node if cpu_node >= 0 else None, "cpus": list(cpus), "stand_in": stand_in,
         "llc_bytes": llc, "buffer_rule": rule.to_data(), "buffer": bdesc, "results": results, "warnings": warnings, "complete": complete,
     })
     return R.from_data(data)
@@ -265,7 +265,7 @@ def _stand_in(opts: BenchOptions, topo, mem: int, warnings: list[dict]) -> dict 
         return None
     warnings.append(records.warning("stand_in", f"node{mem} is {kind} memory standing in for CXL",
                                     "figures describe this memory, not a CXL device"))
-    return {"node": f"node{mem}", "kind": kind, "stands_in_for": "cxl",
+    return {"node": mem, "kind": kind, "stands_in_for": "cxl",
             "reason": topo.verdict.reason if topo.verdict.stand_in else f"node{mem} is {kind}, not CXL memory"}
 
 
@@ -315,7 +315,7 @@ def _result_warnings(results: list[dict], mem: int, cpu_node: int, warnings: lis
     from sactool.bench.trust import flags
 
     for r in results:
-        r["memory_node"], r["cpu_node"] = f"node{mem}", (f"node{cpu_node}" if cpu_node >= 0 else None)
+        r["memory_node"], r["cpu_node"] = mem, (cpu_node if cpu_node >= 0 else None)
         if llc and r.get("test") == "gather":
             warnings.extend(w for w in flags(r, llc_bytes=llc, buffer_bytes=None) if w["code"] == "in_cache")
         oc = r.get("on_cpu_fraction")

@@ -85,7 +85,7 @@ def gather_kernel(record_bytes: int, prefetch: int):
     assert spec is not None and spec.loader is not None   # a .py file just written
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    spec.loader.exec_module(mod)
     _LOADED[key] = mod.gather
     return mod.gather
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sactool.errors import RecordError, UsageError
+from sactool.units import node_name
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,8 @@ def gpu_gather_figure(record, record_bytes: int, blocks: int, *, threads: int | 
               "samples")
     return GpuGatherFigure(record_bytes, b, int(p["threads_per_block"]), k, float(d["bandwidth_bytes_per_s"]),
                            float(d["topk_step_us"]), 1e9 / float(d["records_per_s"]),
-                           record.data.get("memory_node"), record.data.get("dax_device"), g.get("name"),
+                           None if record.data.get("memory_node") is None else node_name(record.data["memory_node"]),
+                           record.data.get("dax_device"), g.get("name"),
                            d.get("ceiling_ratio"), d.get("full_prefix_us"), "measured (GPU)",
                            "; ".join([detail] + notes), tuple(float(v) for v in pick.get("samples") or ()),
                            tuple(sorted(ths)))

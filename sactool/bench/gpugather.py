@@ -107,7 +107,8 @@ def run_gpu_gather(o: GpuGatherOptions, *, reader: SysfsReader | None = None, pr
     except KeyboardInterrupt:
         complete = False
     finally:
-        host_u8 = placed_u8 = dev_u8 = ms = None  # noqa: F841  (drop the views, and configs over them, first)
+        host_u8 = placed_u8 = dev_u8 = None  # noqa: F841  (drop the views, and configs over them, first)
+        ms = []  # noqa: F841
         from sactool.memory.placed import close_after
 
         close_after(buf)
@@ -131,8 +132,8 @@ def run_gpu_gather(o: GpuGatherOptions, *, reader: SysfsReader | None = None, pr
     data.update({
         "machine": machine_block(reader), "command": o.command,
         "tests": ["gpu_gather"] + (["gpu_prefix_copy"] if o.full_prefix else []),
-        "protocol": pdata, "memory_node": f"node{mem}" if mem is not None else None,
-        "dax_device": o.dax, "cpu_node": f"node{cpu_node}" if cpu_node is not None else None, "cpus": list(cpus),
+        "protocol": pdata, "memory_node": mem,
+        "dax_device": o.dax, "cpu_node": cpu_node, "cpus": list(cpus),
         "stand_in": _stand_in(topo, mem, o.dax), "buffer": bdesc, "llc": llc.to_data() if llc else None,
         "gpu": gpu.to_data(), "registration": reg, "path_ceiling": ceiling,
         "context_tokens": o.context_tokens, "results": results, "warnings": warnings, "complete": complete,
@@ -232,8 +233,8 @@ def _results(ms, o: GpuGatherOptions, plan: _Plan, ceiling, sim: bool, mem, cpu_
         r["params"]["context_tokens"] = o.context_tokens
         if m.test == "gpu_gather":
             r["params"]["index_source"] = plan.streams[(r["params"]["topk"], r["params"]["index_pattern"])][1]
-        r["memory_node"] = f"node{mem}" if mem is not None else None
-        r["cpu_node"] = f"node{cpu_node}" if cpu_node is not None else None
+        r["memory_node"] = mem
+        r["cpu_node"] = cpu_node
         out.append(r)
     link_prefix_to_gather(out)
     return out
@@ -290,12 +291,12 @@ def _stand_in(topo, mem, dax):
     kind = topo.node(mem).kind
     if kind == "cxl" and not topo.verdict.stand_in:
         return None
-    return {"node": f"node{mem}", "kind": kind, "stands_in_for": "cxl",
+    return {"node": mem, "kind": kind, "stands_in_for": "cxl",
             "reason": topo.verdict.reason if topo.verdict.stand_in else f"node{mem} is {kind}, not CXL memory"}
 
 
 def _path_warnings(gpu, topo, mem) -> list[dict]:
-    out = []
+    out: list[dict] = []
     if topo is None or mem is None or gpu.cpu_node is None or mem not in topo.node_ids:
         return out
     near = topo.nearest_cpu_node(mem)

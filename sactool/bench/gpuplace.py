@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from sactool.errors import SactoolError, TopologyError, UsageError
 from sactool.host.sysfs import SysfsReader
+from sactool.topology.records import CxlMemdev
 
 PLACEMENTS = ("strict", "best-effort")
 
@@ -90,7 +91,7 @@ class GpuInfo:
         return {"index": self.index, "name": self.name,
                 "compute_capability": list(self.compute_capability) if self.compute_capability else None,
                 "sm_count": self.sm_count, "l2_bytes": self.l2_bytes, "pci_bus_id": self.pci_bus_id,
-                "numa_node": f"node{self.numa_node}" if self.numa_node is not None else None,
+                "numa_node": self.numa_node,
                 "cpu_node": self.cpu_node, "cpu_node_evidence": self.cpu_node_evidence,
                 "simulator": self.simulator, "numba_cuda": self.implementation,
                 "driver_version": self.driver_version}
@@ -149,7 +150,7 @@ def path_ceiling(gpu: GpuInfo, topo, memory_node: int | None, dax: str | None, r
     else:
         parts["notes"].append("GPU PCIe link not readable" + (" (simulator)" if gpu.simulator else
                                                              f" at /sys/bus/pci/devices/{gpu.pci_bus_id}"))
-    memdevs = ()
+    memdevs: tuple[CxlMemdev, ...] = ()
     if topo is not None:
         if dax:
             dev = next((d for d in topo.dax_devices if d.name == dax.rsplit("/", 1)[-1]), None)
@@ -207,6 +208,7 @@ def place(size: int, *, node: int | None, dax: str | None, cpus, topo, reader: S
             buf.close()
             raise
         return buf, {"method": "devdax", "verified": buf.report is not None, "notes": []}
+    why: str | None
     if node is None or topo is None:
         if placement == "strict":
             raise TopologyError("no NUMA memory node to place the buffer on (the topology is unreadable)",
@@ -247,9 +249,9 @@ def place(size: int, *, node: int | None, dax: str | None, cpus, topo, reader: S
     try:
         if node is None:
             raise OSError(errno.EINVAL, "no node to check the pages against")
-        buf.verify(4096)
+        report = buf.verify(4096)
         verified = True
-        notes.append(f"move_pages: {buf.report.verified_fraction:.1%} of sampled pages on node{node}")
+        notes.append(f"move_pages: {report.verified_fraction:.1%} of sampled pages on node{node}")
     except (OSError, SactoolError) as e:
         notes.append(f"move_pages unavailable ({e}): placement not verified")
     buf.notes = tuple(notes)

@@ -1,10 +1,17 @@
-"""The ``bench`` record (schema 1): what was measured, where, how, and how sure we are.
+"""The ``bench`` record (schema 2): what was measured, where, how, and how sure we are.
 
-Top level: ``records.header("bench", 1)`` + ``machine`` + ``command``, ``protocol``,
+Top level: ``records.header("bench", 2)`` + ``machine`` + ``command``, ``protocol``,
 ``memory_node``, ``cpu_node``, ``cpus`` (separate: CXL nodes have no CPUs), ``stand_in``,
 ``buffer``, ``results`` [{test, memory_node, cpu_node, params, kernel, unit, stats, samples,
 derived, first_call_seconds, reps_per_sample}], ``warnings`` [{code, message, hint}],
 ``complete`` (False when Ctrl-C cut the run short; finished samples are kept).
+
+A NUMA node is its number (``memory_node: 2``; docs/reference/units.md) — schema 2; a schema-1
+record (``"node2"``) is upgraded on loading by :func:`_upgrade_1_to_2`.
+
+Loading validates what sactool reads back with a pydantic v2 schema (``_Record``, ``_Result``,
+``_Stats``; the pattern of :mod:`sactool.simulate.platform`): the first error becomes one
+RecordError (exit 4) naming the result and the field; every other key is kept as stored.
 """
 
 from __future__ import annotations
@@ -12,14 +19,74 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, NoReturn, TypeGuard
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, PlainValidator, ValidationError, ValidationInfo, model_validator
+from pydantic_core import PydanticCustomError
 
 from sactool import records
 from sactool.errors import RecordError, UsageError
+from sactool.host.machine import upgrade_machine
+from sactool.units import node_name, node_number
 
 KIND = "bench"
-SCHEMA_VERSION = 1
-UPGRADES: dict = {}  # schema n -> n+1 steps go here
+SCHEMA_VERSION = 2
+"""2: every NUMA node is its number — ``memory_node``, ``cpu_node``, ``stand_in.node``, each
+result's and matrix pair's ``memory_node``/``cpu_node``, ``buffer.memory_nodes``, ``gpu.numa_node``,
+the fleet block's hosts' and ranks' nodes and ``machine.numa_nodes[].node`` (1 wrote ``"node2"``)."""
+
+
+def _nodes_to_numbers(d: Any, keys: tuple[str, ...]) -> Any:
+    """``d`` with each of ``keys`` that holds ``"nodeN"`` as ``N`` (other values left to the checks)."""
+    if not isinstance(d, dict):
+        return d
+    out = dict(d)
+    for k in keys:
+        v = out.get(k)
+        if isinstance(v, str) and node_number(v) is not None:
+            out[k] = node_number(v)
+    return out
+
+
+def _upgrade_1_to_2(rec: dict[str, Any]) -> dict[str, Any]:
+    """Schema 1 spelled NUMA nodes ``"node2"``; 2 holds the number. Only values that are nodes
+    move: names that may be a DAX device (``dax_device``) and mapping keys (``node_pages``) stay."""
+    pair = ("memory_node", "cpu_node")
+    rec = _nodes_to_numbers(rec, pair)
+    rec["machine"] = upgrade_machine(rec.get("machine"))
+    rec["stand_in"] = _nodes_to_numbers(rec.get("stand_in"), ("node",))
+    for k in ("results", "pairs"):
+        if isinstance(rec.get(k), list):
+            rec[k] = [_nodes_to_numbers(r, pair) for r in rec[k]]
+    buf = rec.get("buffer")
+    if isinstance(buf, dict) and isinstance(buf.get("memory_nodes"), list):
+        rec["buffer"] = {**buf, "memory_nodes": [node_number(n) if node_number(n) is not None else n
+                                                 for n in buf["memory_nodes"]]}
+    if isinstance(rec.get("gpu"), dict):
+        rec["gpu"] = _nodes_to_numbers(rec["gpu"], ("numa_node",))
+    fl = rec.get("fleet")
+    if isinstance(fl, dict):
+        fl = dict(fl)
+        for k in ("hosts", "ranks"):
+            if isinstance(fl.get(k), list):
+                fl[k] = [_fleet_entry(e) for e in fl[k]]
+        rec["fleet"] = fl
+    return rec
+
+
+def _fleet_entry(e: Any) -> Any:
+    """A fleet block's host or rank entry with its nodes as numbers."""
+    e = _nodes_to_numbers(e, ("memory_node", "cpu_node"))
+    if isinstance(e, dict):
+        for k in ("stand_in", "pool_device"):
+            if isinstance(e.get(k), dict):
+                e[k] = _nodes_to_numbers(e[k], ("node",))
+        if "machine_block" in e:
+            e["machine_block"] = upgrade_machine(e["machine_block"])
+    return e
+
+
+UPGRADES: dict = {1: _upgrade_1_to_2}  # schema n -> n+1 steps, applied in order
 
 
 @dataclass(frozen=True)
@@ -42,12 +109,7 @@ class BenchRecord:
         return self.data
 
 
-def _node_id(v: Any) -> int | None:
-    if isinstance(v, int) and not isinstance(v, bool):
-        return v
-    if isinstance(v, str) and v.startswith("node") and v[4:].isdigit():
-        return int(v[4:])
-    return None
+_node_id = node_number
 
 
 STAT_KEYS = ("median", "mean", "stdev", "min", "max", "p05", "p95", "n")
@@ -58,62 +120,161 @@ UNIT_SUFFIXES = ("_ns", "_us", "_s", "_bytes", "_per_s", "_fraction")
 """A derived figure whose key names a unit (docs/sources.md, style §7) must be a finite number (or None)."""
 
 
-def _number(v: Any) -> bool:
+def _number(v: Any) -> TypeGuard[float]:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def _check_result(r: dict, where: str) -> None:
-    """Refuse a result the renderers or tune would trip over (KeyError, TypeError) with a RecordError."""
-    hint = "the record was edited or damaged: re-run 'sactool bench … --out'"
-    where = f"{where} ({r.get('key') or r.get('test')})"
-    if not isinstance(r.get("test"), str):
-        raise RecordError(f"{where} has no test name", hint)
-    for name in ("params", "stats", "derived"):
-        if not isinstance(r.get(name), dict):
-            raise RecordError(f"{where} has no '{name}' mapping", hint)
-    st = r["stats"]
-    missing = [k for k in STAT_KEYS if k not in st]
-    if missing:
-        raise RecordError(f"{where}: stats lacks {', '.join(missing)}", hint)
-    bad = [k for k in STAT_KEYS if not _number(st[k])]
-    if bad or not isinstance(st["n"], int) or st["n"] < 1:
-        k = bad[0] if bad else "n"
-        raise RecordError(f"{where}: stats.{k} is {st[k]!r}, not a finite number" + (" >= 1" if k == "n" else ""), hint)
-    bad = [k for k, v in r["derived"].items() if v is not None and k.endswith(UNIT_SUFFIXES) and not _number(v)]
-    if bad:
-        raise RecordError(f"{where}: derived.{bad[0]} is {r['derived'][bad[0]]!r}, not a finite number", hint)
-    if r["test"] == "gather" and r["derived"]:
-        for k in ("record_bytes", "threads"):
-            v = r["params"].get(k)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise RecordError(f"{where}: params.{k} is {v!r}, not a positive integer", hint)
-        for k in ("bandwidth_bytes_per_s", "ns_per_record"):
-            v = r["derived"].get(k)
-            if not _number(v) or v <= 0:
-                raise RecordError(f"{where}: derived.{k} is {v!r}, not a positive number", hint)
-    if r["test"] == "gpu_gather" and r["derived"]:   # what sactool.bench.gpufigure and tune read
-        for k in ("record_bytes", "topk", "blocks", "threads_per_block"):
-            v = r["params"].get(k)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise RecordError(f"{where}: params.{k} is {v!r}, not a positive integer", hint)
-        for k in ("bandwidth_bytes_per_s", "topk_step_us", "records_per_s"):
-            v = r["derived"].get(k)
-            if not _number(v) or v <= 0:
-                raise RecordError(f"{where}: derived.{k} is {v!r}, not a positive number", hint)
+# ---- the record's schema (pydantic v2, as sactool.simulate.platform) --------------------------
+# Each refusal is a PydanticCustomError whose type says how the message joins the result's name:
+# "shape" ("results[0] (gather/656B) has no test name"), "field" ("results[0] (…): stats.n is 0, …").
+HINT = "the record was edited or damaged: re-run 'sactool bench … --out'"
+
+
+def _fail(kind: str, msg: str) -> NoReturn:
+    raise PydanticCustomError(kind, "{msg}", {"msg": msg})
+
+
+def _finite(v: Any, info: ValidationInfo) -> float:
+    if not _number(v):
+        _fail("field", f"stats.{info.field_name} is {v!r}, not a finite number")
+    return float(v)
+
+
+def _count(v: Any) -> int:
+    if not _number(v) or not isinstance(v, int) or v < 1:
+        _fail("field", f"stats.n is {v!r}, not a finite number >= 1")
+    return v
+
+
+def _mapping(name: str) -> Any:
+    def check(v: Any) -> dict[str, Any]:
+        if not isinstance(v, dict):
+            _fail("shape", f"has no '{name}' mapping")
+        return v
+    return PlainValidator(check)
+
+
+Finite = Annotated[float, PlainValidator(_finite)]
+
+
+class _Stats(BaseModel):
+    """A result's ``stats`` (bench/stats.py ``stats_dict``); other keys are kept, not read."""
+
+    model_config = ConfigDict(extra="allow")
+    median: Finite
+    mean: Finite
+    stdev: Finite
+    min: Finite
+    max: Finite
+    p05: Finite
+    p95: Finite
+    n: Annotated[int, PlainValidator(_count)]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _all_present(cls, v: Any) -> Any:
+        if not isinstance(v, dict):
+            _fail("shape", "has no 'stats' mapping")
+        missing = [k for k in STAT_KEYS if k not in v]
+        if missing:
+            _fail("field", f"stats lacks {', '.join(missing)}")
+        return v
+
+
+def _test_name(v: Any) -> str:
+    if not isinstance(v, str):
+        _fail("shape", "has no test name")
+    return v
+
+
+_POSITIVE = {"gather": (("record_bytes", "threads"), ("bandwidth_bytes_per_s", "ns_per_record")),
+             # what sactool.bench.gpufigure and tune read
+             "gpu_gather": (("record_bytes", "topk", "blocks", "threads_per_block"),
+                            ("bandwidth_bytes_per_s", "topk_step_us", "records_per_s"))}
+"""Per test with derived figures: the params that must be positive integers, the derived figures that
+must be positive numbers (what gather_figure, gpufigure and tune divide by)."""
+
+
+class _Result(BaseModel):
+    """One result (one configuration): what the renderers and tune read must be there and be numbers
+    (a KeyError or TypeError there would be a traceback); the rest is kept as stored."""
+
+    model_config = ConfigDict(extra="allow")
+    test: Annotated[str, PlainValidator(_test_name)]
+    params: Annotated[dict[str, Any], _mapping("params")]
+    stats: _Stats
+    derived: Annotated[dict[str, Any], _mapping("derived")]
+
+    @model_validator(mode="after")
+    def _figures(self) -> "_Result":
+        bad = [k for k, v in self.derived.items() if v is not None and k.endswith(UNIT_SUFFIXES) and not _number(v)]
+        if bad:
+            _fail("field", f"derived.{bad[0]} is {self.derived[bad[0]]!r}, not a finite number")
+        ints, nums = _POSITIVE.get(self.test, ((), ()))
+        if self.derived:
+            for k in ints:
+                v = self.params.get(k)
+                if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                    _fail("field", f"params.{k} is {v!r}, not a positive integer")
+            for k in nums:
+                x = self.derived.get(k)
+                if not _number(x) or x <= 0:
+                    _fail("field", f"derived.{k} is {x!r}, not a positive number")
+        return self
+
+
+def _cpu(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        _fail("top", f"cpus holds {v!r}, not a CPU number")
+    return v
+
+
+def _results(v: Any) -> Any:
+    if not isinstance(v, list) or not all(isinstance(r, dict) and "test" in r for r in v):
+        _fail("top", "has no valid 'results' list")
+    return v
+
+
+class _Record(BaseModel):
+    """The parts of a bench record sactool reads back (:class:`BenchRecord`); other keys are kept."""
+
+    model_config = ConfigDict(extra="allow")
+    results: Annotated[list[_Result], BeforeValidator(_results)]
+    cpus: list[Annotated[int, PlainValidator(_cpu)]] | None = None
+    complete: Any = True
+
+
+def _refusal(e: ValidationError, data: dict[str, Any], source: str) -> RecordError:
+    """The first error as one line: where (the result, by index and key), which field, what is wrong."""
+    err = e.errors()[0]
+    loc, kind, msg = err["loc"], err["type"], err["msg"]
+    if loc[:1] == ("results",) and len(loc) >= 2 and isinstance(loc[1], int) and kind != "top":
+        if kind == "missing":            # params, stats or derived absent
+            kind, msg = "shape", f"has no '{loc[2]}' mapping"
+        r = data["results"][loc[1]]
+        where = f"{source}: results[{loc[1]}] ({r.get('key') or r.get('test')})"
+        return RecordError(f"{where} {msg}" if kind == "shape" else f"{where}: {msg}", HINT)
+    if loc[:1] == ("results",):
+        return RecordError(f"{source} has no valid 'results' list", "re-run 'sactool bench'")
+    if kind != "top":                    # cpus not a list
+        msg = f"{'.'.join(map(str, loc))} is {err.get('input')!r}, not a list of CPU numbers"
+    return RecordError(f"{source}: {msg}", HINT)
 
 
 def from_data(data: dict, *, source: str = "bench record", path: str | None = None) -> BenchRecord:
+    """A :class:`BenchRecord` from loaded JSON/YAML: an older schema is upgraded, a newer one refused
+    ("upgrade sactool"); a result the renderers or tune would trip over is a RecordError naming it."""
     data = records.upgrade(data, kind=KIND, current=SCHEMA_VERSION, steps=UPGRADES, source=source)
-    res = data.get("results")
-    if not isinstance(res, list) or not all(isinstance(r, dict) and "test" in r for r in res):
-        raise RecordError(f"{source} has no valid 'results' list", "re-run 'sactool bench'")
-    for i, r in enumerate(res):
-        _check_result(r, f"{source}: results[{i}]")
+    try:
+        rec = _Record.model_validate(data)
+    except ValidationError as e:
+        raise _refusal(e, data, source) from None
+    res = data["results"]
     warns = data.get("warnings") or []
     return BenchRecord(memory_node=_node_id(data.get("memory_node")), cpu_node=_node_id(data.get("cpu_node")),
-                       cpus=tuple(int(c) for c in data.get("cpus") or ()), stand_in=data.get("stand_in"),
+                       cpus=tuple(rec.cpus or ()), stand_in=data.get("stand_in"),
                        buffer=dict(data.get("buffer") or {}), results=tuple(res), warnings=tuple(warns),
-                       complete=bool(data.get("complete", True)), data=data, path=path)
+                       complete=bool(rec.complete), data=data, path=path)
 
 
 def load_bench(path: str | Path) -> BenchRecord:
@@ -226,6 +387,7 @@ def convert_figure(record: BenchRecord, record_bytes: int = 1152, impl: str | No
     best = max(cs, key=lambda r: r["derived"]["bandwidth_bytes_per_s"])
     bw = float(best["derived"]["bandwidth_bytes_per_s"])
     src = (f"sactool bench convert ({want}, {best['params']['threads']} thread(s), {record_bytes} B x "
-           f"{best['params']['layers']} layers, {best['params']['tokens']} tokens, {best.get('memory_node') or record.memory_node})"
+           f"{best['params']['layers']} layers, {best['params']['tokens']} tokens, "
+           f"{node_name(record.memory_node if best.get('memory_node') is None else best['memory_node'])})"
            f": {bw / 1e9:.2f} GB/s")
     return bw, src

@@ -73,6 +73,8 @@ def measure_all(buf, opts, proto: Protocol, cpus, threads, llc: int, gather_idx,
     words = buf.array("uint64")
     half_lines = words.size // suite.WPL // 2
     chains: dict[str, np.ndarray] = {}
+    ms: list[suite.Measure] = []
+    src: np.ndarray | None = None
     try:
         if any(t in opts.tests for t in ("latency", "mlp", "loaded")):
             if progress:
@@ -123,4 +125,4 @@ def measure_all(buf, opts, proto: Protocol, cpus, threads, llc: int, gather_idx,
         return False
     finally:   # every view of the buffer goes with this frame, even one a traceback keeps: close() unmaps
         del words
-        src = ms = chains = None   # noqa: F841
+        src, ms, chains = None, [], {}   # noqa: F841

@@ -57,7 +57,8 @@ class Cache:
 def last_level_cache(reader: SysfsReader, cpus) -> Cache | None:
     """The highest-level cache of ``cpus``, summed over the distinct instances they use (CPUs of two
     L3 slices, e.g. two CCDs or two sub-NUMA clusters, have twice the cache); None when unreported."""
-    best_level, found, source = -1, {}, ""
+    best_level, source = -1, ""
+    found: dict[tuple[int, ...], int] = {}   # the CPUs sharing one cache instance -> its size
     covered: set[int] = set()
     for cpu in cpus:
         if cpu in covered:

@@ -111,7 +111,8 @@ def record_flags(data: dict, *, where: str, tests: tuple[str, ...] = ("gather", 
         keys = ", ".join(r.get("key", "?") for r, _ in hits[:2]) + (", …" if len(hits) > 2 else "")
         head = f"{where}: {len(hits)} of {len(rs)} results ({keys})"
         if code == "in_cache":
-            ws = [working_set_bytes(r, buf) for r, _ in hits]
+            ws = [n for r, _ in hits if (n := working_set_bytes(r, buf))]
+            assert llc and len(ws) == len(hits), "flags() says in_cache only with a cache size and a working set"
             share = min(1.0, llc / max(1, min(ws)))
             msg = (f"{head} read {format_bytes(min(ws))}{'' if min(ws) == max(ws) else f'–{format_bytes(max(ws))}'} "
                    f"working sets, under {CACHE_MULTIPLE}x the {format_bytes(llc)} last-level cache of the CPUs that "

@@ -118,8 +118,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         from typer import Abort as _Abort, Exit as _Exit
         from typer._click.exceptions import ClickException as _ClickException, UsageError as _ClickUsage
     except ImportError:  # pragma: no cover - older typer on real click
-        from click.exceptions import Abort as _Abort, ClickException as _ClickException
-        from click.exceptions import Exit as _Exit, UsageError as _ClickUsage
+        # an older typer re-exports these very click classes; the checker reads the installed typer,
+        # whose classes are its vendored click's, and calls them a different type: that alone is ignored
+        from click.exceptions import Abort as _Abort, ClickException as _ClickException  # type: ignore[assignment]
+        from click.exceptions import Exit as _Exit, UsageError as _ClickUsage  # type: ignore[assignment]
 
     args = list(sys.argv[1:] if argv is None else argv)
     _STATE["debug"] = "--debug" in args

@@ -4,7 +4,7 @@ early checks, run, write, render, exit code (the bench package itself never sees
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
@@ -23,9 +23,12 @@ PATTERNS = ("uniform", "clustered", "trace")
 PLOTTED = ("loaded", "gather")
 """The tests ``--plot`` draws (:func:`sactool.render.bench.bench_figure`)."""
 
-Preset = choices("Preset", tuple(PRESETS))
-Pattern = choices("Pattern", PATTERNS)
-Hugepages = choices("Hugepages", HUGEPAGE_CHOICES)
+if TYPE_CHECKING:   # choices() builds these str Enums from data at run time: the checker sees their base
+    from enum import Enum as Hugepages, Enum as Pattern, Enum as Preset
+else:
+    Preset = choices("Preset", tuple(PRESETS))
+    Pattern = choices("Pattern", PATTERNS)
+    Hugepages = choices("Hugepages", HUGEPAGE_CHOICES)
 
 
 def _ints(text: str | None, what: str) -> tuple[int, ...] | None:

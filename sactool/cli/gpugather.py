@@ -52,7 +52,6 @@ def gpu_gather(
 ) -> None:
     """GPU top-k swap-in from pool memory (HiSparse's data path): µs per step, GB/s, vs the full-prefix copy."""
     fmt = check_format(fmt)
-    hugepages, preset = value(hugepages), value(preset)
     check_output(out, force)
     from sactool.bench.gpugather import DEFAULT_BLOCKS, DEFAULT_RECORDS, DEFAULT_THREADS, DEFAULT_TOPK, PATTERNS
     from sactool.bench.gpugather import GpuGatherOptions, run_gpu_gather
@@ -69,7 +68,7 @@ def gpu_gather(
         blocks=_ints(blocks, "--blocks") or DEFAULT_BLOCKS, threads=_ints(threads, "--threads") or DEFAULT_THREADS,
         record_bytes=_ints(record_bytes, "--record-bytes") or DEFAULT_RECORDS, topk=_ints(topk, "--topk") or DEFAULT_TOPK,
         patterns=pats, trace=str(trace) if trace else None, context_tokens=context, full_prefix=full_prefix,
-        preset=preset, seed=seed, placement=placement, hugepages=hugepages)
+        preset=value(preset), seed=seed, placement=placement, hugepages=value(hugepages))
     from sactool.bench.gpugather import validate
 
     validate(opts)

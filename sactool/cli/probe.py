@@ -41,7 +41,7 @@ def run_probe(fmt: str = "table", sysfs_root: Optional[Path] = None, snapshot: O
         check_writable(snapshot)   # a missing directory, /proc, a full disk: before the probe
     reader = SysfsReader(sysfs_root)
     topo = probe(reader)
-    if plot is not None:
+    if plot is not None and plot_fmt is not None:   # check_plot gave a format for every --plot
         write_plot(plot, topo, plot_fmt, force=force)
     if snapshot is not None:
         from sactool.topology.snapshot import write_snapshot

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
@@ -16,8 +16,11 @@ SERVE_SETTINGS = {"allow_extra_args": True, "ignore_unknown_options": False}
 """Arguments after ``--`` go to SGLang; an unknown option before it is an error (a typo such as
 ``--dryrun`` must not reach SGLang and start a real launch)."""
 
-Placement = choices("Placement", PLACEMENTS)
-Entrypoint = choices("Entrypoint", ENTRYPOINTS)
+if TYPE_CHECKING:   # choices() builds these str Enums from data at run time: the checker sees their base
+    from enum import Enum as Entrypoint, Enum as Placement
+else:
+    Placement = choices("Placement", PLACEMENTS)
+    Entrypoint = choices("Entrypoint", ENTRYPOINTS)
 
 EXAMPLE = example("sactool serve --profile myhost.yaml --dry-run -- --model-path deepseek-ai/DeepSeek-V3.2",
                   "sactool serve --profile myhost.yaml --python /opt/sglang/bin/python -- "
@@ -67,15 +70,14 @@ def serve(
         from sactool.cli.probe import check_plot
 
         plot_fmt = check_plot(plot, force)
-    entrypoint, placement = value(entrypoint), value(placement)
-    launch = build_launch(str(profile), sglang_args(ctx.args), python=python, entrypoint=entrypoint, dry_run=dry_run,
+    launch = build_launch(str(profile), sglang_args(ctx.args), python=python, entrypoint=value(entrypoint), dry_run=dry_run,
                           allow_untested=allow_untested, sysfs_root=str(sysfs_root) if sysfs_root else None,
-                          placement=placement)
+                          placement=value(placement))
     if dry_run:
         from sactool.render.serve import render_launch
 
         render_launch(launch, fmt)
-        if plot is not None:
+        if plot is not None and plot_fmt is not None:   # check_plot gave a format for every --plot
             _plot_plan(launch, plot, plot_fmt, sysfs_root, force)
         if launch.problems:   # the launch would be refused: say so in the exit code as well
             raise typer.Exit(int(launch.problems[0].exit_code))

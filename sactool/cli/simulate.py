@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
@@ -12,7 +12,10 @@ from sactool.data import paper_platform
 from sactool.errors import UsageError
 from sactool.simulate.platform import CASES
 
-Case = choices("Case", CASES)
+if TYPE_CHECKING:   # choices() builds these str Enums from data at run time: the checker sees their base
+    from enum import Enum as Case
+else:
+    Case = choices("Case", CASES)
 
 EXAMPLE = example("sactool simulate --platform sactool/data/platforms/sac-paper.yaml --explain",
                   "sactool simulate --profile myhost.yaml --context 32k,128k --concurrency 8,16,32,64 --plot sim.png")
@@ -151,7 +154,7 @@ def _emit(res, sens, *, fmt: str, explain: bool, plot: Optional[Path], force: bo
     if plot is not None:
         from sactool.cli.common import write_result
         from sactool.render import note
-        from sactool.render.simulate import plot_png
+        from sactool.render.simfigure import plot_png
 
         write_result(plot, plot_png(res), force=force, kind="simulate-plot", suffix=".png")
         note(f"plot: {plot}")

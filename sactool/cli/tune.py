@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
@@ -12,8 +12,11 @@ from sactool.errors import UsageError
 from sactool.hisparse.gpus import GPUS
 from sactool.hisparse.layout import _KV_DTYPE_ALIASES
 
-KvDtype = choices("KvDtype", ("fp8", "bf16") + tuple(k for k in _KV_DTYPE_ALIASES if k not in ("fp8", "bf16")))
-Gpu = choices("Gpu", tuple(GPUS))
+if TYPE_CHECKING:   # choices() builds these str Enums from data at run time: the checker sees their base
+    from enum import Enum as Gpu, Enum as KvDtype
+else:
+    KvDtype = choices("KvDtype", ("fp8", "bf16") + tuple(k for k in _KV_DTYPE_ALIASES if k not in ("fp8", "bf16")))
+    Gpu = choices("Gpu", tuple(GPUS))
 
 EXAMPLE = example("sactool tune --model deepseek-v3.2",
                   "sactool tune --model glm-5.1 --gpu h20 --gpu-kv-budget 20GiB --context 32k,64k --concurrency 64",
@@ -84,14 +87,13 @@ def tune(
     from sactool.units import parse_list, parse_size, parse_tokens
 
     fmt = check_format(fmt)
-    gpu, kv_dtype = value(gpu), value(kv_dtype)
     opts = TuneOptions(
         model=model, contexts=tuple(parse_list(context, parse_tokens, what="context")),
         concurrency=_concurrency(concurrency), tp=tp,
-        attn_dp=attn_dp, gpu=gpu,
+        attn_dp=attn_dp, gpu=value(gpu),
         gpu_kv_budget_bytes=parse_size(gpu_kv_budget, what="--gpu-kv-budget") if gpu_kv_budget else None,
         weights_bytes=parse_size(weights_bytes, what="--weights-bytes") if weights_bytes else None,
-        kv_dtype=kv_dtype, bench=(tuple(bench) if len(bench) > 1 else bench[0]) if bench else None, trace=trace, strict=strict, out=out, force=force, resume=resume,
+        kv_dtype=value(kv_dtype), bench=(tuple(bench) if len(bench) > 1 else bench[0]) if bench else None, trace=trace, strict=strict, out=out, force=force, resume=resume,
         steps=steps, replicates=replicates, seed=seed, workload=workload, sysfs_root=sysfs_root,
         pool_bytes=parse_size(pool_bytes, what="--pool-bytes") if pool_bytes else None,
         gather_size_bytes=parse_size(gather_size, what="--gather-size") if gather_size else None,

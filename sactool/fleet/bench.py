@@ -37,7 +37,7 @@ from typing import Any, Callable
 from sactool import records
 from sactool.inputfile import read_input
 from sactool.errors import ExitCode, Interrupted, TopologyError, UsageError
-from sactool.fleet.mpi import Fleet, FleetError, FleetInterrupted, Terminated
+from sactool.fleet.mpi import Fleet, FleetError, FleetInterrupted
 from sactool.fleet.record import activation_order, build_record, standard_result, sweep_steps
 from sactool.fleet.daxslice import check_fits_slice, dax_pool_device, fleet_slices
 from sactool.fleet.sweep import sweep_sizes
@@ -109,6 +109,8 @@ def _resolve(opts, reader) -> dict[str, Any]:
             from sactool.memory import map_devdax
 
             map_devdax(opts.dax, reader=reader)   # the single-host bench's errors: missing, system-ram, unbound
+        if dev is None:
+            raise TopologyError(f"{name} is not a DAX device here", "see 'sactool probe'")
         (target,) = pool_targets(topo, reader, [name])
         if not target.capacity_bytes or dev.target_node is None:
             raise TopologyError(f"{name} reports no size or no target node", "see 'sactool probe'")
@@ -167,11 +169,11 @@ def _prepare(fleet: Fleet, opts, reader, res: dict, cpus: tuple[int, ...], share
     kind = topo.node(mem).kind if res["dax"] is None else "devdax"
     stand_in = None
     if res["dax"] is None and (topo.verdict.stand_in or kind != "cxl"):
-        stand_in = {"node": f"node{mem}", "kind": kind, "stands_in_for": "cxl",
+        stand_in = {"node": mem, "kind": kind, "stands_in_for": "cxl",
                     "reason": topo.verdict.reason if topo.verdict.stand_in else f"node{mem} is {kind}, not CXL memory"}
     gather_idx = api._prepare_gather(opts, size, llc) if opts.tests[0] == "gather" else []
     loc.info = {"rank": fleet.rank, "host": fleet.host, "machine": fleet.machine, "local_rank": fleet.local_rank,
-                "memory_node": f"node{mem}", "cpu_node": f"node{cpu_node}", "cpus": list(cpus),
+                "memory_node": mem, "cpu_node": cpu_node, "cpus": list(cpus),
                 "threads": list(threads), "size_bytes": size, "llc_bytes": llc, "buffer_rule": rule.to_data(),
                 "stand_in": stand_in,
                 "pool_device": (pool_device(topo, reader, mem, fleet.machine) if res["dax"] is None
@@ -231,11 +233,11 @@ def pool_device(topo, reader, mem: int, machine: str) -> dict[str, Any]:
     serials = sorted({s for s in (norm_serial(m.serial) for m in topo.memdevs_of_node(mem)) if s})
     if serials:
         return {"kind": "cxl", "key": "cxl:" + "+".join(serials), "memdev_serials": serials,
-                "node": f"node{mem}", "capacity_bytes": node.mem_total_bytes, "free_bytes": free.bytes,
+                "node": mem, "capacity_bytes": node.mem_total_bytes, "free_bytes": free.bytes,
                 "capacity_source": f"node{mem}/meminfo MemTotal"}
     boot = reader.str("proc/sys/kernel/random/boot_id") or "unknown-boot"
     return {"kind": node.kind, "key": f"{node.kind}:{machine}:{boot}:node{mem}", "memdev_serials": [],
-            "node": f"node{mem}", "capacity_bytes": node.mem_total_bytes, "free_bytes": free.bytes,
+            "node": mem, "capacity_bytes": node.mem_total_bytes, "free_bytes": free.bytes,
             "capacity_source": f"node{mem}/meminfo MemTotal; free: {free.source}"}
 
 
@@ -325,7 +327,11 @@ def run_fleet_bench(fleet: Fleet, opts, *, reader=None, write: Writer | None = N
     try:
         with fleet.signals():
             loc, prep = _prepare_local(fleet, opts, reader)
-            state["ranks"] = fleet.agree(lambda: _place(loc, prep, opts) or dict(loc.info, warnings=loc.warnings))
+            def placed(loc: _Local = loc) -> dict[str, Any]:
+                _place(loc, prep, opts)
+                return dict(loc.info, warnings=loc.warnings)
+
+            state["ranks"] = fleet.agree(placed)
             keys = fleet.agree(lambda: [m.cfg.key for m in loc.measures])
             if any(k != keys[0] for k in keys):
                 raise fleet.everywhere(FleetError("ranks built different configurations",
@@ -340,23 +346,6 @@ def run_fleet_bench(fleet: Fleet, opts, *, reader=None, write: Writer | None = N
             err.exit_code = e.exit_code
             raise err from None
         raise
-    except Terminated:   # a second SIGTERM on this rank: save, then end the whole job
-        _finish(fleet, opts, loc, state, write)
-        if loc is not None:
-            loc.buf = None  # a kernel thread may still read it: leave the mapping to the process's end
-        msg = "terminated (SIGTERM): " + _kept(state, write)
-        if fleet.size > 1:   # the other ranks would wait at the next exchange for this one
-            import sys
-
-            from sactool.textsafe import printable
-
-            if fleet.is_root:
-                sys.stderr.write(printable(f"error: {msg}\nhint: rerun to complete the sweep\n"))
-                sys.stderr.flush()
-            fleet.abort(int(ExitCode.TERMINATED))
-        if not fleet.is_root:
-            raise FleetError("terminated", exit_code=143, quiet=True) from None
-        raise Interrupted(msg, "rerun to complete the sweep") from None
     except FleetError as e:
         if state["ranks"] is not None:
             _finish(fleet, opts, loc, state, write)
@@ -450,7 +439,8 @@ def _sweep(fleet: Fleet, opts, loc: _Local, proto, state: dict, write, progress)
                               "params": {m.cfg.key: _params(m) for m in loc.measures},
                               "tests": {m.cfg.key: m.test for m in loc.measures}})
         if fleet.is_root:
-            state["results"] = [standard_result(m, mine[(1, m.cfg.key)], state["ranks"][0]) for m in loc.measures]
+            state["results"] = [res for m in loc.measures
+                                if (res := standard_result(m, mine[(1, m.cfg.key)], state["ranks"][0])) is not None]
             state["steps"] = sweep_steps(state["ranks"], order, got)
             state["rounds_done"] = r + 1
             if write:

@@ -11,13 +11,18 @@ with short sleeps (idle ranks sleep instead of spinning on a CPU the active rank
 reach Python while waiting), then an ``allgather`` of ``(status, payload)``. Because there is only
 one kind of collective, a rank that failed locally joins whatever exchange the others are at with
 status ``ERROR``, and every rank stops at that same exchange — no rank waits for a partner that
-will never come. Ctrl-C (SIGINT) on any rank sets a flag; the next exchange carries it to all.
-So does a first SIGTERM — what ``mpirun`` sends every rank when the job is torn down, or what
-someone sends one rank: the running sample finishes, the next exchange stops every rank (also one
-already waiting there: the status is taken after the barrier), rank 0 writes the finished rounds,
-and the job exits 143 within seconds instead of the others waiting ``SACTOOL_FLEET_TIMEOUT`` for
-a rank that left. A second SIGTERM raises :class:`Terminated` at once: rank 0 saves what it has,
-and the rank ends the whole job (``MPI_Abort``) so no partner is left waiting.
+will never come.
+
+Signals follow the one policy of every sactool process (:mod:`sactool.errors`), with the first
+signal deferred (:func:`sactool.errors.deferred_signals`) while a rank waits at an exchange or
+runs the bench sweep: Ctrl-C (SIGINT) or a SIGTERM — what ``mpirun`` sends every rank when the job
+is torn down, or what someone sends one rank — is recorded, the running sample finishes, and the
+next exchange carries it to every rank (also one already waiting there: the status is taken after
+the barrier); rank 0 writes the finished rounds and the job exits 130 (143 for SIGTERM) within
+seconds instead of the others waiting ``SACTOOL_FLEET_TIMEOUT`` for a rank that left. Later
+signals are counted, not fatal, as everywhere: the finished rounds are saved and no rank aborts
+the job. Outside those blocks the first signal raises at once (:class:`sactool.errors.Terminated`
+for SIGTERM) and :meth:`Fleet.agree` turns it into the same agreed stop.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
-from sactool.errors import ExitCode, SactoolError, TopologyError
+from sactool.errors import ExitCode, SactoolError, TopologyError, deferred_signals, pending_signal
 
 SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MV2_COMM_WORLD_SIZE", "MPI_LOCALNRANKS")
 """World-size variables MPI launchers export: Open MPI (``OMPI_COMM_WORLD_SIZE``), MPICH/Hydra and
@@ -83,10 +88,6 @@ class FleetError(SactoolError):
 
 class FleetInterrupted(FleetError):
     """Some rank was interrupted (Ctrl-C); every rank stops at the same exchange."""
-
-
-class Terminated(BaseException):
-    """SIGTERM arrived (the launcher is tearing the job down)."""
 
 
 def launched_size(env: Mapping[str, str] | None = None) -> int | None:
@@ -162,7 +163,6 @@ class Fleet:
         self.size = comm.Get_size()
         self.interrupted = False
         self.timeout_s = timeout_s if timeout_s is not None else timeout_from_env()
-        self.terminated = 0   # SIGTERMs received (see signals())
         self.exchanges = 0
         local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
         self.local_rank, self.local_size = local.Get_rank(), local.Get_size()
@@ -182,10 +182,13 @@ class Fleet:
         """Wait for every rank (sleeping), then allgather ``payload``; returns every rank's payload
         in rank order. Raises on every rank alike when any rank sent ``ERROR`` (:class:`FleetError`
         with each failing rank's message) or was interrupted (:class:`FleetInterrupted`)."""
-        self._wait_all()
-        # taken after the barrier: a signal that came while this rank waited there stops this exchange
-        st = status if status is not None else (TERMINATED if self.terminated else INTERRUPTED if self.interrupted else OK)
-        got = self.comm.allgather((st, payload))
+        with deferred_signals():   # a signal must not leave the others waiting in this collective
+            self._wait_all()
+            # taken after the barrier: a signal that came while this rank waited there stops this exchange
+            sig = pending_signal()
+            st = status if status is not None else (
+                TERMINATED if sig == signal.SIGTERM else INTERRUPTED if sig is not None or self.interrupted else OK)
+            got = self.comm.allgather((st, payload))
         self.exchanges += 1
         errors = [(r, p) for r, (s, p) in enumerate(got) if s == ERROR]
         if errors:
@@ -218,10 +221,8 @@ class Fleet:
         """Run ``fn()`` on every rank and exchange the results; an error on any rank stops all."""
         try:
             value = fn()
-        except Terminated:
-            raise
         except (Exception, KeyboardInterrupt) as e:
-            if isinstance(e, KeyboardInterrupt):
+            if isinstance(e, KeyboardInterrupt):   # Ctrl-C, or SIGTERM's errors.Terminated
                 self.interrupted = True
                 return self.exchange(None)  # raises FleetInterrupted everywhere
             raise self.fail(e) from e
@@ -265,27 +266,12 @@ class Fleet:
     # ---- signals -------------------------------------------------------------------------------
     @contextmanager
     def signals(self) -> Iterator[None]:
-        """SIGINT and a first SIGTERM set :attr:`interrupted` (the running sample finishes; the next
-        exchange stops every rank); a second SIGTERM raises :class:`Terminated`; later ones are
-        counted. Previous handlers are restored."""
-
-        def on_int(signum, frame):
-            self.interrupted = True
-
-        def on_term(signum, frame):
-            self.terminated += 1
-            self.interrupted = True
-            if self.terminated == 2:
-                raise Terminated()
-
-        old_int = signal.signal(signal.SIGINT, on_int)
-        old_term = signal.signal(signal.SIGTERM, on_term)
-        try:
+        """The block runs under :func:`sactool.errors.deferred_signals`: a first SIGINT/SIGTERM is
+        recorded (the running sample finishes; the next exchange stops every rank), later ones are
+        counted, not fatal. Previous handlers are restored."""
+        with deferred_signals():
             yield
-        finally:
-            signal.signal(signal.SIGINT, old_int)
-            signal.signal(signal.SIGTERM, old_term)
 
 
-__all__ = ["Fleet", "FleetError", "FleetInterrupted", "Terminated", "RankInfo", "detect", "launched_size",
+__all__ = ["Fleet", "FleetError", "FleetInterrupted", "RankInfo", "detect", "launched_size",
            "HOST_ENV", "OK", "INTERRUPTED", "ERROR"]

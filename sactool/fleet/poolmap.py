@@ -81,7 +81,7 @@ def pool_map(hosts: Sequence[tuple[str, dict]]) -> dict[str, Any]:
                      "capacity_bytes": (ram or 0) + (pmem or 0) or None,
                      "regions": [{"region": r.get("name"), "mode": r.get("mode"), "size_bytes": r.get("size_bytes"),
                                   "interleave_ways": r.get("interleave_ways")} for r in regs],
-                     "nodes": [f"node{n}" for n in nodes], "dax_devices": [d.get("name") for d in daxes]}
+                     "nodes": list(nodes), "dax_devices": [d.get("name") for d in daxes]}
             dev = devices.setdefault(s, {"serial": s, "hosts": []})
             dev["hosts"].append(entry)
         for d in topo.get("dax_devices", []):

@@ -20,7 +20,27 @@ from sactool.fleet.mpi import HOST_ENV, Fleet
 from sactool.fleet.poolmap import pool_map
 
 KIND = "fleet_topology"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: NUMA nodes are numbers — ``pool_map.memdevs[].hosts[].nodes`` and, in each host's topology
+record, its machine block's ``numa_nodes[].node`` (1 wrote ``"node2"``)."""
+
+
+def _upgrade_1_to_2(rec: dict[str, Any]) -> dict[str, Any]:
+    from sactool.host.machine import upgrade_machine
+    from sactool.units import node_number
+
+    for h in rec.get("hosts") or ():
+        if isinstance(h, dict) and isinstance(h.get("topology"), dict):
+            h["topology"] = {**h["topology"], "machine": upgrade_machine(h["topology"].get("machine"))}
+    pmap = rec.get("pool_map")
+    for dev in (pmap.get("memdevs") or ()) if isinstance(pmap, dict) else ():
+        for e in (dev.get("hosts") or ()) if isinstance(dev, dict) else ():
+            if isinstance(e, dict) and isinstance(e.get("nodes"), list):
+                e["nodes"] = [n if node_number(n) is None else node_number(n) for n in e["nodes"]]
+    return rec
+
+
+UPGRADES: dict[int, Any] = {1: _upgrade_1_to_2}
 
 
 def rank_entry(fleet: Fleet, topo_data: dict[str, Any]) -> dict[str, Any]:
@@ -86,7 +106,7 @@ def build_record(entries: list[dict[str, Any]], world_size: int) -> dict[str, An
 def load_fleet_topology(path) -> dict[str, Any]:
     """Load a fleet probe record (older schemas upgraded, newer refused)."""
     data = records.load_structured(path, what="fleet record")
-    data = records.upgrade(data, kind=KIND, current=SCHEMA_VERSION, source=f"fleet record {path}")
+    data = records.upgrade(data, kind=KIND, current=SCHEMA_VERSION, steps=UPGRADES, source=f"fleet record {path}")
     if not isinstance(data.get("hosts"), list) or not isinstance(data.get("pool_map"), dict):
         raise RecordError(f"fleet record {path} has no hosts/pool_map", "re-create it with mpirun … sactool probe")
     return data

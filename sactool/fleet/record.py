@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from sactool import records
 from sactool.fleet.sweep import step_entry
+from sactool.units import node_name
 
 
 def activation_order(hosts: list[str]) -> list[int]:
@@ -28,7 +29,8 @@ def sweep_steps(ranks: list[dict], order: list[int], got: list) -> list[dict]:
         for k, key, samples in g["samples"]:
             by.setdefault((k, key), {})[r] = samples
     params, tests = got[0]["params"], got[0]["tests"]
-    steps, single = [], {}
+    steps: list[dict] = []
+    single: dict[str, float] = {}
     for k, key in sorted(by, key=lambda x: (x[0], list(params).index(x[1]))):
         per_rank = by[(k, key)]
         active = sorted(order[:k])
@@ -49,9 +51,9 @@ def _test_of(measure_test: str) -> str:
     return "bandwidth" if measure_test in ("read", "write", "copy") else measure_test
 
 
-def standard_result(m, samples: list[dict], info: dict) -> dict:
+def standard_result(m, samples: list[dict], info: dict) -> dict | None:
     """Rank 0's one-rank result in the plain ``sactool bench`` form (so the record also reads as a
-    single-host bench record: ``load_bench``, ``gather_figure``, ``tune --bench``)."""
+    single-host bench record: ``load_bench``, ``gather_figure``, ``tune --bench``); None without samples."""
     from sactool.bench.runner import result_of
 
     saved = (m.cfg.samples, m.cpu, m.extra)
@@ -62,6 +64,8 @@ def standard_result(m, samples: list[dict], info: dict) -> dict:
         r = result_of(m)
     finally:
         m.cfg.samples, m.cpu, m.extra = saved
+    if r is None:
+        return None
     r["memory_node"], r["cpu_node"] = info["memory_node"], info["cpu_node"]
     return r
 
@@ -82,7 +86,7 @@ def _warnings(state: dict) -> list[dict]:
     ranks = state["ranks"]
     extra = []
     if any(r["stand_in"] for r in ranks):
-        nodes = sorted({f"{r['host']}:{r['memory_node']}" for r in ranks if r["stand_in"]})
+        nodes = sorted({f"{r['host']}:{node_name(r['memory_node'])}" for r in ranks if r["stand_in"]})
         extra.append(records.warning("stand_in", f"{', '.join(nodes)}: not CXL memory, standing in for it",
                                      "figures describe this memory, not a CXL device"))
     low: dict[int, list[tuple[int, float]]] = {}
@@ -99,9 +103,9 @@ def _warnings(state: dict) -> list[dict]:
                       "of the sample time", "other processes (or ranks sharing CPUs) had the CPUs: those "
                       "figures include waiting; per-rank on_cpu_fraction is in the record"))
     for w in [w for r in ranks for w in r.get("warnings", [])] + extra:
-        k = (w["code"], w["message"].split(": rank ")[0] if w["code"] == "cpus_shared" else w["message"])
-        if k not in seen:
-            seen.add(k)
+        key = (w["code"], w["message"].split(": rank ")[0] if w["code"] == "cpus_shared" else w["message"])
+        if key not in seen:
+            seen.add(key)
             out.append(w)
     return out
 

@@ -26,7 +26,7 @@ from typing import Any
 from sactool import records
 from sactool.errors import RecordError
 from sactool.inputfile import read_input
-from sactool.units import format_bytes
+from sactool.units import format_bytes, node_name, node_number
 
 SHARE_RULE = "equal split: the smallest free capacity a sharing host saw, divided by the number of hosts sharing it"
 
@@ -71,8 +71,12 @@ class HostShare:
         }
 
 
-def _node(v: str) -> int:
-    return int(str(v)[4:]) if str(v).startswith("node") else int(v)
+def _node(v: Any) -> int:
+    """A node of the record (a number; ``"node2"`` in bench records of schema 1, upgraded on loading)."""
+    n = node_number(v)
+    if n is None:
+        raise ValueError(f"not a NUMA node: {v!r}")
+    return n
 
 
 def host_file_name(host: str) -> str:
@@ -147,7 +151,7 @@ def plan(data: dict[str, Any], record_bytes: int, *, path: str | None = None,
         group = by_key[h["pool_device"]["key"]]
         caps = [g["pool_device"].get("free_bytes") or g["pool_device"].get("capacity_bytes") for g in group]
         if not all(caps):
-            raise RecordError(f"{src}: host {h['host']} recorded no capacity for {h['memory_node']}",
+            raise RecordError(f"{src}: host {h['host']} recorded no capacity for {node_name(h['memory_node'])}",
                               "re-create the record with this sactool")
         cap = int(min(caps))
         if h["host"] not in per_host:
@@ -157,7 +161,7 @@ def plan(data: dict[str, Any], record_bytes: int, *, path: str | None = None,
         r0 = ranks.get(h["ranks"][0], {})
         shares.append(HostShare(
             host=h["host"], ranks=tuple(h["ranks"]), memory_node=_node(h["memory_node"]),
-            cpu_node=_node(r0["cpu_node"]) if r0.get("cpu_node") else None, cpus=len(r0.get("cpus") or ()) or 1,
+            cpu_node=node_number(r0.get("cpu_node")), cpus=len(r0.get("cpus") or ()) or 1,
             stand_in=bool(h.get("stand_in")), device_key=h["pool_device"]["key"],
             hosts_sharing=tuple(g["host"] for g in group), device_capacity_bytes=cap, share_bytes=cap // len(group),
             bandwidth_bytes_per_s=per_host[h["host"]], bandwidth_source=how,

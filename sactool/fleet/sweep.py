@@ -55,8 +55,9 @@ def rank_figures(test: str, params: dict, samples: Sequence[dict]) -> dict[str, 
     bw = [sample_bytes(test, params, s["seconds"], s["work"], s.get("extra")) / s["seconds"] for s in samples]
     out: dict[str, Any] = {"bandwidth_bytes_per_s": summarize(bw).median, "bandwidth_stats": stats_dict(summarize(bw)),
                            "samples": len(samples)}
-    lat = [latency_of(test, params, s["seconds"], s["work"]) for s in samples]
-    if lat and lat[0] is not None:
+    # a test has a latency figure for every sample or for none
+    lat = [m for s in samples if (m := latency_of(test, params, s["seconds"], s["work"])) is not None]
+    if lat:
         st = summarize([v for _, v in lat])
         out[lat[0][0]] = {"median": st.median, "p95": st.p95, "min": st.min, "max": st.max, "n": st.n}
     timed = [s for s in samples if s.get("thread_cpu_seconds")]

@@ -91,9 +91,10 @@ def candidates(ranks: int, targets: Sequence[str], *, rank_nodes: Sequence[int |
     """Round-robin over all targets, and packed on each smaller number of targets; with the NUMA
     node of every rank's GPU (``rank_nodes``) and every target's socket, locality first."""
     out = [round_robin(ranks, targets)]
-    if (len(rank_nodes) == ranks and all(n is not None for n in rank_nodes) and target_nodes
+    known = [n for n in rank_nodes if n is not None]
+    if (len(rank_nodes) == ranks and len(known) == ranks and target_nodes
             and any(v is not None for v in target_nodes.values())):
-        loc, notes = locality(list(rank_nodes), targets, target_nodes)  # type: ignore[arg-type]
+        loc, notes = locality(known, targets, target_nodes)
         if not notes:      # every rank has a target on its socket
             out.insert(0, loc)
     for k in range(1, min(len(targets), ranks)):

@@ -135,7 +135,8 @@ def assign(world: int, targets: Sequence[Target], rule: str, *, rank_cpu_nodes: 
         raise RecordError("pool.rank_assignment locality needs the NUMA node of each rank's GPU (pool.gpu_local_nodes)",
                           "set pool.gpu_local_nodes (sactool tune fills it from the GPUs probe sees), or use "
                           "pool.rank_assignment round_robin")
-    p, notes = placement.locality(list(rank_cpu_nodes), names, {t.name: t.cpu_node for t in targets})  # type: ignore[arg-type]
+    known = [n for n in rank_cpu_nodes if n is not None]   # every one, by the check above
+    p, notes = placement.locality(known, names, {t.name: t.cpu_node for t in targets})
     return p.rank_targets, notes
 
 

@@ -11,6 +11,7 @@ import os
 from typing import Any
 
 from sactool.host.sysfs import SysfsReader, parse_cpulist
+from sactool.units import node_number
 
 NODE_DIR = "sys/devices/system/node"
 TIER_DIR = "sys/devices/virtual/memory_tiering"
@@ -54,7 +55,8 @@ def node_tiers(r: SysfsReader) -> dict[int, int]:
 
 
 def machine_block(r: SysfsReader | None = None) -> dict[str, Any]:
-    """hostname, kernel, CPU model, CPU count, THP mode, governor, NUMA nodes (tier, CPU-less)."""
+    """hostname, kernel, CPU model, CPU count, THP mode, governor, NUMA nodes (tier, CPU-less).
+    ``numa_nodes[].node`` is the node's number (``2``; docs/reference/units.md)."""
     r = r or SysfsReader()
     live = r.live
     kernel = r.str("proc/sys/kernel/osrelease") or _kernel_from_version(r) or (os.uname().release if live else None)
@@ -66,14 +68,14 @@ def machine_block(r: SysfsReader | None = None) -> dict[str, Any]:
     governor = r.str("sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")
     online = r.cpulist("sys/devices/system/cpu/online")
     tiers = node_tiers(r)
-    nodes = []
+    nodes: list[dict[str, Any]] = []
     for name in r.listdir(NODE_DIR):
         if not (name.startswith("node") and name[4:].isdigit()):
             continue
         nid = int(name[4:])
         cpus = r.attr(f"{NODE_DIR}/{name}/cpulist", parse_cpulist).value or ()
-        nodes.append({"node": f"node{nid}", "cpus": len(cpus), "cpu_less": not cpus, "tier": tiers.get(nid)})
-    nodes.sort(key=lambda n: int(n["node"][4:]))
+        nodes.append({"node": nid, "cpus": len(cpus), "cpu_less": not cpus, "tier": tiers.get(nid)})
+    nodes.sort(key=lambda n: n["node"])
     return {
         "hostname": hostname,
         "live": live,
@@ -84,3 +86,17 @@ def machine_block(r: SysfsReader | None = None) -> dict[str, Any]:
         "governor": governor,
         "numa_nodes": nodes,
     }
+
+
+def upgrade_machine(block: Any) -> Any:
+    """A machine block written before NUMA nodes were numbers (``numa_nodes[].node: "node2"``) in
+    today's form (``2``): the upgrade step every record that embeds the block runs. Anything else
+    is left as it is, for the record's own checks to judge."""
+    if not isinstance(block, dict) or not isinstance(block.get("numa_nodes"), list):
+        return block
+    nodes = []
+    for n in block["numa_nodes"]:
+        if isinstance(n, dict) and isinstance(n.get("node"), str) and node_number(n["node"]) is not None:
+            n = {**n, "node": node_number(n["node"])}
+        nodes.append(n)
+    return {**block, "numa_nodes": nodes}

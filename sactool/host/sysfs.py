@@ -12,6 +12,7 @@ the reason is kept in :attr:`SysfsReader.reasons` (``reader.why(path)``), so cal
 
 from __future__ import annotations
 
+import builtins
 import os
 import stat
 from dataclasses import dataclass
@@ -247,27 +248,29 @@ class SysfsReader:
             self._miss(rel, reason)
             return Attr(rel, None, reason)
 
-    def int(self, rel: str) -> int | None:
+    # The readers below are named after the types they return; from here on, inside the class,
+    # ``str``/``int``/``bool`` name these methods, so annotations spell the types ``builtins.*``.
+    def int(self, rel: builtins.str) -> builtins.int | None:
         return self.attr(rel, parse_int).value
 
-    def hex(self, rel: str) -> int | None:
+    def hex(self, rel: builtins.str) -> builtins.int | None:
         return self.attr(rel, parse_hex).value
 
-    def cpulist(self, rel: str) -> tuple[int, ...] | None:
+    def cpulist(self, rel: builtins.str) -> tuple[builtins.int, ...] | None:
         return self.attr(rel, parse_cpulist).value
 
-    def kv(self, rel: str) -> dict[str, int] | None:
+    def kv(self, rel: builtins.str) -> dict[builtins.str, builtins.int] | None:
         return self.attr(rel, parse_kv).value
 
-    def bool(self, rel: str) -> bool | None:
+    def bool(self, rel: builtins.str) -> builtins.bool | None:
         return self.attr(rel, parse_bool).value
 
-    def str(self, rel: str) -> str | None:
+    def str(self, rel: builtins.str) -> builtins.str | None:
         s = self.text(rel)
         return None if s is None else s.strip()
 
     # ---- directories and links -----------------------------------------------------------
-    def listdir(self, rel: str) -> list[str]:
+    def listdir(self, rel: builtins.str) -> list[builtins.str]:
         """Sorted entry names ([] with a reason when missing/unreadable)."""
         self._touch(rel)
         try:
@@ -276,7 +279,7 @@ class SysfsReader:
             self._miss(rel, e.reason)
         return []
 
-    def readlink(self, rel: str) -> str | None:
+    def readlink(self, rel: builtins.str) -> builtins.str | None:
         """The raw link target, or None (not a link / missing)."""
         self._touch(rel)
         try:
@@ -285,7 +288,7 @@ class SysfsReader:
             self._miss(rel, e.reason)
         return None
 
-    def resolve(self, rel: str) -> str | None:
+    def resolve(self, rel: builtins.str) -> builtins.str | None:
         """Follow symlinks and return the canonical path *relative to the root*.
 
         Every link on the way is recorded as touched (a snapshot must keep them). Returns None
@@ -302,7 +305,7 @@ class SysfsReader:
         self._touch(out)
         return out
 
-    def basename_of_link(self, rel: str) -> str | None:
+    def basename_of_link(self, rel: builtins.str) -> builtins.str | None:
         """Name of the directory a link points at (e.g. a dax device's ``driver`` → ``kmem``)."""
         target = self.readlink(rel)
         return None if target is None else os.path.basename(target.rstrip("/"))

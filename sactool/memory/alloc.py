@@ -155,10 +155,11 @@ def _weighted(reader: SysfsReader, buf: PlacedBuffer, weights: dict, stripe: int
 
 
 def sc_native_ok(reader: SysfsReader, ws: dict[int, int], kernel: dict[int, int | None]) -> bool:
-    if not sc.kernel_has_weighted_interleave(reader) or any(v is None for v in kernel.values()):
+    known = {n: v for n, v in kernel.items() if v is not None}
+    if not sc.kernel_has_weighted_interleave(reader) or len(known) < len(kernel):
         return False
-    g = reduce(math.gcd, kernel.values())  # type: ignore[arg-type]
-    return {n: v // g for n, v in kernel.items()} == ws  # type: ignore[operator]
+    g = reduce(math.gcd, known.values())
+    return {n: v // g for n, v in known.items()} == ws
 
 
 def map_devdax(name_or_path: str, size_bytes: int | None = None, *, offset_bytes: int = 0,

@@ -180,7 +180,7 @@ class PlacedBuffer:
         r = self.report
         return {
             "size_bytes": self.size_bytes, "source": self.source, "policy": self.policy,
-            "memory_nodes": [f"node{n}" for n in self.nodes], "hugepages_requested": self.hugepages,
+            "memory_nodes": list(self.nodes), "hugepages_requested": self.hugepages,
             "page_size_bytes": r.page_size_bytes if r else self.page_size_bytes,
             "hugepage_bytes": r.hugepage_bytes if r else None,
             "hugepage_fraction": round(r.hugepage_fraction, 4) if r else None,

@@ -41,7 +41,7 @@ from sactool.errors import RecordError
 from sactool.records import atomic_write, dumps, header, load_structured, upgrade
 
 KIND = "profile"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """2: the ``workload`` block (where the hot-buffer figures came from); a schema-1 profile is
 upgraded with ``workload: null`` (not recorded)."""
 
@@ -250,7 +250,16 @@ def _upgrade_1_to_2(record: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
-_UPGRADES: dict[int, Any] = {1: _upgrade_1_to_2}  # schema n -> n+1 steps, applied in order
+def _upgrade_2_to_3(record: dict[str, Any]) -> dict[str, Any]:
+    """Schema 2's machine block spelled ``numa_nodes[].node`` ``"node2"``; 3 holds the number."""
+    from sactool.host.machine import upgrade_machine
+
+    if "machine" in record:
+        record["machine"] = upgrade_machine(record["machine"])
+    return record
+
+
+_UPGRADES: dict[int, Any] = {1: _upgrade_1_to_2, 2: _upgrade_2_to_3}  # schema n -> n+1 steps, applied in order
 
 
 

@@ -4,9 +4,14 @@ bandwidth, gather bandwidth vs record size), buffer/placement line; warnings go 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.markup import escape as esc
 
-from sactool.units import format_bytes, format_rate
+from sactool.units import format_bytes, format_rate, node_name
+
+if TYPE_CHECKING:   # matplotlib is imported only where a picture is drawn
+    from matplotlib.transforms import Bbox
 
 BAR = 28
 
@@ -28,7 +33,7 @@ def _spread(r: dict) -> str:
 
 
 def _pair(r: dict) -> str:
-    return f"{r.get('cpu_node') or '?'}→{r.get('memory_node') or '?'}"
+    return f"{node_name(r.get('cpu_node'))}→{node_name(r.get('memory_node'))}"
 
 
 MARKS = {"descheduled": "*", "high_variance": "~", "in_cache": "^"}
@@ -60,15 +65,15 @@ def affected(rec) -> dict[str, set[str]]:
 def _header(c, rec) -> None:
     """What was measured where: command, memory node, CPUs, preset, buffer and placement, stand-in."""
     d, b = rec.data, rec.buffer
-    c.print(f"[bold]sactool bench {d.get('command')}[/] — memory {d.get('memory_node')}, CPUs "
-            f"{','.join(map(str, rec.cpus))} ({d.get('cpu_node')}), preset {d['protocol'].get('preset')}"
+    c.print(f"[bold]sactool bench {d.get('command')}[/] — memory {node_name(d.get('memory_node'), 'None')}, CPUs "
+            f"{','.join(map(str, rec.cpus))} ({node_name(d.get('cpu_node'), 'None')}), preset {d['protocol'].get('preset')}"
             + ("" if rec.complete else " [bold red](interrupted: partial)[/]"))
     if b:
         c.print(f"buffer {format_bytes(b.get('size_bytes'))}, {b.get('hugepages_requested')}: huge-page share "
                 f"{(b.get('hugepage_fraction') or 0):.0%}, verified on node: {(b.get('verified_fraction') or 0):.1%} "
                 f"of {b.get('pages_checked')} pages")
     if rec.stand_in:
-        c.print(f"[yellow]{esc(rec.stand_in['node'])} stands in for CXL[/]: {esc(rec.stand_in.get('reason') or '')}")
+        c.print(f"[yellow]{esc(node_name(rec.stand_in['node']))} stands in for CXL[/]: {esc(rec.stand_in.get('reason') or '')}")
 
 
 def render_bench(rec, console=None, err=None) -> None:
@@ -81,7 +86,9 @@ def render_bench(rec, console=None, err=None) -> None:
 
     def m(r: dict, text: str) -> str:
         """The figure with the marks of the warnings raised for its result (legend below the tables)."""
-        return text + "".join(MARKS[k] for k in MARKS if k in hit.get(r.get("key"), ()))
+        key = r.get("key")
+        codes = hit.get(key, set()) if key is not None else set()
+        return text + "".join(MARKS[k] for k in MARKS if k in codes)
     _header(c, rec)
     by: dict[str, list[dict]] = {}
     for r in rec.results:
@@ -251,7 +258,7 @@ def bench_figure(rec):
                          "plot a record of bench loaded, gather or all")
     fig, axes = plt.subplots(1, len(panels), figsize=(5.8 * len(panels), 4.4), squeeze=False)
     axes = list(axes[0])
-    mem = rec.data.get("memory_node")
+    mem = node_name(rec.data.get("memory_node"), "None")
     stand = " (stand-in for CXL)" if rec.stand_in else ""
     if "loaded" in panels:
         ax = axes[panels.index("loaded")]
@@ -302,7 +309,7 @@ def _label_delays(fig, ax, xs, ys, rs) -> None:
     frame = ax.get_window_extent(renderer)   # inside the panel: not cut at its edge
     order = sorted(range(len(rs)), key=lambda i: (rs[i]["params"].get("inject_delay_iterations") is not None,
                                                   i != len(rs) - 1, i))
-    placed = []
+    placed: list[Bbox] = []
     for i in order:
         d = rs[i]["params"].get("inject_delay_iterations")
         for off in LABEL_OFFSETS:
@@ -332,7 +339,7 @@ def warning_lines(rec) -> list[tuple[str, str, str | None]]:
     groups: dict[str, list[dict]] = {}
     for w in rec.warnings:
         groups.setdefault(w["code"], []).append(w)
-    out = []
+    out: list[tuple[str, str, str | None]] = []
     for code, ws in groups.items():
         per = [(k, w) for w in ws if (k := _result_key(w.get("message") or "", keys)) is not None]
         if len(per) < 2 or len(per) != len(ws):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rich.markup import escape as esc
 
-from sactool.units import format_bytes
+from sactool.units import format_bytes, node_name
 
 
 def _b(n) -> str:
@@ -64,7 +64,7 @@ def render_fleet_probe(data: dict, console=None) -> None:
         for i, h in enumerate(d["hosts"]):
             t.add_row(d["serial"] if i == 0 else "", ("yes" if d["shared"] else "no") if i == 0 else "",
                       esc(h["host"]), esc(h["memdev"] or "?"), _b(h["capacity_bytes"]),
-                      esc(", ".join(r["region"] for r in h["regions"]) or "-"), esc(", ".join(h["nodes"]) or "-"),
+                      esc(", ".join(r["region"] for r in h["regions"]) or "-"), esc(", ".join(node_name(n) for n in h["nodes"]) or "-"),
                       esc(", ".join(h["dax_devices"]) or "-"))
     c.print(t if pm["memdevs"] else "no CXL memdevs on any host")
     shared = [d for d in pm["memdevs"] if d["shared"]]
@@ -84,11 +84,11 @@ def render_fleet_bench(data: dict, console=None) -> None:
     c = console or stdout_console()
     fl = data["fleet"]
     c.print(f"[bold]sactool bench {esc(data.get('command') or '')}[/] — fleet of {_n(fl['world_size'], 'rank')} on "
-            f"{_n(len(fl['hosts']), 'host')}, memory {esc(data.get('memory_node') or '?')}, preset "
+            f"{_n(len(fl['hosts']), 'host')}, memory {esc(node_name(data.get('memory_node')))}, preset "
             f"{data['protocol'].get('preset')}" + ("" if data.get("complete") else " [bold red](interrupted: partial)[/]"))
     for h in fl["hosts"]:
         dev = h["pool_device"]
-        c.print(f"  {esc(h['host'])}: ranks {','.join(map(str, h['ranks']))}, {esc(dev['node'])} ({esc(dev['kind'])}"
+        c.print(f"  {esc(h['host'])}: ranks {','.join(map(str, h['ranks']))}, {esc(node_name(dev['node']))} ({esc(dev['kind'])}"
                 + (f", memdevs {', '.join(dev['memdev_serials'])}" if dev["memdev_serials"] else "") + ")")
     by: dict[str, list[dict]] = {}
     for s in fl["sweep"]:
@@ -123,4 +123,4 @@ def render_fleet_bench(data: dict, console=None) -> None:
                    else "ns/load: median of the ranks, p95 of the worst rank; " if lat else "")
                 + "min/max: fairness between ranks")
     if data.get("stand_in"):
-        c.print(f"[yellow]{esc(data['stand_in']['node'])} stands in for CXL[/]: {esc(data['stand_in'].get('reason') or '')}")
+        c.print(f"[yellow]{esc(node_name(data['stand_in']['node']))} stands in for CXL[/]: {esc(data['stand_in'].get('reason') or '')}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from rich.markup import escape as esc
 
-from sactool.units import format_bytes, format_rate  # noqa: F401
+from sactool.units import format_bytes, format_rate, node_name  # noqa: F401
 
 
 def _f(x, fmt: str = "{:.1f}") -> str:
@@ -24,7 +24,7 @@ def render_gpu_gather(rec, console=None, err=None) -> None:
     d = rec.data
     g = d.get("gpu") or {}
     b = rec.buffer
-    where = d.get("dax_device") or d.get("memory_node") or "host memory (node unknown)"
+    where = d.get("dax_device") or node_name(d.get("memory_node"), "host memory (node unknown)")
     c.print(f"[bold]sactool bench gpu-gather[/] — GPU {g.get('index')} {esc(str(g.get('name')))} reading {esc(where)}, "
             f"preset {d['protocol'].get('preset')}" + ("" if rec.complete else " [bold red](interrupted: partial)[/]"))
     if g.get("simulator"):
@@ -43,7 +43,7 @@ def render_gpu_gather(rec, console=None, err=None) -> None:
     else:
         c.print("link ceiling unknown: " + esc("; ".join(pc.get("notes") or ["not readable"])))
     if rec.stand_in:
-        c.print(f"[yellow]{esc(rec.stand_in['node'])} stands in for CXL[/]: {esc(rec.stand_in.get('reason') or '')}")
+        c.print(f"[yellow]{esc(node_name(rec.stand_in['node']))} stands in for CXL[/]: {esc(rec.stand_in.get('reason') or '')}")
     gathers = [r for r in rec.results if r["test"] == "gpu_gather"]
     if gathers:
         t = Table(title="GPU swap-in: one block (blk) per request, one warp per record; µs/step: one top-k step of "

@@ -278,7 +278,7 @@ def machine_scene(topo: Topology, plan=None, rank_gpus: Sequence[str | None] = (
                            [bridge, kind]))
         if left == start:
             left += W_MEM + GAP
-        mem = [n for n in topo.nodes if n.id not in dax_nodes and group.get(_home(topo, n), _home(topo, n)) == sid]
+        mem = [n for n in topo.nodes if n.id not in dax_nodes and _drawn_socket(topo, group, n) == sid]
         sock = f"socket-node{sid}" if sid is not None else "socket-unknown"
         sc.add(Box(sock, "socket", (start + left - GAP) / 2, rows["socket"], left - GAP - start,
                    _socket_lines(topo, sid, mem, sorted(n for n, v in group.items() if v == sid))))
@@ -350,6 +350,13 @@ def _home(topo: Topology, n) -> int | None:
         return None
 
 
+def _drawn_socket(topo: Topology, group: dict[int, int], n) -> int | None:
+    """The socket box a memory node is drawn in: its home's socket group (the home itself when
+    ungrouped), None when it has no home."""
+    home = _home(topo, n)
+    return None if home is None else group.get(home, home)
+
+
 def _device_column(sc: Scene, d: _Dev, x: float, w: float, dev_row: float, bridge_row: float) -> None:
     """The device box and the links above it, each hop on its own row segment."""
     sc.add(Box(d.gid, d.kind, x, dev_row, w, list(d.lines), dashed=d.kind == "missing"))
@@ -388,8 +395,10 @@ def _memory_rows(sc: Scene, topo: Topology, placed: dict[str, float], dev_row: f
                                      kind="member"))
     used: dict[float, int] = {}
     for dx in topo.dax_devices:
-        x = reg_x.get(dx.region or "", None)
-        if x is None:
+        region = dx.region or ""
+        if region in reg_x:
+            x = reg_x[region]
+        else:
             x, spare = spare + W_MEM / 2, spare + W_MEM + GAP
         k = used.get(x, 0)
         used[x] = k + 1
@@ -434,6 +443,8 @@ def _rank_edges(sc: Scene, topo: Topology, plan, rank_gpus: Sequence[str | None]
 
 
 def _title(topo: Topology, plan) -> str:
-    where = "this system" if topo.live else f"recording {topo.sysfs_root.rstrip('/').rsplit('/', 1)[-1]}"
+    kind = topo.origin_of.kind
+    name = topo.sysfs_root.rstrip('/').rsplit('/', 1)[-1]
+    where = {"live": "this system", "recording": f"recording {name}", "generated": f"generated tree {name}"}[kind]
     kernel = topo.machine.get("kernel") or "?"
     return f"{'rank plan on ' if plan is not None else ''}{where} (kernel {kernel})"

@@ -154,7 +154,8 @@ def _draw_edge(ax, sc: Scene, e: Edge, route: _Route) -> None:
                 linespacing=1.15, bbox=dict(boxstyle="round,pad=0.12", facecolor="white",
                                             edgecolor="#e67e00" if e.narrowest else "#999999", lw=0.6))
     elif e.kind == "trunk":          # socket → a GPU hanging off it: trunk down, branch across
-        ax.plot([X(e.x), X(e.x), X(b.x) - b.w / 2], [y0, Y(b.y), Y(b.y)], color="#4a7a45", lw=1.4, zorder=1,
+        tx = e.x if e.x is not None else a.x   # the layout gives every trunk its x; else the socket's centre
+        ax.plot([X(tx), X(tx), X(b.x) - b.w / 2], [y0, Y(b.y), Y(b.y)], color="#4a7a45", lw=1.4, zorder=1,
                 linestyle="--" if b.dashed else "-")
     elif e.kind == "member":
         ax.plot([X(a.x), X(b.x)], [y0, y1], color="#777777", lw=1.0, zorder=1)

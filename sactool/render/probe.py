@@ -56,6 +56,9 @@ def _machine_line(topo: Topology, c) -> None:
     if topo.live:
         c.print(f"[bold]{m.get('hostname') or '?'}[/] — this system, kernel {m.get('kernel') or '?'}, "
                 f"{m.get('cpus_online') or '?'} CPUs")
+    elif topo.origin_of.kind == "generated":
+        c.print(f"[bold yellow]GENERATED machine — not a real system[/] ({esc(topo.sysfs_root)}), "
+                f"kernel {esc(str(m.get('kernel') or '?'))}: {esc(topo.origin_of.note or '')}")
     else:
         c.print(f"[bold yellow]RECORDED machine — not this system[/] ({topo.sysfs_root}), "
                 f"kernel {m.get('kernel') or '?'}")

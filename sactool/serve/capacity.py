@@ -45,6 +45,14 @@ class PoolCheck:
     facts: tuple[Target, ...] = ()        # the targets as this host (or recording) has them
 
 
+def _numa_node(target: str) -> int:
+    """The node of a NUMA-mode target (``node2`` → 2). The rank plan admits no target outside the
+    profile's ``pool.nodes`` in NUMA mode, so a DAX name here is a bug, not bad input."""
+    n = node_of(target)
+    assert n is not None, f"NUMA-mode pool target {target!r} is not a node"
+    return n
+
+
 def _node_share(profile: Profile, per_rank: int, by_target: dict[str, list[int]]) -> dict[int, tuple[int, set[int]]]:
     """node -> (bytes, ranks): bind/preferred put a rank's pool on its node; weighted interleave
     spreads every rank's pool over the weight nodes in proportion to the weights."""
@@ -56,7 +64,7 @@ def _node_share(profile: Profile, per_rank: int, by_target: dict[str, list[int]]
                 tot = sum(q.interleave_weights.values())
                 parts = {n: per_rank * w // tot for n, w in q.interleave_weights.items()}
             else:
-                parts = {node_of(target): per_rank}
+                parts = {_numa_node(target): per_rank}
             for n, b in parts.items():
                 cur, rs = out.get(n, (0, set()))
                 out[n] = (cur + b, rs | {r})
@@ -85,14 +93,15 @@ def check_pool(profile: Profile, reader: SysfsReader) -> PoolCheck:
         for t in facts:
             ranks = by_target.get(t.name, [])
             sizes = [plan.slot(r).size_bytes for r in ranks]
-            avail = sum(sizes) if sizes and None not in sizes else t.capacity_bytes
+            known = [v for v in sizes if v is not None]
+            avail = sum(known) if sizes and len(known) == len(sizes) else t.capacity_bytes
             need = None if per_rank is None else per_rank * len(ranks)
             checks.append(TargetCheck(t.name, tuple(ranks), need, avail,
                                       f"{t.capacity_source}; {len(ranks)} aligned slices of {sizes[0] if sizes else 0} bytes",
                                       True))
         return PoolCheck(sizing, tuple(checks), "" if per_rank is not None else
                          f"capacity not checked: host bytes per rank {sizing.source}", plan, tuple(facts))
-    nodes = sorted({node_of(t) for t in by_target} | set(q.interleave_weights if q.policy == "weighted_interleave" else ()))
+    nodes = sorted({_numa_node(t) for t in by_target} | set(q.interleave_weights if q.policy == "weighted_interleave" else ()))
     room_of = {t.name: t for t in facts}
     for n in nodes:
         if f"node{n}" not in room_of:           # a weighted-interleave node that is not a rank target
@@ -100,18 +109,17 @@ def check_pool(profile: Profile, reader: SysfsReader) -> PoolCheck:
     shares = _node_share(profile, per_rank, by_target) if per_rank is not None else {}
     for n in nodes:
         t = room_of[f"node{n}"]
-        need, ranks = shares.get(n, (None, set()))
+        need, on_node = shares.get(n, (None, set()))
         if per_rank is None:
-            ranks = set(by_target.get(f"node{n}", []))
+            on_node = set(by_target.get(f"node{n}", []))
         room = t.capacity_bytes
-        ok = need is None or room is None or need <= room
-        if not ok:
+        if need is not None and room is not None and need > room:
             raise CapacityError(
-                f"node{n} is short of memory: ranks {', '.join(map(str, sorted(ranks)))} need "
+                f"node{n} is short of memory: ranks {', '.join(map(str, sorted(on_node)))} need "
                 f"{format_bytes(need)} ({format_bytes(per_rank)} per rank from {sizing.source}), "
                 f"{format_bytes(max(room, 0))} free ({t.capacity_source})",
                 "lower hisparse.host_to_device_ratio or sglang.max_running_requests in the profile "
                 "(sactool tune), spread ranks over more pool.nodes, or free memory on the node")
-        checks.append(TargetCheck(f"node{n}", tuple(sorted(ranks)), need, room, t.capacity_source, ok))
+        checks.append(TargetCheck(f"node{n}", tuple(sorted(on_node)), need, room, t.capacity_source, True))
     note = "" if per_rank is not None else f"capacity not checked: host bytes per rank {sizing.source}"
     return PoolCheck(sizing, tuple(checks), note, plan, tuple(facts))

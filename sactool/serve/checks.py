@@ -58,8 +58,13 @@ def check_model(profile: Profile, extra: Sequence[str]) -> str:
             raise RecordError(f"{cfg_path} cannot be read: {e}", "check the model directory") from None
         if not isinstance(cfg, dict):
             raise RecordError(f"{cfg_path} is not a JSON object", "check the model directory")
-        text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
-        arch = (cfg.get("architectures") or [None])[0]
+        tc = cfg.get("text_config")
+        text = tc if isinstance(tc, dict) else cfg
+        archs = cfg.get("architectures")
+        if archs is not None and not (isinstance(archs, list) and all(isinstance(a, str) for a in archs)):
+            raise RecordError(f"{cfg_path}: architectures is {str(archs)[:60]!r}, not a list of class names",
+                              "check the model directory (Hugging Face writes e.g. [\"DeepseekV32ForCausalLM\"])")
+        arch = (archs or [None])[0]
         diffs = [f"architecture {arch} != {m.architecture}"] if arch != m.architecture else []
         for key, attr in _CONFIG_FIELDS:
             if key in text and text[key] != getattr(m, attr):
@@ -260,10 +265,10 @@ def _wait_unreaped(pid: int, timeout_s: float, argv) -> None:
 def probe_options(python: str, version: str, *, timeout_s: float = 120.0):
     """The option table of the SGLang ``python`` has (its own parser, imported there: seconds, as
     it imports torch), or (None, why) where it cannot be asked."""
-    from sactool.serve.sglang_options import OPTIONS_PROBE, table_of
+    from sactool.serve.sglang_options import options_probe, table_of
 
     try:
-        out, err = _run_probe([python, "-c", OPTIONS_PROBE], timeout_s)
+        out, err = _run_probe([python, "-c", options_probe()], timeout_s)
     except (OSError, subprocess.TimeoutExpired) as e:
         return None, str(e)
     t = table_of(out, version, f"SGLang {version}'s parser in {python}")

@@ -50,9 +50,9 @@ class SimulationOptions:
             for v in vals or ():
                 if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                     raise UsageError(f"{what} {v!r} must be a whole number >= 1", f"give positive {what} values")
-        for what, v, lo in (("output tokens", self.output_tokens, 1), ("hot-buffer steps", self.hotbuffer_steps, 2)):
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < lo):
-                raise UsageError(f"{what} {v!r} must be a whole number >= {lo}", f"give {what} of at least {lo}")
+        for what, n, lo in (("output tokens", self.output_tokens, 1), ("hot-buffer steps", self.hotbuffer_steps, 2)):
+            if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < lo):
+                raise UsageError(f"{what} {n!r} must be a whole number >= {lo}", f"give {what} of at least {lo}")
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ class SimulationResult:
 
         from sactool.host.machine import machine_block
 
-        d = header("simulation", 1)
+        d = header("simulation", 2)   # 2: machine.numa_nodes[].node is a number
         # the host that ran the model (the simulated platform is described by `platform`/`inputs`)
         d["machine"] = machine_block()
         d.update({f.name: to_data(getattr(self, f.name)) for f in dataclasses.fields(self)})

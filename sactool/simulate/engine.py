@@ -33,12 +33,26 @@ import heapq
 import math
 import random
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Protocol
 
 from sactool.bench.record import lines_touched
 from sactool.hisparse.cost import common_miss_time_per_token, fetch_bytes_per_token, rdma_full_prefix_bytes
+from sactool.simulate.misses import MissProfile
 
 PLACEMENTS = ("sac", "rdma", "dram")
+
+
+class StepCompute(Protocol):
+    """GPU seconds of one decode step of a rank (:class:`sactool.simulate.gpu.ComputeModel`)."""
+
+    def step_s(self, requests: int, context: int) -> float: ...
+
+
+def misses_of(sc: Scenario) -> MissProfile:
+    """The scenario's miss profile, which every run needs."""
+    if sc.misses is None:
+        raise ValueError("this Scenario has no miss profile (a step-time-only scenario): it cannot be run")
+    return sc.misses
 
 
 @dataclass(frozen=True)
@@ -96,11 +110,11 @@ class Scenario:
     requests: int
     arrival_rate_per_s: float | None
     case: str
-    compute: object                # ComputeModel
+    compute: StepCompute           # a ComputeModel (simulate.gpu)
     hisparse_overhead_s: float
     prefetch: bool
     path: PathModel
-    misses: object                 # MissProfile
+    misses: MissProfile | None     # None only where no run is made: simulate.misscheck's step times
     gpus_per_switch: int
     switch_uplink_bytes_per_s: float
     nics: int
@@ -112,7 +126,8 @@ class Scenario:
     prefill_s: float               # cache_populate: prefill seconds of one request
     pool_write_bytes_per_s: float  # cache_populate: write of the prefix KV to the pool / host
     seed: int = 0
-    overhead_fn: object = None     # requests per rank -> HiSparse per-step cost (else hisparse_overhead_s)
+    # requests per rank -> HiSparse per-step cost (else hisparse_overhead_s)
+    overhead_fn: Callable[[int], float] | None = None
     fetch_fixed_s: float = 0.0     # RDMA: fixed cost of one fetch, on top of wire and CPU passes
 
 
@@ -217,9 +232,10 @@ class _Run:
         R, c, N = sc.ranks, sc.concurrency, sc.requests
         self.kv_bytes = rdma_full_prefix_bytes(sc.context, sc.record_bytes, sc.layers)
         # per-step miss table: index min(step, W) -> misses per layer
-        self.table = list(sc.misses.per_step)
+        misses = misses_of(sc)
+        self.table = list(misses.per_step)
         self.W = len(self.table)
-        self.steady = sc.misses.steady
+        self.steady = misses.steady
         self.comp_cache: dict[int, float] = {}
         arrivals = self._first_arrivals(random.Random(sc.seed), N, R, c)
         self.issued = len(arrivals)

@@ -34,7 +34,7 @@ import heapq
 import math
 from dataclasses import dataclass
 
-from sactool.simulate.engine import Breakdown, RunResult, Scenario, _nic_time, _step_time
+from sactool.simulate.engine import Breakdown, RunResult, Scenario, _nic_time, _step_time, misses_of
 from sactool.hisparse.cost import fetch_bytes_per_token, rdma_full_prefix_bytes
 
 
@@ -69,7 +69,8 @@ class _Harness:
         self.sc, self.hx = sc, hx
         R = sc.ranks
         self.kv_bytes = rdma_full_prefix_bytes(sc.context, sc.record_bytes, sc.layers)
-        self.table = list(sc.misses.per_step)
+        self.misses = misses_of(sc)
+        self.table = list(self.misses.per_step)
         self.rdma = sc.placement == "rdma"
         self.conv = ((self.kv_bytes / sc.conversion_bytes_per_s if sc.conversion_bytes_per_s else 0.0)
                      + sc.fetch_fixed_s) if self.rdma else 0.0
@@ -206,7 +207,7 @@ class _Harness:
 
     def decode_step(self, dec: list[int]):
         """(step, compute, overhead, swap-in, per-rank counts, summed misses, any cold request)."""
-        R, W, steady = self.sc.ranks, len(self.table), self.sc.misses.steady
+        R, W, steady = self.sc.ranks, len(self.table), self.misses.steady
         counts, rec, mx = [0] * R, [0.0] * R, [0.0] * R
         warm = False
         for r in dec:

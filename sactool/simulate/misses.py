@@ -17,7 +17,10 @@ within a process.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:   # numpy is imported where the traces are made, not when this module is
+    import numpy as np
 
 DEFAULT_STEPS = 128
 """Decode steps simulated per context for the hot-buffer statistics (the rest reuse the steady mean)."""
@@ -42,7 +45,7 @@ _CACHE: dict[tuple, MissProfile] = {}
 MissFn = Callable[[int, int, int, int], MissProfile]
 
 
-_TRACES: dict[tuple, object] = {}
+_TRACES: dict[tuple, np.ndarray] = {}
 
 
 def lru_profile(context_tokens: int, buffer_slots: int, top_k: int, layers: int, *,

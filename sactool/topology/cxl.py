@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import posixpath
 import re
+from typing import Any
 
 from sactool.host.sysfs import SysfsReader
 from sactool.topology.link import read_link
@@ -72,7 +73,7 @@ def _endpoint_memdevs(r: SysfsReader, canon: dict[str, str]) -> dict[str, str]:
     for name, path in canon.items():
         if _ENDPOINT_RE.match(name):
             up = r.resolve(f"{path}/uport")
-            if up in mem_by_path:
+            if up is not None and up in mem_by_path:
                 endpoint_mem[name] = mem_by_path[up]
     return endpoint_mem
 
@@ -108,6 +109,11 @@ def _memdevs(r: SysfsReader, canon: dict[str, str], mem_endpoint: dict[str, str]
     return memdevs
 
 
+def _decoder_index(name: str) -> int:
+    """``decoderP.I`` → I (the caller has matched the name against ``_DEC_RE``)."""
+    return int(name.rsplit(".", 1)[1])
+
+
 def _qos(v: int | None) -> int | None:
     """A ``qos_class`` attribute; -1 (CXL_QOS_CLASS_INVALID / none) → None."""
     return None if v is None or v < 0 else v
@@ -122,7 +128,7 @@ def _decoders(r: SysfsReader, canon: dict[str, str], endpoint_mem: dict[str, str
         port = posixpath.basename(posixpath.dirname(path))
         level = "root" if port.startswith("root") else "endpoint" if port.startswith("endpoint") else "switch"
         start = r.hex(f"{path}/start")
-        common = dict(
+        common: dict[str, Any] = dict(  # CxlDecoder's fields shared by the levels, of mixed types
             name=name, level=level, port=port,
             start=None if start == ALL_ONES else start,
             size_bytes=r.hex(f"{path}/size"),
@@ -133,7 +139,7 @@ def _decoders(r: SysfsReader, canon: dict[str, str], endpoint_mem: dict[str, str
         if level != "root":
             committed = ports[port].decoders_committed if port in ports else None
             common.update(target_type=r.str(f"{path}/target_type"),
-                          committed=None if committed is None else int(_DEC_RE.match(name).group(2)) < committed)
+                          committed=None if committed is None else _decoder_index(name) < committed)
         if level == "endpoint":
             dpa = r.hex(f"{path}/dpa_resource")
             decoders.append(CxlDecoder(**common, mode=r.str(f"{path}/mode"), region=r.str(f"{path}/region") or None,

@@ -100,17 +100,18 @@ def _blocks(r: SysfsReader, start: int | None, size: int | None
     if not start or not size or not bs:
         return None, None, bs, None
     first, last = -(-start // bs), (start + size) // bs  # [first, last)
-    online: int | None = 0
+    online = 0
+    unknown = False
     zones: set[str | None] = set()
     for i in range(first, last):
         if not r.exists(f"{MEMORY_DIR}/memory{i}"):
             continue  # never added (or removed): not online
         state = r.str(f"{MEMORY_DIR}/memory{i}/state")
         if state is None:
-            online = None  # a block whose state cannot be read: the count is unknown, not low
+            unknown = True  # a block whose state cannot be read: the count is unknown, not low
             break
         if state == "online":
             online += 1
             zones.add(r.str(f"{MEMORY_DIR}/memory{i}/valid_zones"))
-    movable = None if not zones or None in zones or online is None else zones == {"Movable"}
-    return max(0, last - first), online, bs, movable
+    movable = None if not zones or None in zones or unknown else zones == {"Movable"}
+    return max(0, last - first), None if unknown else online, bs, movable

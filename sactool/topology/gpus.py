@@ -47,7 +47,7 @@ def read_gpus(r: SysfsReader, nodes: list[NumaNode]) -> tuple[list[GpuDevice], s
             continue
         vendor = r.hex(f"{PCI_DEVICES}/{name}/vendor")
         accel = (cls >> 8) == ACCELERATOR_CLASS
-        if vendor not in (ACCELERATOR_GPU_VENDORS if accel else GPU_VENDORS):
+        if vendor is None or vendor not in (ACCELERATOR_GPU_VENDORS if accel else GPU_VENDORS):
             skipped.append(f"{name} (vendor {'?' if vendor is None else f'{vendor:#06x}'}, class {cls:#08x}"
                            + (", a processing accelerator but no GPU vendor's" if accel else "") + ")")
             continue

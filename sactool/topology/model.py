@@ -11,6 +11,7 @@ from typing import Any
 from sactool.errors import TopologyError
 from sactool.topology import locality as _locality
 from sactool.topology.hardware import GpuDevice, IomemInfo, PcieLink  # noqa: F401 (re-exported)
+from sactool.topology.origin import Origin
 from sactool.topology.records import (  # noqa: F401 (re-exported: the model's element types)
     CxlDecoder,
     CxlDport,
@@ -54,9 +55,15 @@ class Topology:
     gpus: tuple[GpuDevice, ...] = ()
     gpu_scan: str | None = None      # what was scanned for GPUs, or why nothing could be
     iomem: IomemInfo | None = None
+    origin: Origin | None = None     # live / recording / generated (topology/origin.py); None: as ``live`` says
     schema_version: int = field(default=SCHEMA_VERSION)
 
     # ---- look-ups ----------------------------------------------------------------------
+    @property
+    def origin_of(self) -> Origin:
+        """Where this topology comes from (a topology built without one: live or a recording)."""
+        return self.origin or Origin("live" if self.live else "recording")
+
     @property
     def node_ids(self) -> tuple[int, ...]:
         return tuple(n.id for n in self.nodes)
@@ -143,7 +150,7 @@ class Topology:
             "sactool_version": __version__,
             "created_at": self.created_at,
             "live": self.live,
-            "source": "this system" if self.live else "recording (not this system)",
+            "source": self.origin_of.source,
             "sysfs_root": self.sysfs_root,
             "machine": to_data(self.machine),
             "nodes": [n.to_data() for n in self.nodes],

@@ -25,9 +25,10 @@ from typing import Any
 from sactool.records import Warning
 from sactool.topology.hardware import PcieLink
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Version of the ``topology`` record (``sactool probe --format json``). 2: a locality's ``node`` and
-``cpu_node`` (``verdict.pool[]``, ``dax_devices[].locality``) are integers, as ``verdict.pool_nodes``."""
+``cpu_node`` (``verdict.pool[]``, ``dax_devices[].locality``) are integers, as ``verdict.pool_nodes``;
+3: so is the machine block's ``numa_nodes[].node`` (``sactool.host.machine``)."""
 
 KINDS = ("dram", "cxl", "hbm", "pmem", "unknown")
 

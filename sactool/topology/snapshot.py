@@ -27,6 +27,7 @@ from sactool.errors import SactoolError
 from sactool.host.files import MAX_READ_BYTES, NotRead
 from sactool.host.iomem import IOMEM
 from sactool.host.sysfs import SysfsReader
+from sactool.topology.origin import read_origin
 
 MAX_FILE_BYTES = MAX_READ_BYTES  # what SysfsReader.text reads; store the same
 
@@ -143,6 +144,7 @@ def build_archive(reader: SysfsReader) -> bytes:
     from sactool import __version__
 
     col = collect(reader)
+    origin = read_origin(reader)   # a snapshot of a generated tree still says it was generated
     now = int(time.time())
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
@@ -150,6 +152,7 @@ def build_archive(reader: SysfsReader) -> bytes:
             "kind": "sysfs-snapshot",
             "sactool_version": __version__,
             "recorded_from": "the live system" if reader.live else "a recording",
+            **({"recorded_from": origin.note, "generated": True} if origin.kind == "generated" else {}),
             "files": len(col.files), "links": len(col.links),
             "usage": "mkdir DIR && tar xzf THIS -C DIR && sactool probe --sysfs-root DIR",
         }

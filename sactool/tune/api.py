@@ -111,7 +111,7 @@ def tune(options: TuneOptions, progress: Progress | None = None) -> TuneResult:
         # a failed run (not an interrupted one) — an error, or a crash (MemoryError, a bug) —
         # leaves no points file behind that would make the next, corrected run stop with
         # "unfinished tune" (exit 5); an earlier run's points stay
-        if fresh and points_path.exists():
+        if fresh and points_path is not None and points_path.exists():
             points_path.unlink()
         if isinstance(e, OSError) and not isinstance(e, SactoolError):
             raise SactoolError(f"cannot write {e.filename or points_path}: {e.strerror}",

@@ -81,7 +81,7 @@ def _by_buffer(chosen, evals) -> list[dict[str, Any]]:
 def _gpu_nodes(d) -> tuple[int, ...]:
     """The CPU node of GPUs 0..tp-1 when the probe saw them all with a node, else () (SGLang asks NVML)."""
     nodes = tuple(getattr(d.pool, "gpu_nodes", ())[:d.o.tp])
-    return nodes if len(nodes) == d.o.tp and all(n is not None for n in nodes) else ()  # type: ignore[return-value]
+    return nodes if len(nodes) == d.o.tp and all(n is not None for n in nodes) else ()
 
 
 def _visible() -> str:
@@ -310,6 +310,7 @@ def _bench_request(bench):
 
 def _alternatives(chosen, evals, n_feasible: int = 4, n_infeasible: int = 2) -> list[dict[str, Any]]:
     seen = {chosen.candidate}
+    ranked = sorted((e for e in evals if e.feasible), key=lambda e: e.mean_s)
     feas = sorted((e for e in evals if e.feasible and e.candidate not in seen), key=lambda e: e.mean_s)
     by_buf: dict[int, Any] = {}
     for e in sorted((e for e in evals if not e.feasible and e.mean_s < chosen.mean_s),
@@ -334,4 +335,4 @@ def _alternatives(chosen, evals, n_feasible: int = 4, n_infeasible: int = 2) -> 
     picked += infeas[:n_infeasible]
     return [{"candidate": e.candidate.label, "fetch_time_per_token_s": e.mean_s,
              "gpu_bytes_per_rank": e.gpu_bytes_per_rank, "feasible": e.feasible,
-             "reason": search.reason_lost(e, chosen)} for e in picked]
+             "reason": search.reason_lost(e, chosen, ranked)} for e in picked]

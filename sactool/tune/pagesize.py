@@ -64,7 +64,7 @@ def available(topo, reader, node: int, size_bytes: int = BUFFER_BYTES) -> tuple[
 def choose(figures: dict[str, list[float]], skipped: dict[str, str]) -> PageChoice:
     """Highest median; over THP only when it wins every paired round."""
     med = {k: sorted(v)[len(v) // 2] for k, v in figures.items() if v}
-    best = max(med, key=med.get)
+    best = max(med, key=lambda k: med[k])
     if best == DEFAULT_KIND or DEFAULT_KIND not in figures:
         return PageChoice(best, figures, f"highest median gather bandwidth ({med[best] / 1e9:.2f} GB/s)", skipped)
     wins = all(a > b for a, b in zip(figures[best], figures[DEFAULT_KIND]))

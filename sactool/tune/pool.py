@@ -49,14 +49,15 @@ def gpu_warnings(topo, environ=None) -> list:
 
     from sactool.topology.cuda import cuda_devices
 
-    view = cuda_devices(getattr(topo, "gpus", ()) or (), os.environ if environ is None else environ)
+    gpus = getattr(topo, "gpus", ()) or ()
+    view = cuda_devices(gpus, os.environ if environ is None else environ)
     kinds: dict[str, list[str]] = {}
     for g in view.not_cuda:
         kinds.setdefault(f"{g.vendor_name or g.vendor} {g.device}, class {g.pci_class}", []).append(g.pci_device)
     out = [warning("gpu_not_cuda", f"{', '.join(b)} ({kind}) " + ("is not a CUDA device" if len(b) == 1 else
                    "are not CUDA devices") + ": SGLang HiSparse with the sactool_cxl plug-in runs on CUDA GPUs "
                    "only, and no rank is planned on them", "serve on NVIDIA GPUs") for kind, b in kinds.items()]
-    if not view.known and getattr(topo, "gpus", ()):
+    if not view.known and gpus:
         out.append(warning("gpu_numbering_unknown", view.why + "; pool.gpu_local_nodes is left empty",
                            "unset CUDA_DEVICE_ORDER (sactool serve sets PCI_BUS_ID) and name GPUs by index"))
     return out
@@ -76,9 +77,9 @@ def pool_info(topo, reader=None, *, pool_bytes: int | None = None) -> PoolInfo:
         reader = SysfsReader() if topo.live else SysfsReader(topo.sysfs_root)
     nodes = tuple(topo.verdict.pool_nodes)
     dax = [d for d in topo.dax_devices if d.mode == "devdax" and d.size_bytes]
-    pin = dict(capacity_bytes=pool_bytes, pinned_source="--pool-bytes")
     if nodes and not (topo.verdict.stand_in and dax):
-        facts = pool_targets(topo, reader, [f"node{n}" for n in nodes], **pin)
+        facts = pool_targets(topo, reader, [f"node{n}" for n in nodes], capacity_bytes=pool_bytes,
+                             pinned_source="--pool-bytes")
         targets = []
         for t in facts:
             if not t.capacity_bytes:
@@ -88,9 +89,14 @@ def pool_info(topo, reader=None, *, pool_bytes: int | None = None) -> PoolInfo:
         return PoolInfo("numa", tuple(targets), bool(topo.verdict.stand_in), _one_free_figure(topo, targets),
                         targets[0].cpu_node, _cpus_near(topo, targets), gpu_nodes(topo))
     if dax:
-        facts = pool_targets(topo, reader, [d.name for d in dax], **pin)
-        targets = [PoolTarget(t.name, d.target_node, int(t.capacity_bytes), t.capacity_source,
-                              cpu_node=t.cpu_node, align_bytes=t.align_bytes) for t, d in zip(facts, dax)]
+        facts = pool_targets(topo, reader, [d.name for d in dax], capacity_bytes=pool_bytes,
+                             pinned_source="--pool-bytes")
+        targets = []
+        for t, d in zip(facts, dax):
+            if t.capacity_bytes is None:   # not reached: only DAX devices with a size are asked for
+                raise TopologyError(f"{t.name} reports no size", "check 'sactool probe'")
+            targets.append(PoolTarget(t.name, d.target_node, t.capacity_bytes, t.capacity_source,
+                                      cpu_node=t.cpu_node, align_bytes=t.align_bytes))
         why = ("devdax devices hold the pool: " + "; ".join(f"{t.name} ({t.cpu_node_evidence})" for t in facts)
                + (f" (they win over {', '.join(f'node{n}' for n in nodes)}, a DRAM node the verdict would let "
                   "stand in)" if nodes else ""))
@@ -198,8 +204,8 @@ def from_bench(paths, record_bytes: int, pool: PoolInfo, machine: dict, *, stric
         want["threads"] = swap.block_size
     rows = [_target_row(t, mine[t.name], want) for t in pool.targets]
     used_for: dict[str, list[str]] = {}
-    for r in rows:
-        used_for.setdefault(r["path"], []).append(r["target"])
+    for row in rows:
+        used_for.setdefault(row["path"], []).append(row["target"])
     for p, ts in used_for.items():
         if len(ts) > 1:
             warnings.append(warning("bench_one_node", f"one bench record for {len(ts)} pool targets: {p}'s figure is used "
@@ -334,17 +340,18 @@ def _target_row(t, mine, want: dict) -> dict:
                 "ns_per_record": f.ns_per_record, "blocks": f.blocks, "threads": f.threads_per_block,
                 "topk_step_us": f.topk_step_us, "ceiling_ratio": f.ceiling_ratio, "full_prefix_us": f.full_prefix_us,
                 "figure_source": f.source, "detail": f.detail, "stand_in": bool(rec.stand_in)}
-    err = None
+    cpu_why: list[str] = []
     for p, rec in mine:
         try:
             f = gather_figure(rec, want["record_bytes"])
         except RecordError as e:
-            err = e
+            cpu_why.append(e.message)
             continue
         return {"target": t.name, "path": str(p), "figure": "cpu_proxy", "bandwidth_bytes_per_s": f.bandwidth_bytes_per_s,
                 "ns_per_record": f.ns_per_record, "threads": f.threads, "figure_source": f.source, "detail": f.detail,
                 "gpu_not_used": "; ".join(gpu_why), "stand_in": bool(rec.stand_in)}
-    raise RecordError(f"no usable fetch figure for pool target {t.name}: " + "; ".join(gpu_why + [err.message]),
+    # mine is never empty (_records_of), so every record's refusal is in cpu_why; the last one is said
+    raise RecordError(f"no usable fetch figure for pool target {t.name}: " + "; ".join(gpu_why + cpu_why[-1:]),
                       "pass a record of 'sactool bench gpu-gather' or 'sactool bench gather' for it")
 
 

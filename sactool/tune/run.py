@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,37 +9,14 @@ from typing import Any
 
 from sactool.errors import CapacityError, RecordError, TopologyError
 from sactool.hisparse import gpus
-from sactool.hisparse.capacity import (Deployment, max_requests_per_rank, min_ratio, pool_bytes_needed,
-                                      rank_plan)
-from sactool.hisparse.placement import candidates as placement_candidates
-from sactool.hisparse.placement import pool_bytes_per_rank, round_robin
-from sactool.inputfile import read_input
+from sactool.hisparse.capacity import Deployment, min_ratio, rank_plan
 from sactool.records import warning
 from sactool.tune import search
-from sactool.tune.options import SAC_CONCURRENCY, TuneResult
-
-OUTPUT_TOKENS = 1024
-"""Output length the cold first step is amortised over: SAC's Round-2 output, fixed at 1024
-tokens (docs/sources.md, SAC §3 "Round-2 output fixed at 1024")."""
-
-
-def misses_per_token(misses, output_tokens: int = OUTPUT_TOKENS) -> float:
-    """Mean missed records per step per layer over a request's output.
-
-    ``misses``: int [steps, layers] from the LRU simulation; step 0 fills the hot buffer from its
-    initial contents (docs/sources.md, SGLang §2.3 step 3). The first step is paid once per request,
-    the steady state (mean of the later steps) on every other generated token.
-    """
-    first = float(misses[0].mean())
-    steady = float(misses[1:].mean()) if misses.shape[0] > 1 else first
-    return (first + steady * (output_tokens - 1)) / output_tokens
-
-
-def _gib(n: float) -> str:
-    from sactool.units import format_bytes  # the one unit rule (units.py)
-
-    return format_bytes(n)
-
+from sactool.tune.fit import Fit
+from sactool.tune.hotbuffer import HotBufferRuns
+from sactool.tune.options import TuneResult
+from sactool.tune.points import PointsStore
+from sactool.units import format_bytes as _gib
 
 @dataclass(frozen=True)
 class Job:
@@ -93,11 +69,11 @@ def execute(job: Job) -> TuneResult:
     model_wl = _model_workload(job)
     _check_one_request(job, budget, contexts)
     machine, pool = _probe_pool(job, warnings)
-    fit = _Fit(job, budget, pool)
+    fit = Fit(job, budget, pool)
     design, concurrency = fit.design_point(contexts, warnings)
     sizing = _gather_size(job, pool, warnings)
     size = sizing.size_bytes if sizing is not None else None
-    points = _Points(job, [t.name for t in pool.targets], model_wl, size)
+    points = PointsStore(job, [t.name for t in pool.targets], model_wl, size)
     gather = _gather(job, pool, machine, replicates, points, blocks=fit.dep.requests_per_rank(concurrency),
                      sizing=sizing)
     warnings += list(gather.warnings)
@@ -106,7 +82,7 @@ def execute(job: Job) -> TuneResult:
                     pool=pool, machine=machine, dep=fit.dep, contexts=contexts, design=design,
                     concurrency=concurrency, cap_kw=fit.cap_kw, replicates=replicates, warnings=warnings,
                     page=page, workload=_workload_block(job, model_wl, trace, replicates))
-    sims = _HotBuffer(job, design, replicates, trace, points, model_wl)
+    sims = HotBufferRuns(job, design, replicates, trace, points, model_wl)
     chosen, ranked, evals, space = _search(d, fit.placements, gather, sims)
     profile, summary, alternatives = build_profile(d, chosen=chosen, ranked=ranked, evals=evals, gather=gather)
     written = _write(job, profile)
@@ -208,119 +184,6 @@ def _probe_pool(job: Job, warnings: list):
     return machine, pool
 
 
-class _Fit:
-    """What fits one rank at each context: GPU budget, pool partition, placements."""
-
-    def __init__(self, job: Job, budget, pool):
-        self.job, self.budget, self.pool = job, budget, pool
-        o, spec = job.o, job.spec
-        self.dep = Deployment(o.tp, job.attn_dp)
-        self.names = [t.name for t in pool.targets]
-        self.gpu_nodes = tuple(pool.gpu_nodes[:o.tp]) if len(pool.gpu_nodes) >= o.tp else ()
-        self.placements = placement_candidates(o.tp, self.names, rank_nodes=self.gpu_nodes,
-                                               target_nodes={t.name: t.cpu_node for t in pool.targets})
-        self.part = pool_bytes_per_rank(round_robin(o.tp, self.names), pool.targets)
-        self.cap_kw = dict(gpu_budget_bytes=budget.bytes_per_gpu, pool_bytes_per_rank=self.part,
-                           layers=spec.num_layers, record_bytes=job.rec_bytes, indexer_bytes=spec.indexer_bytes)
-        self.max_req: dict[int, int] = {}
-
-    def requests(self, ctx: int) -> int:
-        """Most requests of ``ctx`` tokens one rank holds with top_k-slot hot buffers."""
-        if ctx not in self.max_req:
-            self.max_req[ctx] = max_requests_per_rank(self.job.spec.index_topk, ctx, **self.cap_kw)
-        return self.max_req[ctx]
-
-    def no_fit(self, conc: int, ctx: int) -> CapacityError:
-        job, dep, spec, top_k = self.job, self.dep, self.job.spec, self.job.spec.index_topk
-        layers, rec = spec.num_layers, job.rec_bytes
-        need = pool_bytes_needed(conc, ctx, dep, layers=layers, record_bytes=rec)
-        req = dep.requests_per_rank(conc)
-        gpu_need = rank_plan(req, top_k, min_ratio(req, top_k, ctx), layers=layers, record_bytes=rec,
-                             indexer_bytes=spec.indexer_bytes).gpu_bytes
-        rep = f" x {dep.replication} TP copies" if dep.replication > 1 else ""
-        total_cap = sum(t.capacity_bytes for t in self.pool.targets)
-        if self.requests(ctx) == 0:   # not "at most 0 such requests fit": say what one request lacks
-            from sactool.hisparse.capacity import fits
-
-            one = rank_plan(1, top_k, min_ratio(1, top_k, ctx), layers=layers, record_bytes=rec,
-                            indexer_bytes=spec.indexer_bytes)
-            why = fits(one, gpu_budget_bytes=self.budget.bytes_per_gpu, pool_bytes_per_rank=self.part)
-            return CapacityError(f"not one request of {ctx} tokens fits per rank with top_k-slot hot buffers: "
-                                 + "; ".join(why) + f" ({', '.join(self.names)})",
-                                 "lower --context, add pool memory, or raise the GPU budget")
-        return CapacityError(
-            f"{conc} requests of {ctx} tokens need {_gib(need)} of pool memory ({spec.kv_bytes_per_token(job.kv)} B "
-            f"per token{rep}; {_gib(need / job.o.tp)} per rank) and {_gib(gpu_need)} of GPU memory per rank; the "
-            f"pool has {_gib(total_cap)} ({', '.join(self.names)}; {_gib(self.part)} per rank) and the GPU budget "
-            f"is {_gib(self.budget.bytes_per_gpu)}; at most {job.attn_dp * self.requests(ctx)} such requests fit",
-            "lower --concurrency or --context, add pool memory, or use DP attention (--attn-dp = --tp)")
-
-    def design_point(self, contexts, warnings: list) -> tuple[tuple[int, ...], int]:
-        """(design contexts, concurrency): ``--concurrency`` must fit every context; auto takes the
-        contexts that hold one request per rank and SAC's 64, or what the longest of them holds."""
-        attn_dp = self.job.attn_dp
-        for c in contexts:
-            self.requests(c)
-        if self.job.o.concurrency is not None:
-            concurrency = self.job.o.concurrency
-            for c in contexts:
-                if self.requests(c) < self.dep.requests_per_rank(concurrency):
-                    raise self.no_fit(concurrency, c)
-            return contexts, concurrency
-        design = tuple(c for c in contexts if self.requests(c) >= 1)
-        if not design:
-            raise self.no_fit(attn_dp, contexts[0])
-        concurrency = min(SAC_CONCURRENCY, attn_dp * self.requests(max(design)))
-        for c in contexts:
-            if c not in design:
-                warnings.append(warning("context_does_not_fit", str(self.no_fit(attn_dp, c).message),
-                                        "the profile's context_length stops below it"))
-        if concurrency < SAC_CONCURRENCY:
-            warnings.append(warning("concurrency_lowered", f"design concurrency {concurrency}: "
-                                    f"the pool holds no more at {max(design)} tokens (SAC's 64 would not fit)",
-                                    "give --concurrency to choose another design point"))
-        return design, concurrency
-
-
-class _Points:
-    """The resumable evaluation points file: what an earlier, interrupted run finished."""
-
-    def __init__(self, job: Job, target_names: list[str], model_wl, gather_size: int | None = None):
-        from sactool.records import digest, read_jsonl
-        from sactool.tune.pool import bench_paths
-
-        o = job.o
-        self.path = job.points_path
-        self.key = digest(json.dumps({"model": job.spec.name, "kv": job.kv, "steps": o.steps, "seed": o.seed,
-                                      "trace": digest(read_input(o.trace, what="trace")) if o.trace else None,
-                                      "gather_seconds": o.gather_seconds,
-                                      **({"gather_size": gather_size} if gather_size else {}),
-                                      "bench": [str(b) for b in bench_paths(o.bench)] or None,
-                                      "fleet": o.pool_source.block if o.pool_source else None,
-                                      "targets": target_names,
-                                      "layer_targets": model_wl.layer_targets,
-                                      **({"workload": model_wl.name} if getattr(model_wl, "name", None) else {})},
-                                     sort_keys=True))[:23]
-        self.done: list[dict] = []
-        if self.path is not None:
-            if o.resume:
-                from sactool.tune.points import check_points
-
-                self.done = check_points([p for p in read_jsonl(self.path) if p.get("key") == self.key], self.path)
-            elif self.path.exists():
-                self.path.unlink()
-
-    def of_kind(self, kind: str) -> list[dict]:
-        return [p for p in self.done if p.get("kind") == kind]
-
-    def add(self, p: dict) -> None:
-        from sactool.records import append_jsonl
-
-        if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            append_jsonl(self.path, {**p, "key": self.key})
-
-
 def _gather_size(job: Job, pool, warnings: list):
     """Before measuring: the quick-gather buffer (:mod:`sactool.bench.sizing`), sized from the last-level
     cache of the CPUs that gather and the pool node's free memory; ``--gather-size`` inside that cache
@@ -361,7 +224,7 @@ def _gather_size(job: Job, pool, warnings: list):
     return rule
 
 
-def _gather(job: Job, pool, machine, replicates: int, points: _Points, *, blocks: int, sizing=None):
+def _gather(job: Job, pool, machine, replicates: int, points: PointsStore, *, blocks: int, sizing=None):
     """Fetch figures: from ``--bench`` (GPU swap-in figures at ``blocks`` requests in flight per rank
     when the records have them, else the CPU proxy), or interleaved quick CPU measurements (resumable)."""
     from sactool.tune.pool import from_bench, measure_rounds
@@ -389,7 +252,7 @@ def _gather(job: Job, pool, machine, replicates: int, points: _Points, *, blocks
     return g
 
 
-def _page_size(job: Job, pool, replicates: int, points: "_Points", size: int | None):
+def _page_size(job: Job, pool, replicates: int, points: PointsStore, size: int | None):
     """The pool's page kind: measured on the pool node (each kind available there, rounds
     interleaved) when tune measures the pool itself; a devdax device's align fixes it; a --bench
     record measured one kind only, so the engine default stays and says so."""
@@ -404,6 +267,9 @@ def _page_size(job: Job, pool, replicates: int, points: "_Points", size: int | N
     if o.bench is not None or o.pool_source is not None:
         return PageChoice(DEFAULT_KIND, {}, "not measured: the --bench record measured one page kind; the engine "
                           "default (THP) is kept", {})
+    if size is None:   # no gather buffer sized (tune measures nothing itself): nothing to compare on
+        return PageChoice(DEFAULT_KIND, {}, "not measured: tune sized no gather buffer here; the engine "
+                          "default (THP) is kept", {})
     from sactool.host.sysfs import SysfsReader
     from sactool.memory.nodes import topology
 
@@ -416,68 +282,7 @@ def _page_size(job: Job, pool, replicates: int, points: "_Points", size: int | N
     return choose(figures, skipped)
 
 
-class _HotBuffer:
-    """Misses and hit rates per context, replicate and buffer size, simulated once each."""
-
-    def __init__(self, job: Job, design, replicates: int, trace, points: _Points, model_wl):
-        self.job, self.design, self.replicates, self.trace, self.points = job, design, replicates, trace, points
-        self.counts = {"run": 0, "reused": 0}   # simulation passes: run here, answered by a shared cache
-        self.model_wl = model_wl                # workload.layers.ModelWorkload
-        self.misses: dict[int, list[dict[int, float]]] = {c: [{} for _ in range(replicates)] for c in design}
-        self.hits: dict[int, list[dict[int, float]]] = {c: [{} for _ in range(replicates)] for c in design}
-        for p in points.of_kind("sim"):
-            if p["context"] in self.misses and p["rep"] < replicates:
-                for b, (m, h) in p["buffers"].items():
-                    self.misses[p["context"]][p["rep"]][int(b)] = m
-                    self.hits[p["context"]][p["rep"]][int(b)] = h
-
-    def _indices(self, ctx: int, rep: int):
-        if self.trace is not None:
-            return self.trace.indices
-        o = self.job.o
-        return self.model_wl.generate(ctx, o.steps, seed=o.seed + rep)
-
-    def _count(self, cache, run: list[int], got: dict) -> None:
-        """Simulation passes run here and passes answered by the cache (another host's)."""
-        self.counts["run" if run else "reused"] += 1
-        if cache is not None:
-            cache.runs += bool(run)
-            cache.reused += not run
-            cache.buffers_run += len(run)
-            cache.buffers_reused += len(got)
-
-    def simulate(self, buffers: list[int], label: str) -> None:
-        import numpy as np
-
-        from sactool.hisparse.hotbuffer import simulate_many
-
-        top_k, progress = self.job.spec.index_topk, self.job.progress
-        todo = [(c, r) for c in self.design for r in range(self.replicates)
-                if any(b not in self.misses[c][r] for b in buffers)]
-        cache = self.job.o.hotbuffer_cache   # tune --fleet: shared by its hosts (tune/simcache.py)
-        for i, (c, r) in enumerate(todo):
-            want = [b for b in buffers if b not in self.misses[c][r]]
-            idx, kw = self._indices(c, r), {"context_tokens": c}   # the simulation's inputs besides the sizes
-            key = cache.key(idx, kw) if cache is not None else None
-            got = cache.get(key, want) if cache is not None else {}
-            run = [b for b in want if b not in got]
-            new = {}
-            for b, hb in zip(run, simulate_many(idx, run, **kw) if run else ()):
-                m = misses_per_token(np.asarray(hb.misses))
-                new[b] = (m, 1.0 - m / top_k)
-            self._count(cache, run, got)
-            if cache is not None:
-                cache.put(key, new)
-            pt = {}
-            for b, (m, h) in {**got, **new}.items():
-                pt[str(b)] = [m, h]
-                self.misses[c][r][b], self.hits[c][r][b] = m, h
-            self.points.add({"kind": "sim", "context": c, "rep": r, "buffers": pt})
-            if progress:
-                progress(label, i + 1, len(todo))
-
-
-def _search(d: DesignPoint, placements, gather, sims: _HotBuffer):
+def _search(d: DesignPoint, placements, gather, sims: HotBufferRuns):
     """(chosen, ranked, evaluations, size of the candidate space)."""
     o, top_k = d.o, d.spec.index_topk
     x = search.Inputs(contexts=d.design, concurrency=d.concurrency, deployment=d.dep, targets=d.pool.targets,
@@ -529,4 +334,4 @@ def _write(job: Job, profile) -> Path | None:
     return written
 
 
-__all__ = ["DesignPoint", "Job", "execute", "misses_per_token", "OUTPUT_TOKENS"]
+__all__ = ["DesignPoint", "Job", "execute"]

@@ -13,7 +13,11 @@ factor in every round (the bandwidth cancels): their order is decided by the sim
 Candidates that load targets differently depend on the measurement: when their paired difference
 is within its 95% confidence interval (Student t), or only one round exists, they are "not
 significant" and the choice goes to the one using the least GPU memory, then the least pool
-memory, then the engine's defaults — never to the noisier mean.
+memory, then the engine's defaults — never to the noisier mean. Only the fastest candidates of
+each target load take part in that tie: one beaten by a candidate that loads the targets alike is
+beaten whatever the bandwidth is, so an interval measured against a differently loaded candidate
+cannot rescue it (with one round, every small buffer packed on fewer targets would otherwise tie
+with the best and win on GPU memory).
 
 Search (what ``tune`` runs): buffers on a coarse grid (top_k/2 steps from top_k to 4·top_k),
 plus the largest page-aligned sizes that fit the design point (found by arithmetic over every
@@ -280,22 +284,47 @@ PLACEMENT_PREFERENCE = {"locality": 0, "round_robin": 1}
 """On a tie: a target on each GPU's socket (when GPU locality is known), then SAC's rank % targets."""
 
 
+def _load(e: Evaluation) -> tuple[tuple[str, int], ...]:
+    """How ``e`` loads the pool targets (ranks per target): candidates alike here are compared
+    by the simulation alone (the bandwidth cancels in every round)."""
+    return tuple(sorted(e.candidate.placement.ranks_per_target().items()))
+
+
+def fastest_alike(feasible: Sequence[Evaluation]) -> dict[tuple, Evaluation]:
+    """The fastest of each target load among ``feasible`` (sorted by mean objective)."""
+    out: dict[tuple, Evaluation] = {}
+    for e in feasible:
+        out.setdefault(_load(e), e)
+    return out
+
+
 def choose(evals: Iterable[Evaluation]) -> tuple[Evaluation | None, list[Evaluation]]:
-    """The chosen evaluation and all feasible ones ranked by mean objective."""
+    """The chosen evaluation and all feasible ones ranked by mean objective.
+
+    Only the fastest candidates of each target load can be chosen: one that a candidate loading
+    the targets alike beats is beaten whatever the bandwidth is (it cancels), so it cannot win a
+    tie through a comparison with a candidate that loads them differently (where one measurement
+    round, or a wide interval, makes every difference "not significant")."""
     feasible = sorted((e for e in evals if e.feasible), key=lambda e: (e.mean_s, _preference(e)))
     if not feasible:
         return None, []
     best = feasible[0]
-    tied = [e for e in feasible if not compare(e, best).significant]
+    fastest = fastest_alike(feasible)
+    tied = [e for e in feasible if e.mean_s <= fastest[_load(e)].mean_s and not compare(e, best).significant]
     return min(tied, key=_preference), feasible
 
 
-def reason_lost(e: Evaluation, chosen: Evaluation) -> str:
-    """One line: why ``e`` was not chosen."""
+def reason_lost(e: Evaluation, chosen: Evaluation, feasible: Sequence[Evaluation] | None = None) -> str:
+    """One line: why ``e`` was not chosen (``feasible``: :func:`choose`'s ranked list, to name a
+    candidate loading the targets alike that beats ``e``)."""
     if not e.feasible:
         return "does not fit: " + "; ".join(e.why_infeasible)
     c, w = e.candidate, chosen.candidate
     cmp = compare(e, chosen)
+    if not cmp.identical and _load(e) != _load(chosen):
+        alike = beaten_alike(e, chosen, feasible)
+        if alike:
+            return alike
     if cmp.identical:
         diffs = []
         if c.swap_in_block_size != w.swap_in_block_size:
@@ -319,6 +348,18 @@ def reason_lost(e: Evaluation, chosen: Evaluation) -> str:
     if cmp.ci_s == 0:
         return f"{rel} fetch time per token (more misses on the same pool targets)"
     return f"{rel} fetch time per token (significant, {ci})"
+
+
+def beaten_alike(e: Evaluation, chosen: Evaluation, feasible: Sequence[Evaluation] | None) -> str:
+    """Why ``e`` lost to a candidate loading the pool targets as ``e`` does, or "" when none beats it.
+    ``feasible``: the ranked list :func:`choose` returned (else only ``e``'s own figures are known)."""
+    alike = fastest_alike(feasible).get(_load(e)) if feasible else None
+    if alike is None or alike is e or alike.mean_s >= e.mean_s:
+        return ""
+    rel = f"{(e.mean_s - alike.mean_s) / alike.mean_s * 100:+.1f}%" if alike.mean_s else "slower"
+    c = alike.candidate
+    return (f"{rel} fetch time per token vs {c.device_buffer_size} R{c.host_to_device_ratio} "
+            f"{c.placement.label} (same per-target load: decided by the simulation)")
 
 
 def _resource_note(e: Evaluation, chosen: Evaluation) -> str:

@@ -38,7 +38,8 @@ class HotBufferCache:
         a = np.ascontiguousarray(indices)
         h = hashlib.blake2b(digest_size=16)
         h.update(f"{a.dtype.str}{a.shape}{json.dumps(kwargs, sort_keys=True, default=str)}".encode())
-        h.update(a.view(np.uint8).reshape(-1))
+        # an ndarray is a buffer; numpy's stubs declare its __buffer__ only for Python >= 3.12
+        h.update(a.view(np.uint8).reshape(-1))  # type: ignore[arg-type]
         return h.hexdigest()
 
     def get(self, key: str, buffers) -> dict[int, tuple[float, float]]:
