@@ -162,6 +162,7 @@ def test_second_signal_during_the_save_loses_nothing(tmp_path, sig):
     child.send_signal(sig)        # a double Ctrl-C, or GNU timeout's child-then-group
     code, _, err = child.finish()
     assert code == 128 + sig, err
+    assert out.exists(), err
     data = json.loads(out.read_text())
     assert data["complete"] is False and data["results"], err
     assert "kept" in err
