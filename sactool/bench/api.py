@@ -359,7 +359,7 @@ def _prepare_gather(opts: BenchOptions, size: int, llc: int) -> list:
         if opts.topk > recs:
             raise UsageError(f"top-k {opts.topk} is larger than the {recs} records of {rb} B in the buffer",
                              "use a smaller --topk or a larger --size")
-        steps = indices.steps_needed(rb, opts.topk, llc, recs)
+        steps = indices.pass_steps(rb, opts.topk)
         out.append((rb, indices.make(opts.pattern, recs, opts.topk, steps, seed=opts.seed + rb, trace=opts.trace)))
     return out
 

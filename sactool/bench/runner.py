@@ -106,7 +106,7 @@ def measure_all(buf, opts, proto: Protocol, cpus, threads, llc: int, gather_idx,
                 for rb, idx in gather_idx:
                     for d in (opts.prefetch or (suite.default_prefetch(rb),)):
                         for t in threads if opts.threads or len(threads) <= 2 else (1, threads[-1]):
-                            ms.append(suite.gather(src, list(cpus), t, rb, opts.topk, d, idx, opts.pattern))
+                            ms.append(suite.gather(src, list(cpus), t, rb, opts.topk, d, idx, opts.pattern, seed=opts.seed))
             elif test == "convert":
                 from sactool.models import get_model
 
