@@ -26,7 +26,7 @@ def test_gather_json_stdout_is_data_and_record_loads(tmp_path, capsys):
     cap = capsys.readouterr()
     assert code == 0, cap.err
     data = json.loads(cap.out)  # stdout carries only the record
-    assert data["kind"] == "bench" and data["schema_version"] == 2 and data["machine"]["live"] is True
+    assert data["kind"] == "bench" and data["schema_version"] == 3 and data["machine"]["live"] is True
     # a NUMA node is its number (docs/reference/units.md); a mapping key stays nodeN
     assert data["memory_node"] == 0 and data["cpu_node"] == 0 and data["results"][0]["memory_node"] == 0
     assert data["buffer"]["memory_nodes"] == [0] and data["machine"]["numa_nodes"][0]["node"] == 0

@@ -55,6 +55,7 @@ class BenchOptions:
     protocol: Protocol | None = None
     size_floor_bytes: int | None = None     # smallest derived default (None: PRESET_SIZES of the preset)
     size_option: str = "--size"             # the option that sets size_bytes, for hints
+    wait: bool = True                       # another sactool measurement running: wait for it (False: refuse)
 
 
 Progress = Callable[[str, int, int], None]
@@ -139,12 +140,13 @@ def _thread_sweep(opts: BenchOptions, ncpu: int) -> list[int]:
 
 
 def run_bench(opts: BenchOptions, *, reader: SysfsReader | None = None, progress: Progress | None = None,
-              clock=None) -> R.BenchRecord:
+              clock=None, notify: Callable[[str], None] | None = None) -> R.BenchRecord:
     """Measure on one (memory node, CPU set) pair and return the record (see :mod:`.record`).
 
     Stages: the memory node and CPUs; checks of the input and of the buffer's fit (before anything
-    expensive); warnings about the memory and CPUs; gather indices; place, verify and measure;
-    per-result warnings; the record."""
+    expensive); warnings about the memory and CPUs; gather indices; the machine-wide measurement lock
+    (:mod:`sactool.bench.lock`: wait for another sactool measurement, saying so through ``notify``, or
+    refuse with ``opts.wait`` False); place, verify and measure; per-result warnings; the record."""
     from sactool.bench import env
     from sactool.memory.nodes import topology
 
@@ -170,16 +172,22 @@ def run_bench(opts: BenchOptions, *, reader: SysfsReader | None = None, progress
 
         check_fits(free_estimate(topo, reader, mem), size, option=opts.size_option)
     stand_in = _stand_in(opts, topo, mem, warnings)
-    busy = env.busy_fraction(reader, cpus)
-    if busy is not None and busy > 0.25:
-        warnings.append(records.warning("cpus_busy", f"CPUs {format_cpulist(cpus)} were {busy:.0%} busy before measuring",
-                              "other work shares these CPUs: expect noise; rerun when the machine is idle"))
     gather_idx = _prepare_gather(opts, size, llc) if "gather" in opts.tests else []
-    if progress:
-        progress(f"placing {format_bytes(size)} on node{mem}", 0, 1)
+    from sactool.bench.lock import measurement_lock
+
     results: list[dict] = []
-    bdesc, complete = _place_and_measure(opts, topo, reader, mem, size, llc, proto, cpus, threads, gather_idx,
-                                         results, warnings, progress, clock)
+    with measurement_lock(wait=opts.wait, notify=notify, what=f"'sactool bench {opts.command}'") as lock:
+        busy = env.busy_fraction(reader, cpus)
+        if busy is not None and busy > 0.25:
+            warnings.append(records.warning("cpus_busy", f"CPUs {format_cpulist(cpus)} were {busy:.0%} busy before "
+                                            "measuring", "other work shares these CPUs: expect noise; rerun when the "
+                                            "machine is idle"))
+        if progress:
+            progress(f"placing {format_bytes(size)} on node{mem}", 0, 1)
+        window = {"start_utc": _utc_us()}
+        bdesc, complete = _place_and_measure(opts, topo, reader, mem, size, llc, proto, cpus, threads, gather_idx,
+                                             results, warnings, progress, clock)
+        window["end_utc"] = _utc_us()
     _result_warnings(results, mem, cpu_node, warnings, llc=rule.cache.bytes if rule.cache and not rule.warnings else None)
     if not complete:
         warnings.append(records.warning("interrupted", "interrupted: finished samples are kept", "rerun to complete"))
@@ -191,8 +199,16 @@ def run_bench(opts: BenchOptions, *, reader: SysfsReader | None = None, progress
         "protocol": proto.to_data(), "memory_node": mem,
         "cpu_node": cpu_node if cpu_node >= 0 else None, "cpus": list(cpus), "stand_in": stand_in,
         "llc_bytes": llc, "buffer_rule": rule.to_data(), "buffer": bdesc, "results": results, "warnings": warnings, "complete": complete,
+        "measurement_lock": lock.to_data(), "measured": window,
     })
     return R.from_data(data)
+
+
+def _utc_us() -> str:
+    """UTC now to the microsecond (``measured``: when the locked measurement began and ended)."""
+    import datetime as dt
+
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def buffer_rule(opts: BenchOptions, topo, reader: SysfsReader, mem: int, cpu_node: int, cpus):
@@ -299,7 +315,7 @@ def _place_and_measure(opts: BenchOptions, topo, reader: SysfsReader, mem: int, 
             from sactool.bench import runner
 
             complete = runner.measure_all(buf, opts, proto, cpus, threads, llc, gather_idx, results, warnings,
-                                          progress=progress, clock=clock)
+                                          progress=progress, clock=clock, reader=reader if clock is None else None)
         finally:
             from sactool.memory.placed import close_after
 
@@ -318,6 +334,11 @@ def _result_warnings(results: list[dict], mem: int, cpu_node: int, warnings: lis
         r["memory_node"], r["cpu_node"] = mem, (cpu_node if cpu_node >= 0 else None)
         if llc and r.get("test") == "gather":
             warnings.extend(w for w in flags(r, llc_bytes=llc, buffer_bytes=None) if w["code"] == "in_cache")
+        from sactool.bench.disturb import shared_warning
+
+        shared = shared_warning(r)
+        if shared:
+            warnings.append(shared)
         oc = r.get("on_cpu_fraction")
         if oc is not None and oc < ON_CPU_MIN:
             from sactool.bench.trust import descheduled_effect
@@ -365,7 +386,7 @@ def _prepare_gather(opts: BenchOptions, size: int, llc: int) -> list:
 
 
 def run_matrix(opts: BenchOptions, *, reader: SysfsReader | None = None, progress: Progress | None = None,
-               clock=None) -> R.BenchRecord:
+               clock=None, notify: Callable[[str], None] | None = None) -> R.BenchRecord:
     """CPU-node × memory-node matrix (MLC's ``--latency_matrix``/``--bandwidth_matrix``): every node
     with memory, measured from the CPUs of every node with CPUs. One record; each result names
     its pair; the top level names the pool node."""
@@ -385,7 +406,8 @@ def run_matrix(opts: BenchOptions, *, reader: SysfsReader | None = None, progres
             cpus = tuple(c for c in topo.node(cn).cpus if c in allowed)
             if not cpus:
                 continue
-            rec = run_bench(replace(opts, node=mem, cpus=cpus), reader=reader, progress=progress, clock=clock)
+            rec = run_bench(replace(opts, node=mem, cpus=cpus), reader=reader, progress=progress, clock=clock,
+                            notify=notify)
             parts.append(rec)
             if not rec.complete:
                 break

@@ -10,8 +10,9 @@ from sactool.bench.protocol import Protocol, run_protocol
 from sactool.bench.stats import stats_dict, summarize
 
 
-def result_of(m: suite.Measure) -> dict | None:
-    """The record entry of one measured configuration (None when it has no sample yet)."""
+def result_of(m: suite.Measure, cpus_online: int | None = None) -> dict | None:
+    """The record entry of one measured configuration (None when it has no sample yet); ``cpus_online``:
+    the machine's CPUs, for the share of ``other_cpu_busy`` when the samples were observed."""
     if not m.cfg.samples:
         return None
     values = [m.value(s, w) for s, w in m.cfg.samples]
@@ -25,6 +26,12 @@ def result_of(m: suite.Measure) -> dict | None:
         "reps_per_sample": m.cfg.reps, "first_call_seconds": m.cfg.first_call_seconds,
         "derived": m.derive(st, m),
     }
+    if m.cfg.others:
+        from sactool.bench.disturb import summary
+
+        for r, o in zip(raw, m.cfg.others[-n:]):
+            r["other_cpu"] = o
+        out["other_cpu_busy"] = summary(m.cfg.others[-n:], cpus_online, m.threads)
     if cpu:
         for r, c in zip(raw, cpu):
             r["thread_cpu_seconds"] = list(c)
@@ -42,8 +49,11 @@ def cpu_value(m: suite.Measure, work: float, cpu: list) -> float:
     return sum(m.value(c, work / len(cpu)) for c in cpu if c > 0)
 
 
-def _run(measures: list[suite.Measure], proto: Protocol, results: list, progress, clock, label: str) -> bool:
+def _run(measures: list[suite.Measure], proto: Protocol, results: list, progress, clock, label: str,
+         observe=None) -> bool:
     kw = {"clock": clock} if clock else {}
+    if observe is not None:
+        kw["observe"] = observe
 
     def prog(desc: str, done: int, total: int) -> None:
         if progress:
@@ -51,7 +61,7 @@ def _run(measures: list[suite.Measure], proto: Protocol, results: list, progress
 
     ok = run_protocol([m.cfg for m in measures], proto, progress=prog, **kw)
     for m in measures:
-        r = result_of(m)
+        r = result_of(m, getattr(observe, "cpus_online", None))
         if r is not None:
             results.append(r)
     return ok
@@ -68,8 +78,14 @@ def walker_slots() -> tuple[int, dict[int, int], int]:
 
 
 def measure_all(buf, opts, proto: Protocol, cpus, threads, llc: int, gather_idx, results: list, warnings: list,
-                *, progress=None, clock=None) -> bool:
-    """Run the requested tests in :data:`sactool.bench.catalog.TESTS` order; False when interrupted."""
+                *, progress=None, clock=None, reader=None) -> bool:
+    """Run the requested tests in :data:`sactool.bench.catalog.TESTS` order; False when interrupted.
+    ``reader`` (the live machine's): every sample also records what else ran (:mod:`sactool.bench.disturb`)."""
+    observe = None
+    if reader is not None and reader.live:
+        from sactool.bench.disturb import Observer
+
+        observe = Observer(reader)
     words = buf.array("uint64")
     half_lines = words.size // suite.WPL // 2
     chains: dict[str, np.ndarray] = {}
@@ -118,7 +134,7 @@ def measure_all(buf, opts, proto: Protocol, cpus, threads, llc: int, gather_idx,
                 ms += [suite.convert(src, list(cpus), 1, layers, rb, opts.seed, impl="numpy") for rb in rbs]
             else:
                 ms = [suite.sequential(words, list(cpus), t, op) for op in ("read", "write", "copy") for t in threads]
-            if not _run(ms, proto, results, progress, clock, test):
+            if not _run(ms, proto, results, progress, clock, test, observe):
                 return False
         return True
     except KeyboardInterrupt:

@@ -91,7 +91,8 @@ def measure(node: int, kinds: Sequence[str], record_bytes: int, top_k: int, roun
         for k in kinds:
             p = have.get((r, k))
             if p is None:
-                rec = run_quick_gather(node, record_bytes, top_k, seconds=seconds, hugepages=k, size_bytes=size_bytes)
+                rec = run_quick_gather(node, record_bytes, top_k, seconds=seconds, hugepages=k, size_bytes=size_bytes,
+                                       notify=(lambda m: progress(m, n, total)) if progress else None)
                 fig = gather_figure(rec, record_bytes)
                 p = {"kind": "pagesize", "round": r, "page_kind": k, "node": node,
                      "bandwidth_bytes_per_s": fig.bandwidth_bytes_per_s,

@@ -405,7 +405,8 @@ def measure_rounds(pool: PoolInfo, record_bytes: int, top_k: int, rounds: int, *
         for t in pool.targets:
             p = have.get((r, t.name))
             if p is None:
-                rec = run_quick_gather(t.node, record_bytes, top_k, seconds=seconds, size_bytes=size_bytes)
+                rec = run_quick_gather(t.node, record_bytes, top_k, seconds=seconds, size_bytes=size_bytes,
+                                       notify=(lambda m: progress(m, n, total)) if progress else None)
                 fig = gather_figure(rec, record_bytes)
                 p = {"kind": "gather", "round": r, "target": t.name, "bandwidth_bytes_per_s": fig.bandwidth_bytes_per_s,
                      "ns_per_record": fig.ns_per_record, "threads": fig.threads, "source": fig.source,
