@@ -22,6 +22,8 @@ from sactool.watch.bounded import Bounded, Reading
 
 SCHEMA_VERSION = 1
 KIND = "watch"
+SCRAPE_TIMEOUT_S = 10.0
+"""The socket timeout of one scrape of the engine's endpoint (the view waits ``--timeout`` for it)."""
 PLACEMENT_DUTY = 200
 """numa_maps is re-read at most once per this many times its own last read time (0.5 % of a CPU)."""
 
@@ -173,7 +175,9 @@ class Watcher:
         from sactool.watch import engine
 
         assert self.url is not None   # the source exists only with a URL
-        now = engine.scrape(self.url, self.o.timeout_s, self.clock())
+        # the socket may wait longer than the view does: a slow endpoint's answer, read in the background,
+        # is shown at the next interval; one that never answers parks this one thread (bounded.py)
+        now = engine.scrape(self.url, max(SCRAPE_TIMEOUT_S, self.o.timeout_s), self.clock())
         prev, self._engine_prev = self._engine_prev, now
         return engine.demand(self.url, now, prev)
 
