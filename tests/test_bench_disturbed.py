@@ -11,6 +11,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -68,25 +69,35 @@ def lock_file(tmp_path, monkeypatch):
 
 def test_two_benches_started_together_do_not_overlap(tmp_path, lock_file):
     """A holds the lock while it measures; B, started then, says it waits for A (by pid and command), and
-    its locked window begins after A's ended. Both records say what happened."""
+    its locked window begins after A's ended. Both records say what happened. A is stopped (SIGSTOP) while
+    it holds the lock until B has said it waits, so B meets the lock held however slowly it starts."""
     env = dict(os.environ, **{ENV: str(lock_file)})
     a_out, b_out = tmp_path / "a.json", tmp_path / "b.json"
-    # A measures three record sizes at the default preset: seconds of holding, against a poll every 10 ms
-    a = subprocess.Popen(CLI + gather(preset="default", records="64,656,4096") + ["--out", str(a_out)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    _wait(lambda: _held(lock_file), a)
-    b = subprocess.Popen(CLI + GATHER + ["--out", str(b_out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    a = subprocess.Popen(CLI + GATHER + ["--out", str(a_out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True, env=env)
+    b = None
+    try:
+        _wait(lambda: _held(lock_file), a)
+        os.kill(a.pid, signal.SIGSTOP)
+        b = subprocess.Popen(CLI + GATHER + ["--out", str(b_out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=env)
+        said = ""
+        for line in iter(b.stderr.readline, ""):     # until B says it waits (or ends: then the assert fails)
+            said += line
+            if "waiting for" in line:
+                break
+        assert f"waiting for another sactool measurement to finish (pid {a.pid}: sactool bench gather" in said, said
+    finally:
+        os.kill(a.pid, signal.SIGCONT)
     _, a_err = a.communicate(timeout=600)
     _, b_err = b.communicate(timeout=600)
     assert a.returncode == 0 and b.returncode == 0, (a_err[-1500:], b_err[-1500:])
-    assert f"waiting for another sactool measurement to finish (pid {a.pid}: sactool bench gather" in b_err
     ra, rb = json.loads(a_out.read_text()), json.loads(b_out.read_text())
     assert ra["measured"]["end_utc"] <= rb["measured"]["start_utc"]          # ISO UTC to the µs: text order
     assert ra["measurement_lock"]["waited_for"] is None and ra["measurement_lock"]["held"] is True
     assert rb["measurement_lock"]["waited_for"].startswith(f"pid {a.pid}: sactool bench gather")
     assert rb["measurement_lock"]["waited_seconds"] > 0 and rb["measurement_lock"]["path"] == str(lock_file)
-    assert load_bench(b_out).data["measurement_lock"]["held"] is True
+    assert "measuring after waiting" in b_err
 
 
 def test_no_wait_refuses_and_names_the_holder(lock_file, capsys):
