@@ -2,15 +2,16 @@
 
 A bench on CPU 0 beside a memory-copy loop on CPU 1 loses 10–30 % of its bandwidth (measured here,
 issue 28) and its own threads never notice: they ran the whole sample. So every timed sample also
-reads the machine's CPU time from ``/proc/stat`` (its aggregate ``cpu`` line: user, nice, system,
-irq, softirq — busy; steal — the hypervisor ran someone else on these CPUs) before and after, and
+reads the machine's CPU time (psutil's ``cpu_times()``: the aggregate ``cpu`` line of the kernel's
+CPU statistics — user, nice, system, irq, softirq: busy; steal: the hypervisor ran someone else on
+these CPUs) before and after, and
 this process's own CPU time (``time.process_time``: the bench threads and the main thread). Their
 difference is the CPU time other work took during the sample. A result then carries
 ``other_cpu_busy``: the mean number of CPUs busy with other work (``cpus``), that as a share of the
 CPUs the bench's threads did not use (``share``), and the stolen time likewise; it is flagged
 ``cpus_shared`` when the share reaches :data:`SHARED_MIN` — its memory bandwidth and caches were shared.
 
-``/proc/stat`` counts in clock ticks (``USER_HZ``, 10 ms): one sample's figure is uncertain by about a
+The kernel counts in clock ticks (``USER_HZ``, 10 ms): one sample's figure is uncertain by about a
 tick per CPU, so the result's figure is taken over all of its samples together.
 """
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
     from sactool.host.sysfs import SysfsReader
@@ -28,22 +29,15 @@ SHARED_MIN = 0.10
 """Share of the other CPUs' time that other work may take before a result is flagged (policy: a tenth;
 one memory-copy loop beside a one-thread bench on a 2-CPU machine is a share of ~1.0)."""
 
-_BUSY = (0, 1, 2, 5, 6)   # user nice system [idle iowait] irq softirq; guest time is inside user
-_STEAL = 7
+def cpu_times() -> tuple[float, float]:
+    """(busy, stolen) CPU seconds of the whole machine since boot: psutil's aggregate ``cpu_times()`` (the
+    ``cpu`` line of ``/proc/stat``; busy = user + nice + system + irq + softirq, guest time being inside
+    user). This live machine only."""
+    import psutil
 
-
-def cpu_times(reader) -> tuple[float, float] | None:
-    """(busy, stolen) CPU seconds of the whole machine since boot, from ``/proc/stat``'s ``cpu`` line; None
-    when unreadable."""
-    text = reader.text("proc/stat")
-    if not text or not text.startswith("cpu "):
-        return None
-    try:
-        f = [int(x) for x in text.split("\n", 1)[0].split()[1:]]
-    except ValueError:
-        return None
-    hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-    return sum(f[i] for i in _BUSY if i < len(f)) / hz, (f[_STEAL] / hz if len(f) > _STEAL else 0.0)
+    t = psutil.cpu_times()
+    busy = t.user + t.nice + t.system + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0)
+    return busy, getattr(t, "steal", 0.0)
 
 
 @dataclass
@@ -52,17 +46,18 @@ class Observer:
 
     reader: "SysfsReader"
     cpus_online: int | None = None
+    times: Callable[[], tuple[float, float] | None] = cpu_times   # (busy, stolen) seconds; tests give their own
 
     def __post_init__(self) -> None:
         if self.cpus_online is None:
             self.cpus_online = len(self.reader.cpulist("sys/devices/system/cpu/online") or ()) or os.cpu_count()
 
     def start(self):
-        return cpu_times(self.reader), time.process_time(), time.perf_counter()
+        return self.times(), time.process_time(), time.perf_counter()
 
     def stop(self, token) -> dict | None:
         """``{wall_seconds, other_cpu_seconds, steal_cpu_seconds}`` of one sample; None when unreadable."""
-        t1, p1, w1 = cpu_times(self.reader), time.process_time(), time.perf_counter()
+        t1, p1, w1 = self.times(), time.process_time(), time.perf_counter()
         t0, p0, w0 = token
         if t0 is None or t1 is None:
             return None
@@ -82,7 +77,8 @@ def summary(samples: list, cpus_online: int | None, threads: int) -> dict | None
     others = max(1, (cpus_online or 1) - threads)
     return {"cpus": round(cpus, 3), "share": round(min(1.0, cpus / others), 3), "steal_cpus": round(steal, 3),
             "cpus_online": cpus_online, "bench_threads": threads, "samples": len(got),
-            "source": "/proc/stat cpu line (busy: user+nice+system+irq+softirq) minus this process's CPU time"}
+            "source": "the kernel's CPU times (psutil.cpu_times: user+nice+system+irq+softirq) minus this "
+                      "process's CPU time"}
 
 
 def effect(result: dict) -> str:
