@@ -93,7 +93,7 @@ def _check_outputs(test: str, out: Path | None, plot: Path | None, force: bool) 
 
 def run_command(test: str, *, node, cpus, size, threads, record_bytes, topk, prefetch, pattern, trace, hugepages,
                 preset, seed, out: Path | None, force: bool, fmt: str, plot: Path | None,
-                sysfs_root: Path | None = None, no_wait: bool = False) -> int:
+                sysfs_root: Path | None = None, no_wait: bool = False, dry_run: bool = False) -> int:
     from sactool.bench.api import BenchOptions, run_bench, run_matrix
     from sactool.memory.nodes import topology
     from sactool.units import parse_size
@@ -113,6 +113,8 @@ def run_command(test: str, *, node, cpus, size, threads, record_bytes, topk, pre
         record_bytes=_ints(record_bytes, "--record-bytes"), topk=topk, prefetch=_ints(prefetch, "--prefetch"),
         pattern=pattern, trace=str(trace) if trace else None, hugepages=hugepages, preset=preset, seed=seed,
         command=test, wait=not no_wait)
+    if dry_run:
+        return _dry_run(opts, reader, out, plot, fmt)
     from sactool.fleet.mpi import detect
 
     fleet = detect()
@@ -163,6 +165,24 @@ def run_command(test: str, *, node, cpus, size, threads, record_bytes, topk, pre
     return 0
 
 
+def _dry_run(opts, reader, out: Path | None, plot: Path | None, fmt: str) -> int:
+    """``--dry-run``: the plan (buffer rule, each gather's working set against the cache rule), no lock, no
+    buffer, no measurement; on this machine or a recording."""
+    from sactool.bench.api import plan_bench
+    from sactool.render import emit_data
+    from sactool.render.bench import render_plan
+
+    if out is not None or plot is not None:
+        raise UsageError("--dry-run measures nothing: there is no record or plot to write",
+                         "drop --out/--plot, or drop --dry-run to measure")
+    plan = plan_bench(opts, reader=reader)
+    if fmt == "table":
+        render_plan(plan)
+    else:
+        emit_data(plan, fmt)
+    return 0
+
+
 bench_app = typer.Typer(
     help="Measure memory on a NUMA node: idle/loaded latency, MLP, bandwidth, KV top-k gathers. "
          "Without a subcommand: all tests on the pool node. Options go before or after the subcommand.",
@@ -191,6 +211,8 @@ _B_SEED = typer.Option(1, "--seed", help="Seed for chains and indices.")
 _B_OUT = typer.Option(None, "--out", "-o", help="Write the bench record here (JSON, or YAML by suffix).")
 _B_FORCE = flag("--force", help="Overwrite --out / --plot.")
 _B_PLOT = typer.Option(None, "--plot", help="Draw the loaded-latency and gather curves to this PNG (needs matplotlib).")
+_B_DRY = flag("--dry-run", help="Plan only: the buffer, each gather's working set against the cache rule, what "
+                                  "would be measured (also on a --sysfs-root recording); nothing is placed or measured.")
 _B_NO_WAIT = flag("--no-wait", help="Another sactool measurement running on this machine: refuse (exit 11) instead "
                                     "of waiting for it.")
 
@@ -234,10 +256,10 @@ def _bench_cmd(test: str, doc: str, ex: str):
             pattern: Pattern = _B_PATTERN, trace: Optional[Path] = _B_TRACE, hugepages: Hugepages = _B_HUGE,
             preset: Preset = _B_PRESET, seed: int = _B_SEED, out: Optional[Path] = _B_OUT, force: bool = _B_FORCE,
             fmt=FormatOpt, plot: Optional[Path] = _B_PLOT, quiet: bool = QuietOpt,
-            sysfs_root: Optional[Path] = SysfsRootOpt, no_wait: bool = _B_NO_WAIT) -> None:
+            sysfs_root: Optional[Path] = SysfsRootOpt, no_wait: bool = _B_NO_WAIT, dry_run: bool = _B_DRY) -> None:
         kw = dict(node=node, cpus=cpus, size=size, threads=threads, record_bytes=record_bytes, topk=topk,
                   prefetch=prefetch, pattern=pattern, trace=trace, hugepages=hugepages, preset=preset, seed=seed,
-                  out=out, force=force, fmt=fmt, plot=plot, sysfs_root=sysfs_root, no_wait=no_wait)
+                  out=out, force=force, fmt=fmt, plot=plot, sysfs_root=sysfs_root, no_wait=no_wait, dry_run=dry_run)
         _bench(test, _merge(ctx, test, kw))
 
     cmd.__doc__ = doc
@@ -270,10 +292,10 @@ def _bench_default(ctx: typer.Context, node: Optional[str] = _B_NODE, cpus: Opti
                    preset: Preset = _B_PRESET, seed: int = _B_SEED, out: Optional[Path] = _B_OUT,
                    force: bool = _B_FORCE, fmt=FormatOpt, plot: Optional[Path] = _B_PLOT,
                    quiet: bool = QuietOpt, sysfs_root: Optional[Path] = SysfsRootOpt,
-                   no_wait: bool = _B_NO_WAIT) -> None:
+                   no_wait: bool = _B_NO_WAIT, dry_run: bool = _B_DRY) -> None:
     kw = dict(node=node, cpus=cpus, size=size, threads=threads, record_bytes=record_bytes, topk=topk,
               prefetch=prefetch, pattern=pattern, trace=trace, hugepages=hugepages, preset=preset, seed=seed,
-              out=out, force=force, fmt=fmt, plot=plot, sysfs_root=sysfs_root, no_wait=no_wait)
+              out=out, force=force, fmt=fmt, plot=plot, sysfs_root=sysfs_root, no_wait=no_wait, dry_run=dry_run)
     if ctx.invoked_subcommand is None:
         _bench("all", {k: value(v) for k, v in kw.items()})
         return
