@@ -34,7 +34,8 @@ def _mixed(tmp_path, fast_bench_record, *, simulator: bool = False, gpu_sizes=(6
 def _tune_figure(path, machine):
     from sactool.host.sysfs import SysfsReader
     from sactool.memory.nodes import topology
-    from sactool.tune.pool import from_bench, pool_info
+    from sactool.pool.discover import pool_info
+    from sactool.tune.pool import from_bench
 
     pool = pool_info(topology(SysfsReader(machine("this-machine"))))      # node 0 standing in for the pool
     g = from_bench([path], 656, pool, {}, strict=False, blocks=1, swap_in_block=960, top_k=2048)
