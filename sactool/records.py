@@ -289,6 +289,20 @@ def atomic_write(path: str | os.PathLike[str], data: str | bytes, *, force: bool
     return p
 
 
+_SAVED: list[Path] = []
+
+
+def saved_paths() -> list[Path]:
+    """Every file :func:`save_result` wrote in this process, in order (fallbacks included): what
+    the exit line names when a signal came after the work had finished."""
+    return list(_SAVED)
+
+
+def forget_saved() -> None:
+    """A command starts: :func:`saved_paths` counts only its own files (tests run many in one process)."""
+    _SAVED.clear()
+
+
 def save_result(path: str | os.PathLike[str], data: str | bytes, *, force: bool, kind: str, suffix: str,
                 make_parents: bool = False) -> tuple[Path | None, SactoolError | None]:
     """Write a finished result with :func:`atomic_write`; when that fails (a full disk, out of
@@ -300,7 +314,9 @@ def save_result(path: str | os.PathLike[str], data: str | bytes, *, force: bool,
     import tempfile
 
     try:
-        return atomic_write(path, data, force=force, make_parents=make_parents), None
+        written = atomic_write(path, data, force=force, make_parents=make_parents)
+        _SAVED.append(written)
+        return written, None
     except SactoolError as e:
         stamp = utc_now().replace(":", "").replace("-", "")
         saved = None
@@ -314,6 +330,7 @@ def save_result(path: str | os.PathLike[str], data: str | bytes, *, force: bool,
             except SactoolError:
                 break
         if saved is not None:
+            _SAVED.append(saved)
             e.hint = f"the result was saved as {saved} instead; move it where you want it"
         return saved, e
 
