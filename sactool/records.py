@@ -335,12 +335,55 @@ def save_result(path: str | os.PathLike[str], data: str | bytes, *, force: bool,
         return saved, e
 
 
-def append_jsonl(path: str | os.PathLike[str], obj: dict[str, Any]) -> None:
-    """Append one JSON line and flush it to disk (a finished sweep point survives Ctrl-C)."""
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(obj, sort_keys=True) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+def append_jsonl(path: str | os.PathLike[str], obj: dict[str, Any], *, new: bool = False) -> None:
+    """Append one JSON line and flush it to disk (a finished sweep point survives Ctrl-C).
+
+    The file is opened without following a symbolic link (``O_NOFOLLOW``: a planted link is
+    refused, its target never created or appended to) and, when ``new``, created afresh
+    (``O_EXCL``: a file that appeared meanwhile is refused, not appended to); only a regular file
+    is written. A last line cut off by a crash or a full disk (no newline at the end) is dropped
+    before the append, so the new line never lands on the torn one — :func:`read_jsonl` drops such
+    a line too, and the journal stays readable whatever the moment it was cut."""
+    p = Path(path)
+    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)   # read: the torn tail
+    try:
+        fd = os.open(p, flags | (os.O_EXCL if new else 0), 0o666)
+    except FileExistsError:
+        raise ExistsError(f"{p} was created by someone else while sactool was starting it",
+                          "another run may use the same --out: choose another, or pass --force to start over") from None
+    except OSError as e:
+        if e.errno == errno.ELOOP and os.path.islink(p):
+            raise ExistsError(f"{p} is a symbolic link; sactool does not write through one",
+                              "remove the link, or choose another --out") from None
+        raise _path_error(p, e, "free some space or choose a writable --out") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            from sactool.host.files import kind
+
+            raise ExistsError(f"{p} is a {kind(st.st_mode)}, not a regular file", "choose another --out")
+        _drop_torn_tail(fd, st.st_size)
+        line = (json.dumps(obj, sort_keys=True) + "\n").encode()
+        while line:
+            line = line[os.write(fd, line):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _drop_torn_tail(fd: int, size: int) -> None:
+    """Cut the file back to the end of its last complete line when its last byte is not a newline."""
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return
+    end = size
+    while end > 0:
+        start = max(0, end - (1 << 16))
+        nl = os.pread(fd, end - start, start).rfind(b"\n")
+        if nl >= 0:
+            os.ftruncate(fd, start + nl + 1)
+            return
+        end = start
+    os.ftruncate(fd, 0)
 
 
 def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
