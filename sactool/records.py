@@ -7,20 +7,12 @@
 * one :class:`Warning` type: every warning a record carries (probe, bench, tune, fleet) is a
   ``code`` (stable, for scripts), a one-line ``message`` and an optional ``hint``.
 
-Format history of each record kind (``kind``: ``schema_version`` — what changed). A change to a
-record's fields bumps its version and adds an upgrade step ``n -> n+1`` next to its reader:
-
-* ``topology`` (``sactool probe``, sactool/topology/model.py): 1 — the first format; fields added
-  since (CPU node per pool node, DAX locality) are optional, so readers of 1 still read them.
-* ``bench`` (``sactool bench``, sactool/bench/record.py ``UPGRADES``): 1 — the first format; GPU
-  gather results (``bench gpu-gather``) and ``convert`` results are new ``test`` values in it.
-* ``profile`` (``sactool tune``, sactool/profile/__init__.py ``_UPGRADES``): 1 — the first format.
-* ``tune_result`` (``sactool tune --format json``): not versioned; a report, never read back.
-* ``simulation`` (``sactool simulate --format json``, sactool/simulate/api.py): 1 — the first format.
-* ``platform`` (``sactool simulate --platform``, sactool/simulate/platform.py): 1 — the first format.
-* ``fleet_topology`` (``sactool probe`` under MPI, sactool/fleet/probe.py): 1 — the first format.
-* points files (``*.points.jsonl`` of ``sactool tune``): one JSON object per finished point,
-  keyed by a digest of the inputs; a key that does not match is ignored, never upgraded.
+A change to a record's fields bumps its version and adds an upgrade step ``n -> n+1`` next to its
+reader. Each kind's history is one line per version beside its ``SCHEMA_VERSION`` (``topology``:
+sactool/topology/records.py; ``bench``: sactool/bench/record.py; ``profile``:
+sactool/profile/__init__.py; ``simulation``: sactool/simulate/api.py; ``platform``:
+sactool/simulate/platform.py; ``fleet_topology``: sactool/fleet/probe.py); the manual's page
+docs/reference/records.md tells it whole and is tested against those versions.
 """
 
 from __future__ import annotations

@@ -21,8 +21,10 @@ from sactool.fleet.poolmap import pool_map
 
 KIND = "fleet_topology"
 SCHEMA_VERSION = 2
-"""2: NUMA nodes are numbers — ``pool_map.memdevs[].hosts[].nodes`` and, in each host's topology
-record, its machine block's ``numa_nodes[].node`` (1 wrote ``"node2"``)."""
+"""Version of the ``fleet_topology`` record (``sactool probe`` under MPI); its history:
+
+1 — the first format.
+2 — NUMA nodes are numbers: ``pool_map.memdevs[].hosts[].nodes`` and each host's ``machine.numa_nodes[].node`` (1 wrote ``"node2"``)."""
 
 
 def _upgrade_1_to_2(rec: dict[str, Any]) -> dict[str, Any]:

@@ -26,9 +26,11 @@ from sactool.records import Warning
 from sactool.topology.hardware import PcieLink
 
 SCHEMA_VERSION = 3
-"""Version of the ``topology`` record (``sactool probe --format json``). 2: a locality's ``node`` and
-``cpu_node`` (``verdict.pool[]``, ``dax_devices[].locality``) are integers, as ``verdict.pool_nodes``;
-3: so is the machine block's ``numa_nodes[].node`` (``sactool.host.machine``)."""
+"""Version of the ``topology`` record (``sactool probe --format json``); its history:
+
+1 — the first format (fields added since are optional: the CPU node of each pool node, DAX locality, GPUs, …).
+2 — a locality's ``node``/``cpu_node`` (``verdict.pool[]``, ``dax_devices[].locality``) are numbers.
+3 — so is the machine block's ``numa_nodes[].node`` (``sactool.host.machine``)."""
 
 KINDS = ("dram", "cxl", "hbm", "pmem", "unknown")
 
