@@ -24,8 +24,11 @@ __all__ = [
 ]
 
 
-def probe(reader=None) -> Topology:
+def probe(reader=None, *, poison: bool = False) -> Topology:
     """Probe the live system (``reader=None``) or a recorded tree (``SysfsReader(root)``).
+
+    ``poison``: live, ask every memdev for its poison list (writes ``memX/trigger_poison_list``; root) —
+    the only write probe makes, and only when asked; a recording replays the list it captured.
 
     Raises TopologyError (exit code 3) when the tree has no ``devices/system/node``; anything
     else missing or unreadable becomes a warning inside the result.
@@ -57,9 +60,15 @@ def probe(reader=None) -> Topology:
         demotion_enabled=demotion, verdict=Verdict((), False, ""), cxl_bus=cxl_present, ports=tuple(ports),
         gpus=tuple(gpus), gpu_scan=gpu_scan, iomem=iomem_info(ranges, iomem_reason), origin=read_origin(r),
     )
-    v = verdict(nodes, regions, dax, draft.locality, memdevs, cxl_present)
+    from sactool.topology.hints import auto_online_policy
+
+    v = verdict(nodes, regions, dax, draft.locality, memdevs, cxl_present, auto_online_policy(r))
     early = warnings + cxl_warnings + class_warnings
     all_warnings = early + late_warnings(r, draft, early)
     from dataclasses import replace
 
-    return replace(draft, verdict=v, warnings=tuple(all_warnings))
+    from sactool.topology.health import health_warnings, read_health
+
+    health = read_health(r, draft, poison=poison)
+    all_warnings += health_warnings(health)
+    return replace(draft, verdict=v, warnings=tuple(all_warnings), health=health)
