@@ -23,10 +23,11 @@ REPO = Path(__file__).resolve().parent.parent
 MiB = 1 << 20
 SAC = REPO / "profiles" / "examples" / "sac-8rank-devdax.yaml"
 
-# one cxl_poison event as drivers/cxl/core/trace.h prints it on 6.12 (TP_printk of cxl_poison)
-TRACE = ("   kworker/u8:1-57    [000] .....   301.5: cxl_poison: memdev=mem1 host=0000:0d:00.0 serial=12289 "
+# one cxl_poison event exactly as the live 6.12 kernel printed it (scripts/live-cxl: QEMU Type-3 device,
+# debugfs inject_poison at DPA 0x10001000 of mem1; the trace the snapshot captured)
+TRACE = ("           <...>-192     [001] .....   460.795772: cxl_poison: memdev=mem1 host=0000:0d:00.0 serial=12289 "
          "trace_type=List region=region0 region_uuid=00000000-0000-0000-0000-000000000000 "
-         "hpa=0x{hpa:x} dpa=0x{dpa:x} dpa_len=0x40 source=Injected flags= overflow_time=0\n")
+         "hpa=0x{hpa:x} dpa=0x{dpa:x} dpa_length=0x40 source=Injected flags= overflow_time=0\n")
 
 
 def payload(health=0, media=0, life=3, temp=35, dirty=2, vol=5, pers=0) -> bytes:
