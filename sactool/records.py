@@ -11,7 +11,8 @@ Format history of each record kind (``kind``: ``schema_version`` — what change
 record's fields bumps its version and adds an upgrade step ``n -> n+1`` next to its reader:
 
 * ``topology`` (``sactool probe``, sactool/topology/model.py): 1 — the first format; fields added
-  since (CPU node per pool node, DAX locality) are optional, so readers of 1 still read them.
+  since (CPU node per pool node, DAX locality) are optional, so readers of 1 still read them; 4 — a
+  ``health`` block per memdev (``upgrade_topology_3_to_4`` in sactool/topology/records.py).
 * ``bench`` (``sactool bench``, sactool/bench/record.py ``UPGRADES``): 1 — the first format; GPU
   gather results (``bench gpu-gather``) and ``convert`` results are new ``test`` values in it.
 * ``profile`` (``sactool tune``, sactool/profile/__init__.py ``_UPGRADES``): 1 — the first format.
