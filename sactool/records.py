@@ -11,7 +11,8 @@ A change to a record's fields bumps its version and adds an upgrade step ``n -> 
 reader. Each kind's history is one line per version beside its ``SCHEMA_VERSION`` (``topology``:
 sactool/topology/records.py; ``bench``: sactool/bench/record.py; ``profile``:
 sactool/profile/__init__.py; ``simulation``: sactool/simulate/api.py; ``platform``:
-sactool/simulate/platform.py; ``fleet_topology``: sactool/fleet/probe.py); the manual's page
+sactool/simulate/platform.py; ``fleet_topology``: sactool/fleet/probe.py; ``watch``:
+sactool/watch/api.py; ``serve_run``: sactool/runfile.py); the manual's page
 docs/reference/records.md tells it whole and is tested against those versions.
 """
 

@@ -33,6 +33,17 @@ def _checkout_profiles() -> dict[str, tuple[int, int]]:
     return out
 
 
+def pytest_collection_modifyitems(config, items):
+    """``live_cxl`` tests boot the QEMU CXL machine (scripts/live-cxl: minutes, packages from the Debian
+    mirror): they run only when selected (``pytest -m live_cxl``), never in the plain ``pytest -q``."""
+    if "live_cxl" in (config.getoption("-m") or ""):
+        return
+    skip = pytest.mark.skip(reason="boots a QEMU machine with CXL devices (scripts/live-cxl): run with -m live_cxl")
+    for item in items:
+        if "live_cxl" in item.keywords:
+            item.add_marker(skip)
+
+
 def pytest_sessionstart(session):
     session.config._sactool_profiles = _checkout_profiles()
 
@@ -144,10 +155,10 @@ def node0_profile_file(tmp_path):
 @pytest.fixture
 def node0_pinned(node0_profile_file):
     """``node0_pinned(name="p.yaml")``: the node-0 profile with ``pool.capacity_bytes`` pinned to the
-    bytes one rank needs (:func:`sactool.profile.hostpool.host_sizing`), so a check of that pool
+    bytes one rank needs (:func:`sactool.profile.sizing.host_sizing`), so a check of that pool
     does not follow node 0's momentary free memory. For tests whose subject is not the free-memory
     rule (that rule is tested on recorded trees)."""
-    from sactool.profile.hostpool import host_sizing
+    from sactool.profile.sizing import host_sizing
 
     need = host_sizing(node0_profile()).bytes_per_rank
     return lambda name="p.yaml": node0_profile_file(name, capacity_bytes=need)
