@@ -168,7 +168,7 @@ def test_abbreviated_extras_are_checked_as_the_option_sglang_reads(extra, full):
     (["--model-path", "--port", "3"], "--model-path expects a value", "--model-path VALUE"),
     (["--page", "64"], "could be --page-size, --paged-experts-num-resident", "--page-size"),
     (["--disable-radix-cache=yes"], "--disable-radix-cache takes no value", "alone"),
-    (["--port", "3", "stray"], "'stray' after -- is not an SGLang option", "options only"),
+    (["--port", "3", "stray"], "'stray' after -- is not an option of SGLang", "options only"),
 ])
 def test_what_sglangs_parser_refuses_is_refused_with_the_full_name(extra, says, hint):
     with pytest.raises(Exception) as ei:
