@@ -17,7 +17,8 @@ from sactool.serve.checks import EngineInfo, check_conflicts, check_engine, chec
 from sactool.profile.hostpool import host_sizing, rank_target, row_bytes
 
 REPO = Path(__file__).resolve().parent.parent
-EXAMPLES = sorted((REPO / "profiles" / "examples").glob("*.yaml"))
+EXAMPLES = [p for p in sorted((REPO / "profiles" / "examples").glob("*.yaml"))
+            if "\nengine: vllm\n" not in p.read_text()]      # SGLang's (vLLM's: tests/test_vllm_serve.py)
 GOLDEN = Path(__file__).parent / "golden" / "serve"
 UPDATE = os.environ.get("SACTOOL_UPDATE_GOLDEN") == "1"
 

@@ -13,12 +13,13 @@ from sactool.hisparse.gpus import GPUS
 from sactool.hisparse.layout import _KV_DTYPE_ALIASES
 
 if TYPE_CHECKING:   # choices() builds these str Enums from data at run time: the checker sees their base
-    from enum import Enum as Gpu, Enum as KvDtype
+    from enum import Enum as Engine, Enum as Gpu, Enum as KvDtype
 else:
+    Engine = choices("Engine", ("sglang", "vllm"))
     KvDtype = choices("KvDtype", ("fp8", "bf16") + tuple(k for k in _KV_DTYPE_ALIASES if k not in ("fp8", "bf16")))
     Gpu = choices("Gpu", tuple(GPUS))
 
-EXAMPLE = example("sactool tune --model deepseek-v3.2",
+EXAMPLE = example("sactool tune --model deepseek-v3.2", "sactool tune --engine vllm --model deepseek-v3.2 --out vllm.yaml",
                   "sactool tune --model glm-5.1 --gpu h20 --gpu-kv-budget 20GiB --context 32k,64k --concurrency 64",
                   "sactool tune --model deepseek-v3.2 --bench bench.json --out myhost.yaml")
 
@@ -45,11 +46,15 @@ GATHER_SIZE_HELP = ("Buffer of tune's own quick gathers on the pool node, with i
 def tune(
     ctx: typer.Context,
     model: str = typer.Option("deepseek-v3.2", "--model", "-m", help="Model name or path to a config.json."),
+    engine: Engine = typer.Option(Engine("sglang"), "--engine", case_sensitive=False,
+                                  help="Serving engine the profile is for: sglang (0.5.23) or vllm (0.34, its own "
+                                       "HiSparse)."),
     context: str = typer.Option("16k,32k,64k,128k", "--context", help="Context lengths in tokens (comma list)."),
     concurrency: str = typer.Option("auto", "--concurrency",
                                     help="Concurrent requests in all (auto: SAC's 64, or what the pool holds)."),
     tp: int = typer.Option(8, "--tp", help="GPU ranks (tensor parallel size)."),
-    attn_dp: Optional[int] = typer.Option(None, "--attn-dp", help="Attention-DP groups (default: = --tp)."),
+    attn_dp: Optional[int] = typer.Option(None, "--attn-dp", help="Attention-DP groups (default: = --tp for SGLang; "
+                                          "1 for vLLM: one TP replica sharing one pool)."),
     gpu: Optional[Gpu] = typer.Option(None, "--gpu", case_sensitive=False, help="GPU from the catalog (default h200)."),
     gpu_kv_budget: Optional[str] = typer.Option(None, "--gpu-kv-budget",
                                                 help="GPU memory per GPU for hot buffers + indexer keys, with its "
@@ -89,7 +94,7 @@ def tune(
 
     fmt = check_format(fmt)
     opts = TuneOptions(
-        model=model, contexts=tuple(parse_list(context, parse_tokens, what="context")),
+        model=model, engine=value(engine), contexts=tuple(parse_list(context, parse_tokens, what="context")),
         concurrency=_concurrency(concurrency), tp=tp,
         attn_dp=attn_dp, gpu=value(gpu),
         gpu_kv_budget_bytes=parse_size(gpu_kv_budget, what="--gpu-kv-budget") if gpu_kv_budget else None,

@@ -163,17 +163,26 @@ def render_tune(result) -> None:
     con.print(f"fetch figure: {fig}: {bw / 1e9:.2f} GB/s  ({s.get('gather_detail')})" if bw else "fetch figure: -",
               markup=False)
     cfg = s["hisparse_config"]
-    con.print(f"chosen: device_buffer_size {cfg['device_buffer_size']}, host_to_device_ratio "
-              f"{cfg['host_to_device_ratio']}, swap_in_block_size {cfg['swap_in_block_size']}, prefetch "
-              f"{'on' if s['prefetch'] else 'off'}, placement {s['placement']}")
+    v = s.get("vllm")
+    if v:   # tune --engine vllm: vLLM's own HiSparse settings
+        con.print(f"chosen for vLLM: device_buffer_size {result.profile.hisparse.device_buffer_size}, tp {v['tp_size']} "
+                  f"x dp {v['dp_size']}, host_pool_gib {v['host_pool_gib']} "
+                  f"({format_bytes(s['host_pool_bytes_per_rank'])} per "
+                  f"{'DP replica, shared by its TP ranks' if v['shared_host_pool'] else 'rank'}), max_num_seqs "
+                  f"{v['max_num_seqs']}, max_model_len {v['max_model_len']}, pools {', '.join(result.profile.pool.rank_targets)}",
+                  markup=False)
+    else:
+        con.print(f"chosen: device_buffer_size {cfg['device_buffer_size']}, host_to_device_ratio "
+                  f"{cfg['host_to_device_ratio']}, swap_in_block_size {cfg['swap_in_block_size']}, prefetch "
+                  f"{'on' if s['prefetch'] else 'off'}, placement {s['placement']}")
     sw = s.get("swap_in")
-    if sw:
+    if sw and not v:
         con.print(f"swap_in_block_size {sw['block_size']}: {sw['why']}", markup=False)
     con.print(f"predicted fetch time per token {_t(s['fetch_time_per_token_s'])} (mean over design contexts); "
               f"GPU {format_bytes(s['gpu_bytes_per_rank'])} per rank (hot buffers "
               f"{format_bytes(s['hot_buffer_bytes_per_rank'])} + indexer keys "
               f"{format_bytes(s['index_key_bytes_per_rank'])}) of {format_bytes(s['gpu_kv_budget_bytes'])}; "
-              f"pool {format_bytes(s['host_pool_bytes_per_rank'])} per rank")
+              f"pool {format_bytes(s['host_pool_bytes_per_rank'])} per " + ("pool" if v else "rank"))
     from sactool.profile import workload_summary
 
     con.print(f"hit rates from: {workload_summary(s.get('workload'))}", markup=False)

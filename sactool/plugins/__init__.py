@@ -1,0 +1,1 @@
+"""Engine plug-ins: one module per engine (``vllm.py``: the ``vllm.general_plugins`` entry point)."""
