@@ -158,3 +158,16 @@ def test_dry_run_json_names_the_engine_and_one_plan_row_per_pool(tmp_path, machi
 def test_a_config_file_after_dashes_is_refused():
     with pytest.raises(UsageError, match="config file"):
         _cmd(TP8, ["--config", "x.yaml"])
+
+
+def test_the_hook_check_runs_in_the_target_python_before_the_launch():
+    """serve asks the target Python's plug-in to resolve its hook table against that vLLM; here no
+    vLLM is installed, so no table applies and the launch is refused (exit 9) before it starts."""
+    import sys
+
+    from sactool.serve.errors import EngineVersionError
+    from sactool.serve.vllm_launch import check_hooks_in
+
+    with pytest.raises(EngineVersionError) as e:
+        check_hooks_in(sys.executable, "0.35.0")
+    assert "has no hook table (verified: 0.34.x)" in e.value.message and int(e.value.exit_code) == 9

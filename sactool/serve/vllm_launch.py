@@ -263,6 +263,9 @@ def build_launch(profile: Profile, profile_path: str, extra_args: Sequence[str],
         lines.extend(got or [])
         if info.console_script and not info.console_script.startswith("declared"):
             script = info.console_script
+    if info is not None and info.vllm and profile.pool.placement == "plugin" and any(
+            p.startswith("sactool_cxl=") for p in info.plugins):
+        lines.extend(attempt(lambda: check_hooks_in(python, info.vllm or "")) or [])
     cmd = build_command(profile, profile_path=profile_path, extra_args=extra, python=python, environ=environ,
                         vllm_script=script, user_attention=user_attention)
     cap = attempt(lambda: vllm_capacity.check_pool(profile, SysfsReader(sysfs_root),
@@ -273,6 +276,35 @@ def build_launch(profile: Profile, profile_path: str, extra_args: Sequence[str],
         lines.append("pool.stand_in: the profile's pool node is a DRAM node standing in for CXL")
     return Launch(os.path.abspath(profile_path), profile, cmd, tuple(lines), None, tuple(problems), dry_run,
                   vllm_pool=cap)
+
+
+HOOK_PROBE = ("import json\nfrom sactool.plugins.vllm import check_hooks\n"
+              "print(json.dumps([[h.dotted, why] for h, why in check_hooks()]))\n")
+
+
+def check_hooks_in(python: str, version: str, *, timeout_s: float = 600.0) -> list[str]:
+    """The plug-in's hook check (:func:`sactool.plugins.vllm.check_hooks`) run in the target Python
+    against its installed vLLM, before the launch: every symbol the plug-in patches resolved, its
+    parameters as the plug-in needs them. EngineVersionError (exit 9) naming the first that is not."""
+    from sactool.serve.checks import _run_probe
+
+    err = ""
+    try:
+        out, err = _run_probe([python, "-c", HOOK_PROBE], timeout_s)
+        rows = json.loads(out.strip().splitlines()[-1])
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError) as e:
+        why = (err.strip().splitlines() or [str(e)])[-1]
+        raise EngineMissingError(f"the plug-in's hook check could not run in {python} ({why})",
+                                 "check that sactool and vLLM import there") from None
+    bad = [(name, why) for name, why in rows if why]
+    if bad:
+        raise EngineVersionError(f"vLLM {version}: the plug-in's hook {bad[0][0]} cannot be used: {bad[0][1]}"
+                                 + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else "")
+                                 + "; the host pool would stay where vLLM puts it",
+                                 "serve with a vLLM the plug-in is verified for (vllm.tested), or run "
+                                 "scripts/vllm-integration against this one and add its hook table")
+    return [f"plug-in hooks: all {len(rows)} symbols of vLLM {version}'s table resolve with the parameters the "
+            "plug-in needs (" + ", ".join(n.rsplit(".", 1)[1] for n, _ in rows) + ")"]
 
 
 def _probe_options(python: str, version: str):
