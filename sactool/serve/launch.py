@@ -182,6 +182,10 @@ def build_launch(profile_path: str, extra_args: Sequence[str] = (), *, python: s
                          f"{format_bytes(t.available_bytes)} available")
         if pool.note:
             lines.append(pool.note)
+        if pool.plan is not None and profile.pool.placement != "none":
+            from sactool.serve.health import check_health
+
+            lines.extend(attempt(lambda: check_health(profile, SysfsReader(sysfs_root), pool.plan)) or [])
     if cmd.placement == "plugin":
         lines.extend(attempt(lambda: _plugin_lines(profile, pool)) or [])
     if profile.pool.stand_in and cmd.placement != "none":
