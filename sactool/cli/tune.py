@@ -105,18 +105,11 @@ def tune(
         gather_size_bytes=parse_size(gather_size, what="--gather-size") if gather_size else None,
         given=_given(ctx, {"context": "contexts", "concurrency": "concurrency", "tp": "tp", "attn_dp": "attn-dp",
                            "gpu": "gpu", "kv_dtype": "kv-dtype", "pool_bytes": "pool-bytes"}))
-    from sactool.fleet.mpi import detect
-
-    world = detect()
-    if world is not None and fleet is None:
-        from sactool.fleet import commands
-
-        commands.refuse(world, UsageError("tune runs on one host, not under mpirun",
-                                          "measure the fleet (mpirun … sactool bench gather --out fleet.json), "
-                                          "then run: sactool tune --fleet fleet.json"))
-    if world is not None and not world.is_root:
+    if not _this_rank_tunes(fleet):
         return  # tune --fleet under mpirun: rank 0 writes every host's profile
     if fleet is not None:
+        if opts.engine != "sglang":
+            raise UsageError("tune --fleet writes SGLang profiles", "drop --engine vllm with --fleet")
         return _tune_fleet(opts, fleet, fmt)
     from sactool.tune.api import MAX_MEASURING_S, measuring_lower_bound_s
 
@@ -126,6 +119,20 @@ def tune(
 
         note(f"tune: {opts.replicates} replicates measure for at least {low / 60:.0f} min, simulation on top")
     _tune_one(opts, fmt)
+
+
+def _this_rank_tunes(fleet) -> bool:
+    """False on the ranks of an mpirun that are not rank 0 (tune --fleet); refuses plain tune under mpirun."""
+    from sactool.fleet.mpi import detect
+
+    world = detect()
+    if world is not None and fleet is None:
+        from sactool.fleet import commands
+
+        commands.refuse(world, UsageError("tune runs on one host, not under mpirun",
+                                          "measure the fleet (mpirun … sactool bench gather --out fleet.json), "
+                                          "then run: sactool tune --fleet fleet.json"))
+    return world is None or world.is_root
 
 
 def _concurrency(text: str) -> int | None:

@@ -9,7 +9,7 @@ arithmetic: no vLLM, no torch here.
   most 32768 (int16 slot indices, ``torch.iinfo(torch.int16).max + 1``), ``q`` the widest decode
   query (``max_decode_query_len``, ``v1/attention/backend.py:565-584``: 1 without speculation);
   a size that is not a multiple of the kernel block is padded (a warning).
-* The host pool (``create_hisparse_layout``, ``v1/hisparse/layout.py:233-268``): ``host_pool_gib``
+* The host pool (``create_hisparse_layout``, ``v1/hisparse/layout.py:237-268``): ``host_pool_gib``
   (``kv_connector_extra_config`` of the ``HiSparseConnector``, ``config/kv_transfer.py:16-47``) is
   turned into ``int(gib·2**30) // stride`` whole host blocks; a host block holds one
   ``block_size``-token page of every sparse-MLA layer; the stride is that page, rounded up to
@@ -42,7 +42,7 @@ v1/attention/backends/mla/flashmla_sparse.py:165-172). sactool states it (``--bl
 host-block sizing below is the one vLLM makes."""
 
 INT16_SLOTS = 32768
-"""Most hot-buffer rows per request: ``torch.iinfo(torch.int16).max + 1`` (runtime.py:147)."""
+"""Most hot-buffer rows per request: ``torch.iinfo(torch.int16).max + 1`` (runtime.py:149)."""
 
 HOST_ALIGN = 4096
 """``SharedOffloadRegion.BLOCK_SIZE_ALIGNMENT`` = ``mmap.PAGESIZE`` on x86-64; the private pool is
@@ -52,7 +52,7 @@ PREFLIGHT_FRACTION = 0.95
 """``check_hisparse_host_memory``: pool bytes above this share of available memory are refused."""
 
 EXTRA_HOST_BLOCKS = 2
-"""Beyond a full-length request's pages: the pool's null block and a copy-on-write tail (layout.py:253-256)."""
+"""Beyond a full-length request's pages: the pool's null block and a copy-on-write tail (layout.py:254-260)."""
 
 SHM_PATH = "/dev/shm"
 """Where a shared pool's files live (``SharedOffloadRegion``, v1/kv_offload/cpu/shared_offload_region.py:
@@ -64,7 +64,7 @@ KV_DTYPES = {"fp8_e4m3": "fp8_ds_mla", "bfloat16": "auto"}
 model dtype, ``auto`` (DeepseekV32ForCausalLM maps ``bfloat16`` to ``auto``,
 model_executor/models/config.py:90-93)."""
 
-REFUSED_ARCHITECTURES = {"DeepseekV4ForCausalLM": "HiSparse does not support DeepSeek V4 (v1/hisparse/layout.py:97-102)"}
+REFUSED_ARCHITECTURES = {"DeepseekV4ForCausalLM": "HiSparse does not support DeepSeek V4 (v1/hisparse/layout.py:100-104)"}
 
 
 def min_device_buffer(top_k: int, query_len: int = 1) -> int:
@@ -120,7 +120,7 @@ class HostPool:
 
     @property
     def blocks(self) -> int:
-        """``int(host_pool_gib · 2**30) // stride``: whole host blocks (layout.py:244)."""
+        """``int(host_pool_gib · 2**30) // stride``: whole host blocks (layout.py:249)."""
         return int(self.host_pool_gib * 2 ** 30) // self.stride_bytes
 
     @property
@@ -136,7 +136,7 @@ class HostPool:
         return self.blocks * self.block_size
 
     def blocks_for(self, max_model_len: int) -> int:
-        """Blocks vLLM requires for one request of ``max_model_len`` tokens (layout.py:253-260)."""
+        """Blocks vLLM requires for one request of ``max_model_len`` tokens (layout.py:254-260)."""
         return cdiv(max_model_len, self.block_size) + EXTRA_HOST_BLOCKS
 
     def problem(self, max_model_len: int) -> str:

@@ -111,15 +111,9 @@ def build_launch(profile_path: str, extra_args: Sequence[str] = (), *, python: s
     overridden = placement is not None and placement != profile.pool.placement
     profile = _with_placement(profile, placement)
     if profile.engine == "vllm":
-        from sactool.serve import vllm_launch
-
-        head = [f"profile {os.path.abspath(profile_path)}: {profile.model.name}, schema {profile.schema_version}, "
-                "engine vllm"]
-        if overridden:
-            head.append(f"--placement {placement} overrides the profile's pool.placement")
-        return vllm_launch.build_launch(profile, profile_path, extra_args, python=python, dry_run=dry_run,
-                                        allow_untested=allow_untested, sysfs_root=sysfs_root, environ=environ,
-                                        lines=head)
+        return _vllm(profile, profile_path, extra_args, python=python, dry_run=dry_run, allow_untested=allow_untested,
+                     sysfs_root=sysfs_root, environ=environ,
+                     override=f"--placement {placement} overrides the profile's pool.placement" if overridden else "")
     python = python or sys.executable
     ep = entrypoint or profile.sglang.entrypoint
     lines = [f"profile {os.path.abspath(profile_path)}: {profile.model.name}, schema {profile.schema_version}"]
@@ -171,26 +165,43 @@ def build_launch(profile_path: str, extra_args: Sequence[str] = (), *, python: s
             return [f"numactl: {path}"]
         lines.extend(attempt(numactl) or [])
     pool = attempt(lambda: capacity.check_pool(profile, SysfsReader(sysfs_root)))
-    if pool is not None:
-        s = pool.sizing
-        if s.bytes_per_rank is not None:
-            lines.append(f"host pool per rank: {format_bytes(s.bytes_per_rank)} from {s.source}"
-                         + (f" (S={s.device_token_slots}, R={s.host_to_device_ratio}, page={s.page_size}, "
-                            f"L={s.num_layers}, row={s.row_bytes} B)" if s.device_token_slots else ""))
-        for t in pool.targets:
-            lines.append(f"{t.target}: ranks {','.join(map(str, t.ranks))} need {format_bytes(t.need_bytes)}, "
-                         f"{format_bytes(t.available_bytes)} available")
-        if pool.note:
-            lines.append(pool.note)
-        if pool.plan is not None and profile.pool.placement != "none":
-            from sactool.serve.health import check_health
+    lines.extend(_pool_lines(pool) if pool is not None else [])
+    if pool is not None and pool.plan is not None and profile.pool.placement != "none":
+        from sactool.serve.health import check_health
 
-            lines.extend(attempt(lambda: check_health(profile, SysfsReader(sysfs_root), pool.plan)) or [])
+        lines.extend(attempt(lambda: check_health(profile, SysfsReader(sysfs_root), pool.plan)) or [])
     if cmd.placement == "plugin":
         lines.extend(attempt(lambda: _plugin_lines(profile, pool)) or [])
     if profile.pool.stand_in and cmd.placement != "none":
         lines.append("pool.stand_in: the profile's pool node is a DRAM node standing in for CXL")
     return Launch(os.path.abspath(profile_path), profile, cmd, tuple(lines), pool, tuple(problems), dry_run)
+
+
+def _pool_lines(pool: capacity.PoolCheck) -> list[str]:
+    """The check lines of SGLang's pool: bytes per rank and their source, each target's need and room."""
+    lines: list[str] = []
+    s = pool.sizing
+    if s.bytes_per_rank is not None:
+        lines.append(f"host pool per rank: {format_bytes(s.bytes_per_rank)} from {s.source}"
+                     + (f" (S={s.device_token_slots}, R={s.host_to_device_ratio}, page={s.page_size}, "
+                        f"L={s.num_layers}, row={s.row_bytes} B)" if s.device_token_slots else ""))
+    for t in pool.targets:
+        lines.append(f"{t.target}: ranks {','.join(map(str, t.ranks))} need {format_bytes(t.need_bytes)}, "
+                     f"{format_bytes(t.available_bytes)} available")
+    if pool.note:
+        lines.append(pool.note)
+    return lines
+
+
+def _vllm(profile: Profile, profile_path: str, extra_args: Sequence[str], *, override: str, **kw: Any) -> Launch:
+    """The launch of a vLLM profile (:mod:`sactool.serve.vllm_launch`)."""
+    from sactool.serve import vllm_launch
+
+    head = [f"profile {os.path.abspath(profile_path)}: {profile.model.name}, schema {profile.schema_version}, engine vllm"]
+    head += [override] if override else []
+    cmd, lines, problems, cap = vllm_launch.build_launch(profile, profile_path, extra_args, lines=head, **kw)
+    return Launch(os.path.abspath(profile_path), profile, cmd, tuple(lines), None,
+                  tuple(Problem(c, m, h) for c, m, h in problems), kw["dry_run"], vllm_pool=cap)
 
 
 def _read_extras(profile: Profile, extra_args: Sequence[str], python: str, lines: list[str]):

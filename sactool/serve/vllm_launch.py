@@ -223,16 +223,16 @@ def check_model(profile: Profile, extra: Sequence[str]) -> str:
 
 def build_launch(profile: Profile, profile_path: str, extra_args: Sequence[str], *, python: str | None,
                  dry_run: bool, allow_untested: bool, sysfs_root: str | None, environ: Mapping[str, str] | None,
-                 lines: list[str]) -> Any:
-    """The :class:`sactool.serve.launch.Launch` of a vLLM profile (``lines``: checks so far)."""
+                 lines: list[str]) -> tuple[Any, list[str], list[tuple[int, str, str | None]], Any]:
+    """(command, check lines, problems as (exit code, message, hint), pool check) of a vLLM profile,
+    for :class:`sactool.serve.launch.Launch` (``lines``: checks so far)."""
     from sactool.host.sysfs import SysfsReader
     from sactool.serve import vllm_capacity
-    from sactool.serve.launch import Launch, Problem
     from sactool.serve.vllm_argv import build_command
     from sactool.serve.vllm_options import resolve, shipped_table
 
     python = python or sys.executable
-    problems: list[Problem] = []
+    problems: list[tuple[int, str, str | None]] = []
 
     def attempt(fn):
         try:
@@ -240,7 +240,7 @@ def build_launch(profile: Profile, profile_path: str, extra_args: Sequence[str],
         except SactoolError as e:
             if not dry_run:
                 raise
-            problems.append(Problem(int(e.exit_code), e.message, e.hint))
+            problems.append((int(e.exit_code), e.message, e.hint))
             return None
 
     info = attempt(lambda: probe_engine(python))
@@ -272,10 +272,13 @@ def build_launch(profile: Profile, profile_path: str, extra_args: Sequence[str],
                                                    live_shm=sysfs_root is None))
     if cap is not None:
         lines.extend(cap.lines)
+        if cap.plan is not None:          # the devices behind the targets (one plan row per pool)
+            from sactool.serve.health import check_health
+
+            lines.extend(attempt(lambda: check_health(profile, SysfsReader(sysfs_root), cap.plan)) or [])
     if profile.pool.stand_in and cmd.placement != "none":
         lines.append("pool.stand_in: the profile's pool node is a DRAM node standing in for CXL")
-    return Launch(os.path.abspath(profile_path), profile, cmd, tuple(lines), None, tuple(problems), dry_run,
-                  vllm_pool=cap)
+    return cmd, lines, problems, cap
 
 
 HOOK_PROBE = ("import json\nfrom sactool.plugins.vllm import check_hooks\n"

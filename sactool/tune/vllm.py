@@ -99,6 +99,30 @@ def to_vllm(d: Any, profile: Profile, summary: dict, warnings: list) -> tuple[Pr
                      host_pool_gib=gib, shared_host_pool=shared, distributed_executor_backend="mp" if shared else None)
     vpool = v.host_pool(m)
     pool_s = dataclasses.replace(q, rank_targets=rank_targets)
+    prov = _provenance(d, profile, v, targets=targets, concurrency=concurrency, fit=fit, blocks=blocks, stride=stride)
+    missing = set(settings_fields("vllm")) - set(prov)
+    assert not missing, missing
+    predictions = dict(profile.predictions)
+    predictions["vllm"] = {"host_pool_bytes": vpool.allocated_bytes, "host_blocks": vpool.blocks,
+                           "host_block_bytes": vpool.stride_bytes, "pools": v.pool_owners,
+                           "requests_per_pool": per_replica, "pool_room_bytes": room}
+    out = new_profile(model=m, pool=pool_s, hisparse=dataclasses.replace(h, device_buffer_size=buf),
+                      sglang=type(s)(), engine="vllm", vllm=v, machine=profile.machine,
+                      request=dict(profile.request, engine="vllm"), predictions=predictions, bench=profile.bench,
+                      provenance=prov, workload=profile.workload, fleet=profile.fleet)
+    summary = dict(summary, engine="vllm", vllm=dataclasses.asdict(v), host_pool_bytes=vpool.allocated_bytes * owners,
+                   host_pool_bytes_per_rank=vpool.allocated_bytes,
+                   pool=[{"name": t.name, "capacity_bytes": t.capacity_bytes, "capacity_source": t.capacity_source}
+                         for t in targets])
+    return out, summary
+
+
+def _provenance(d: Any, profile: Profile, v: VllmSettings, *, targets, concurrency: int, fit: int, blocks: int,
+                stride: int) -> dict[str, Provenance]:
+    """Where each setting of the vLLM profile came from: the search's pool and hot-buffer entries,
+    and the vLLM section's."""
+    s, q = profile.sglang, profile.pool
+    shared, dp, per_replica, context = v.shared_host_pool, v.dp_size, v.max_num_seqs, v.max_model_len
     prov = {k: p for k, p in profile.provenance.items() if k.startswith("pool.") or k in (
         "hisparse.top_k", "hisparse.device_buffer_size")}
     prov["hisparse.device_buffer_size"] = Provenance(
@@ -133,21 +157,7 @@ def to_vllm(d: Any, profile: Profile, summary: dict, warnings: list) -> tuple[Pr
                                                         "null: vLLM's default"),
         "vllm.eager_host_mirror": Provenance("default", "vLLM's default (true)"),
     })
-    missing = set(settings_fields("vllm")) - set(prov)
-    assert not missing, missing
-    predictions = dict(profile.predictions)
-    predictions["vllm"] = {"host_pool_bytes": vpool.allocated_bytes, "host_blocks": vpool.blocks,
-                           "host_block_bytes": vpool.stride_bytes, "pools": v.pool_owners,
-                           "requests_per_pool": per_replica, "pool_room_bytes": room}
-    out = new_profile(model=m, pool=pool_s, hisparse=dataclasses.replace(h, device_buffer_size=buf),
-                      sglang=type(s)(), engine="vllm", vllm=v, machine=profile.machine,
-                      request=dict(profile.request, engine="vllm"), predictions=predictions, bench=profile.bench,
-                      provenance=prov, workload=profile.workload, fleet=profile.fleet)
-    summary = dict(summary, engine="vllm", vllm=dataclasses.asdict(v), host_pool_bytes=vpool.allocated_bytes * owners,
-                   host_pool_bytes_per_rank=vpool.allocated_bytes,
-                   pool=[{"name": t.name, "capacity_bytes": t.capacity_bytes, "capacity_source": t.capacity_source}
-                         for t in targets])
-    return out, summary
+    return prov
 
 
-__all__ = ["to_vllm"]
+__all__ = ["as_search_pool", "to_vllm"]
