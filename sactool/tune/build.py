@@ -37,6 +37,8 @@ def build_profile(d, *, chosen, ranked, evals, gather):
                                        f"host's share ({d.pool.targets[0].capacity_source})")
     predictions = _predictions(d, chosen, ranked, plan, req)
     predictions["per_miss_cost"] = _per_miss(gather)
+    if getattr(d, "sensitivity", None):
+        predictions["miss_sensitivity"] = d.sensitivity
     profile = new_profile(model=ModelRef.of(d.spec), pool=pool_s, hisparse=hs, sglang=sg, machine=d.machine,
                           request=_request(d), predictions=predictions, bench=dict(gather.info), provenance=prov,
                           workload=getattr(d, "workload", None),
@@ -44,6 +46,7 @@ def build_profile(d, *, chosen, ranked, evals, gather):
     summary = _summary(d, c, hs, gather, predictions)
     summary["by_buffer"] = _by_buffer(chosen, evals)
     summary["per_miss_cost"] = _per_miss(gather)
+    summary["miss_sensitivity"] = getattr(d, "sensitivity", None) or []
     return profile, summary, _alternatives(chosen, evals)
 
 
