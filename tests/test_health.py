@@ -159,7 +159,11 @@ def test_snapshot_keeps_what_the_mailbox_and_trace_said(tmp_path):
 @pytest.mark.parametrize("strict", [True, False])
 def test_serve_refuses_strict_and_warns_otherwise_on_poison_in_a_slice(tmp_path, strict):
     from sactool.errors import TopologyError
-    from sactool.serve.capacity import check_pool
+    from sactool.pool.capacity import check_pool as pool_check
+    from sactool.pool.plan import PoolSpec
+
+    def check_pool(p, r):
+        return pool_check(PoolSpec.of(p), r)
     from sactool.serve.health import check_health
 
     reader = SysfsReader(_poisoned_tree(tmp_path, 256 * MiB + 0x1000))
@@ -176,7 +180,11 @@ def test_serve_refuses_strict_and_warns_otherwise_on_poison_in_a_slice(tmp_path,
 
 def test_serve_refuses_degraded_media(tmp_path):
     from sactool.errors import TopologyError
-    from sactool.serve.capacity import check_pool
+    from sactool.pool.capacity import check_pool as pool_check
+    from sactool.pool.plan import PoolSpec
+
+    def check_pool(p, r):
+        return pool_check(PoolSpec.of(p), r)
     from sactool.serve.health import check_health
 
     root = _poisoned_tree(tmp_path, 0, media=payload(health=1, media=6))

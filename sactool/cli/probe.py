@@ -87,11 +87,11 @@ def with_ranks(topo, reader, profile):
 
 def plan_slots(topo, reader, profile) -> list:
     """The rank plan's slots of ``profile`` on ``topo`` (rank, target, offset_bytes, size_bytes)."""
-    from sactool.hisparse.targets import pool_targets
-    from sactool.profile.hostpool import pool_targets as names_of, rank_plan
+    from sactool.pool.plan import PoolSpec, rank_plan
+    from sactool.pool.targets import target_facts, target_names
 
-    targets = pool_targets(topo, reader, names_of(profile), capacity_bytes=profile.pool.capacity_bytes)
-    return list(rank_plan(profile, targets, check_pool=False).slots)
+    targets = target_facts(topo, reader, target_names(profile.pool), capacity_bytes=profile.pool.capacity_bytes)
+    return list(rank_plan(PoolSpec.of(profile), targets, check_pool=False).slots)
 
 
 def check_plot(plot: Optional[Path], force: bool) -> Optional[str]:

@@ -23,7 +23,7 @@ otherwise, naming the symbol and the vLLM version):
   bound and verified). A pool that came another way — a second pool class, a changed allocator —
   is reported "host pool NOT on <target>" (strict: the worker stops);
 * ``allocate_pinned_host_pool`` (replaced while marked): the private pool from
-  :class:`sactool.placer.HostPoolPlacer` (mbind before the first touch, huge pages, pre-faulted near
+  :class:`sactool.pool.placer.HostPoolPlacer` (mbind before the first touch, huge pages, pre-faulted near
   the node, verified with move_pages; or the rank's devdax slice), pinned with vLLM's own
   ``pin_tensor``;
 * ``check_hisparse_host_memory`` (replaced while marked): answers vLLM's preflight for the memory
@@ -97,8 +97,7 @@ HOOKS: dict[str, tuple[Hook, ...]] = {
 """Every vLLM symbol the plug-in patches or relies on, per vLLM release (major.minor)."""
 
 
-class PlacementStop(RuntimeError):
-    """Raised in strict mode: the worker must not start with the pool in the wrong memory."""
+from sactool.pool.placer import PlacementStop  # noqa: E402  (one type for every engine's strict stop)
 
 
 _CONTEXT: contextvars.ContextVar[Any] = contextvars.ContextVar("sactool_vllm_hisparse_pool", default=None)
@@ -107,7 +106,8 @@ _CONTEXT: contextvars.ContextVar[Any] = contextvars.ContextVar("sactool_vllm_his
 
 class _State:
     def __init__(self) -> None:
-        self.placer: Any = None           # sactool.placer.HostPoolPlacer
+        self.placer: Any = None           # sactool.pool.placer.HostPoolPlacer
+        self.settings: Any = None         # the profile's pool settings
         self.strict = False
         self.version = ""
         self.originals: dict[str, Any] = {}
@@ -194,9 +194,10 @@ def register() -> bool:
     """Entry point called by vLLM's ``load_general_plugins()`` in every vLLM process. True when
     the hooks are in place."""
     from sactool.errors import SactoolError
-    from sactool.placer import HostPoolPlacer
+    from sactool.pool.contract import PROFILE_ENV, STRICT_ENV
+    from sactool.pool.placer import HostPoolPlacer
+    from sactool.pool.plan import PoolSpec
     from sactool.profile import load_profile
-    from sactool.profile.hostpool import PROFILE_ENV, STRICT_ENV
 
     path = os.environ.get(PROFILE_ENV)
     if not path:
@@ -225,7 +226,8 @@ def register() -> bool:
                       + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "")
                       + "; the HiSparse host pool would NOT be placed: vLLM's own allocator puts it in DRAM")
         return False
-    _STATE.placer = HostPoolPlacer(profile, strict=_STATE.strict)
+    _STATE.placer = HostPoolPlacer(PoolSpec.of(profile), strict=_STATE.strict, engine="vLLM")
+    _STATE.settings = profile.pool
     install()
     logger.info("sactool_cxl: vLLM %s hooks in place for profile %s (%s, %d pool(s))", version, path,
                 profile.model.name, profile.world_size)
@@ -258,7 +260,7 @@ def uninstall() -> None:
     _STATE.originals.clear()
     if _STATE.placer is not None:
         _STATE.placer.close()
-    _STATE.placer, _STATE.regions, _STATE.proofs = None, [], []
+    _STATE.placer, _STATE.settings, _STATE.regions, _STATE.proofs = None, None, [], []
 
 
 # ------------------------------------------------------------------------------------------
@@ -275,7 +277,7 @@ def _tp() -> tuple[int, int, str]:
         return int(g.rank_in_group), int(g.world_size), "vLLM's TP group"
     except Exception:  # not initialised (a single process, tests)
         pass
-    from sactool.profile.hostpool import RANK_ENV
+    from sactool.pool.contract import RANK_ENV
 
     v = os.environ.get(RANK_ENV, "")
     if v.isdigit():
@@ -286,7 +288,7 @@ def _tp() -> tuple[int, int, str]:
 def owner_of(vllm_config: Any, shared: bool) -> tuple[int | None, str]:
     """The pool owner this worker allocates for: its DP replica (shared pool) or its rank
     (private pool: replica x TP size + TP rank). ``$SACTOOL_RANK`` names it where vLLM cannot."""
-    from sactool.profile.hostpool import RANK_ENV
+    from sactool.pool.contract import RANK_ENV
 
     env = os.environ.get(RANK_ENV, "")
     pc = getattr(vllm_config, "parallel_config", None)
@@ -394,7 +396,7 @@ def _budget(owner: int | None) -> tuple[int | None, str]:
     if p is None or owner is None:
         return None, ""
     plan = p.plan_for(owner)
-    q = p.profile.pool
+    q = _STATE.settings
     if plan.mode == "numa" and q.hugepages in ("2MB", "1GB") and plan.node is not None:
         size = {"2MB": 2 << 20, "1GB": 1 << 30}[q.hugepages]
         node = p.topology().node(plan.node)
@@ -440,21 +442,11 @@ def _wrap_shared(original: Callable) -> Callable:
     return allocate_hisparse_host_pools
 
 
-def _address(mm: mmap.mmap) -> int:
-    import ctypes
-
-    c = ctypes.c_char.from_buffer(mm)
-    try:
-        return ctypes.addressof(c)
-    finally:
-        del c
-
-
 def _wrap_populate(original: Callable) -> Callable:
     def _get_populate_write_fn(mmap_obj: mmap.mmap) -> Any:
         ctx = _CONTEXT.get()
         p = _STATE.placer
-        if ctx is None or p is None or p.profile.pool.mode != "numa":
+        if ctx is None or p is None or _STATE.settings.mode != "numa":
             return original(mmap_obj)
         vllm_config, _ = ctx
         owner, how = owner_of(vllm_config, True)
@@ -477,52 +469,31 @@ def _wrap_populate(original: Callable) -> Callable:
 
 
 def _bind(mm: mmap.mmap, plan: Any) -> None:
-    """mbind the whole shared mapping to the plan's node(s) with its policy (tmpfs keeps the policy
-    on the shared object: every TP rank's first touch obeys it)."""
-    from sactool.memory import syscalls as sc
+    """mbind the whole shared mapping to the plan's node(s) with its policy (:func:`sactool.pool.region.bind`:
+    tmpfs keeps the policy on the shared object, so every TP rank's first touch obeys it)."""
+    from sactool.pool import region
 
-    q = _STATE.placer.profile.pool
-    if plan.policy == "weighted_interleave":
-        nodes, mode = sorted(q.interleave_weights), sc.MPOL_INTERLEAVE
-    elif plan.policy == "preferred":
-        nodes, mode = [plan.node], sc.MPOL_PREFERRED
-    else:
-        nodes, mode = [plan.node], sc.MPOL_BIND
-    addr = _address(mm)
-    sc.mbind(addr, len(mm), mode, nodes)
+    nodes = region.bind(mm, plan, _STATE.settings)
     logger.info("sactool_cxl: shared region %#x (%d bytes) bound to %s (%s) before its first touch",
-                addr, len(mm), ", ".join(f"node{n}" for n in nodes), plan.policy)
+                region.address(mm), len(mm), ", ".join(f"node{n}" for n in nodes), plan.policy)
 
 
 def _verify_shard(mm: mmap.mmap, offset: int, length: int, plan: Any, owner: int | None, how: str) -> None:
-    import numpy as np
+    from sactool.pool import region
 
-    from sactool.memory import syscalls as sc
-
-    addr = _address(mm)
-    page = mmap.PAGESIZE
-    n = length // page
-    step = max(1, n // (1 << 20))
-    idx = np.arange(0, n, step, dtype=np.uint64)
-    status = sc.page_nodes(np.uint64(addr + offset) + idx * np.uint64(page)) if n else []
-    counts: dict[int, int] = {}
-    for st in status:
-        counts[int(st)] = counts.get(int(st), 0) + 1
-    want = [plan.node] if plan.policy != "weighted_interleave" else sorted(_STATE.placer.profile.pool.interleave_weights)
-    good = sum(v for k, v in counts.items() if k in want)
-    frac = good / len(status) if len(status) else 0.0
-    tp_rank, tp_size, _ = _tp()
-    rec = {"owner": owner, "tp_rank": tp_rank, "target": plan.target, "address": addr, "size": len(mm),
-           "shard_offset": offset, "shard_bytes": length, "pages_checked": len(status), "node_pages": counts,
-           "verified_fraction": frac, "mode": "numa"}
+    _, want = region.policy_nodes(plan, _STATE.settings)
+    r = region.verify(mm, offset, length, want)
+    tp_rank, _, _ = _tp()
+    rec = {"owner": owner, "tp_rank": tp_rank, "target": plan.target, "address": r.address, "size": len(mm),
+           "shard_offset": offset, "shard_bytes": length, "pages_checked": r.pages_checked,
+           "node_pages": dict(r.node_pages), "verified_fraction": r.fraction, "mode": "numa"}
     _STATE.regions.append(rec)
-    where = ", ".join(f"node{k}: {v}" if k >= 0 else f"errno{-k}: {v}" for k, v in sorted(counts.items()))
     stand = " (a DRAM node stood in for CXL: pool.stand_in)" if plan.stand_in else ""
     logger.warning("sactool_cxl: pool %s (%s) shared HiSparse region %d bytes on %s%s: TP rank %d pre-faulted its "
                    "shard [%d, %d) and verified %.1f%% of %d pages on %s [%s]", owner, how, len(mm), plan.target, stand,
-                   tp_rank, offset, offset + length, 100 * frac, len(status), plan.target, where)
-    if frac < 1.0 and plan.policy == "bind":
-        _stop_or_warn(f"pool {owner}: only {frac:.1%} of TP rank {tp_rank}'s shard is on {plan.target}")
+                   tp_rank, offset, offset + length, 100 * r.fraction, r.pages_checked, plan.target, r.describe())
+    if r.fraction < 1.0 and plan.policy == "bind":
+        _stop_or_warn(f"pool {owner}: only {r.fraction:.1%} of TP rank {tp_rank}'s shard is on {plan.target}")
 
 
 def _wrap_region(original: type) -> type:
@@ -532,7 +503,7 @@ def _wrap_region(original: type) -> type:
         def __new__(cls, *args: Any, **kwargs: Any) -> Any:
             ctx = _CONTEXT.get()
             p = _STATE.placer
-            if ctx is not None and ctx[1] == "shared" and p is not None and p.profile.pool.mode == "devdax":
+            if ctx is not None and ctx[1] == "shared" and p is not None and _STATE.settings.mode == "devdax":
                 return DaxRegion(ctx[0], *args, **kwargs)
             return super().__new__(cls)
 
@@ -554,30 +525,21 @@ class DaxRegion:
                  populate_shard: tuple[int, int] | None = None, num_segments: int = 1) -> None:
         import torch
 
-        from sactool.memory import map_devdax, map_shared
-        from sactool.placer import standin_devices
+        from sactool.pool import region
+        from sactool.pool.contract import standin_devices
 
         p = _STATE.placer
         self.total_size_bytes = num_chunks * kv_bytes_per_chunk
         owner, how = owner_of(vllm_config, True)
         plan = p.plan_for(owner)
-        slot = plan.slot
-        if slot is None or slot.size_bytes is None:
-            raise RuntimeError(f"sactool_cxl: no slice of {plan.target} is planned for pool {owner}")
         if creator_memory_check is not None and (populate_shard is None or populate_shard[0] == 0):
             creator_memory_check(self.total_size_bytes)      # answered by the plug-in: the slice
         stand = standin_devices().get(plan.target)
-        offset = slot.offset_bytes or 0
-        if stand:
-            buf = map_shared(stand["path"], os.stat(stand["path"]).st_size, stand["align_bytes"], self.total_size_bytes,
-                             offset_bytes=offset, name=plan.target,
-                             note=f"a file standing in for /dev/{plan.target} (SACTOOL_DEVDAX_STANDIN)")
-        else:
-            buf = map_devdax(plan.target, self.total_size_bytes, offset_bytes=offset)
-        if buf.size_bytes > slot.size_bytes:
-            buf.close()
-            raise RuntimeError(f"sactool_cxl: pool {owner} needs {self.total_size_bytes} bytes, its slice of "
-                               f"{plan.target} holds {slot.size_bytes}")
+        offset = plan.offset_bytes
+        try:
+            buf = region.map_slice(plan, self.total_size_bytes)
+        except ValueError as e:
+            raise RuntimeError(f"sactool_cxl: {e}") from None
         self.buf = buf
         self.mmap_path = buf.path or plan.target
         if barrier is not None:
@@ -588,7 +550,7 @@ class DaxRegion:
         start = min(index * share, self.total_size_bytes)
         length = max(0, min(share, self.total_size_bytes - start))
         if length:
-            zero_fill_range(buf.mmap, start, length)
+            region.zero(buf.mmap, start, length)
         if barrier is not None:
             barrier()                                        # every shard is zeroed
         buf.verify()
@@ -615,15 +577,6 @@ class DaxRegion:
     def cleanup(self) -> None:
         self._views.clear()
         self._base = None            # the mapping stays until the process exits (views may remain)
-
-
-def zero_fill_range(mm: mmap.mmap, start: int, length: int) -> None:
-    """Write zeroes over ``[start, start + length)`` of ``mm`` (faults every page of it)."""
-    import numpy as np
-
-    arr = np.frombuffer(mm, dtype=np.uint8, count=length, offset=start)
-    arr[:] = 0
-    del arr
 
 
 __all__ = ["HOOKS", "DaxRegion", "Hook", "PlacementStop", "check_hooks", "install", "owner_of", "prove", "register",

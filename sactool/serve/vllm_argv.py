@@ -16,7 +16,7 @@ import os
 from typing import Mapping, Sequence
 
 from sactool.profile import Profile, VllmSettings
-from sactool.profile.hostpool import PROFILE_ENV, STRICT_ENV
+from sactool.pool.contract import PROFILE_ENV, STRICT_ENV
 from sactool.serve.argv import Command, EnvVar, Flag
 
 PLUGIN_NAME = "sactool_cxl"          # entry point name in group vllm.general_plugins (pyproject.toml)

@@ -2,7 +2,7 @@
 
 The pools (:meth:`sactool.profile.VllmSettings.host_pool`, vLLM's own sizing: whole host blocks): one
 per DP replica when shared by its TP ranks, one per rank when private; each pool owner is mapped to
-a pool target by the rank plan (:func:`sactool.hisparse.rankplan.plan`, the engine-neutral rule and
+a pool target by the rank plan (:func:`sactool.pool.rankplan.plan`, the engine-neutral rule and
 slice rule, over the owners). Each target's room: a NUMA node's free memory (as for SGLang), or —
 for a pool on huge pages (``pool.hugepages`` 2MB / 1GB) — the node's free huge pages of that size,
 which ``MemAvailable`` never counts; a DAX device's aligned slice.
@@ -70,13 +70,12 @@ def targets(profile: Profile, reader: SysfsReader, topo: Any = None) -> list[Any
     """The pool targets with this machine's (or recording's) room, huge-page pools counted in huge pages."""
     from dataclasses import replace
 
-    from sactool.hisparse.targets import pool_targets
-    from sactool.profile.hostpool import pool_targets as names_of
+    from sactool.pool.targets import target_facts, target_names
     from sactool.topology import probe
 
     q = profile.pool
     topo = topo or probe(reader)
-    facts = pool_targets(topo, reader, names_of(profile), capacity_bytes=q.capacity_bytes)
+    facts = target_facts(topo, reader, target_names(q), capacity_bytes=q.capacity_bytes)
     if q.mode != "numa" or q.hugepages not in HUGE:
         return facts
     out = []
@@ -96,8 +95,8 @@ def targets(profile: Profile, reader: SysfsReader, topo: Any = None) -> list[Any
 
 def check_pool(profile: Profile, reader: SysfsReader, *, live_shm: bool = True) -> VllmPoolCheck:
     """CapacityError when a pool does not fit its target; TopologyError for an absent target."""
-    from sactool.hisparse import rankplan
     from sactool.hisparse.vllm import preflight_refuses
+    from sactool.pool import rankplan
 
     v, q = profile.vllm, profile.pool
     assert v is not None

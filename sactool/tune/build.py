@@ -9,10 +9,10 @@ from typing import Any
 from sactool.profile import (DSA_PAGE_SIZE_CUDA, HiSparseSettings, ModelRef, PoolSettings, Provenance, SglangSettings,
                              new_profile, settings_fields, workload_summary)
 from sactool.tune import search
-from sactool.hisparse.capacity import max_requests_per_rank, pages, rank_plan
+from sactool.hisparse.capacity import max_requests_per_rank, pages, rank_sizing
 from sactool.hisparse.cost import rdma_full_prefix_bytes
 from sactool.hisparse.engine import ENGINE_CONSTRAINTS
-from sactool.hisparse.placement import pool_bytes_per_rank
+from sactool.pool.rankplan import pool_bytes_per_rank
 
 
 
@@ -25,7 +25,7 @@ def build_profile(d, *, chosen, ranked, evals, gather):
     (:class:`sactool.tune.run.DesignPoint`)."""
     c = chosen.candidate
     req = d.dep.requests_per_rank(d.concurrency)
-    plan = rank_plan(req, c.device_buffer_size, c.host_to_device_ratio, layers=d.spec.num_layers,
+    plan = rank_sizing(req, c.device_buffer_size, c.host_to_device_ratio, layers=d.spec.num_layers,
                      record_bytes=d.rec_bytes, indexer_bytes=d.spec.indexer_bytes)
     pool_s, hs, sg = _settings(d, c, plan)
     prov = _provenance(d, c, req, gather)

@@ -9,7 +9,7 @@ from typing import Any
 
 from sactool.errors import CapacityError, RecordError, TopologyError
 from sactool.hisparse import gpus
-from sactool.hisparse.capacity import Deployment, min_ratio, rank_plan
+from sactool.hisparse.capacity import Deployment, min_ratio, rank_sizing
 from sactool.records import warning
 from sactool.tune import search
 from sactool.tune.fit import Fit
@@ -43,7 +43,7 @@ class DesignPoint:
     attn_dp: int
     rec_bytes: int
     budget: Any                     # hisparse.gpus.GpuBudget
-    pool: Any                       # tune.pool.PoolInfo
+    pool: Any                       # sactool.pool.discover.PoolInfo
     machine: dict
     dep: Deployment
     contexts: tuple[int, ...]       # asked for
@@ -226,7 +226,7 @@ def _sensitivity(d: DesignPoint, placements, gather, sims: HotBufferRuns, chosen
 def _check_one_request(job: Job, budget, contexts) -> None:
     """The GPU budget must hold one request with top_k hot-buffer slots."""
     top_k = job.spec.index_topk
-    one = rank_plan(1, top_k, min_ratio(1, top_k, min(contexts)), layers=job.spec.num_layers,
+    one = rank_sizing(1, top_k, min_ratio(1, top_k, min(contexts)), layers=job.spec.num_layers,
                     record_bytes=job.rec_bytes, indexer_bytes=job.spec.indexer_bytes)
     if one.gpu_bytes > budget.bytes_per_gpu:
         raise CapacityError(
@@ -240,7 +240,8 @@ def _probe_pool(job: Job, warnings: list):
     from sactool.host.machine import machine_block
     from sactool.host.sysfs import SysfsReader
     from sactool.topology import probe
-    from sactool.tune.pool import gpu_warnings, pool_info
+    from sactool.pool.discover import pool_info
+    from sactool.tune.pool import gpu_warnings
 
     o = job.o
     if o.pool_source is not None:  # tune --fleet: this host's share of a shared pool, from the record

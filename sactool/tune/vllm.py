@@ -43,10 +43,9 @@ def as_search_pool(pool: Any, tp: int) -> Any:
 
 
 def _owner_targets(pool_s: PoolSettings, owners: int, targets, owner_cpu_nodes) -> tuple[str, ...]:
-    from sactool.hisparse.rankplan import Target, assign
+    from sactool.pool.rankplan import assign
 
-    facts = [Target(t.name, "devdax" if pool_s.mode == "devdax" else "numa", t.capacity_bytes, t.capacity_source,
-                    getattr(t, "align_bytes", None), t.cpu_node) for t in targets]
+    facts = list(targets)
     rule = pool_s.rank_assignment if pool_s.rank_assignment != "explicit" else "round_robin"
     if rule == "locality" and (not owner_cpu_nodes or any(n is None for n in owner_cpu_nodes)):
         rule = "round_robin"
