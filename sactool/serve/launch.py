@@ -149,16 +149,7 @@ def build_launch(profile_path: str, extra_args: Sequence[str] = (), *, python: s
         lines.extend(attempt(numactl) or [])
     pool = attempt(lambda: _check_pool(profile, SysfsReader(sysfs_root)))
     if pool is not None:
-        s = pool.sizing
-        if s.bytes_per_rank is not None:
-            lines.append(f"host pool per rank: {format_bytes(s.bytes_per_rank)} from {s.source}"
-                         + (f" (S={s.device_token_slots}, R={s.host_to_device_ratio}, page={s.page_size}, "
-                            f"L={s.num_layers}, row={s.row_bytes} B)" if s.device_token_slots else ""))
-        for t in pool.targets:
-            lines.append(f"{t.target}: ranks {','.join(map(str, t.ranks))} need {format_bytes(t.need_bytes)}, "
-                         f"{format_bytes(t.available_bytes)} available")
-        if pool.note:
-            lines.append(pool.note)
+        lines.extend(_pool_lines(pool))
         if pool.plan is not None and profile.pool.placement != "none":
             from sactool.serve.health import check_health
 
@@ -168,6 +159,22 @@ def build_launch(profile_path: str, extra_args: Sequence[str] = (), *, python: s
     if profile.pool.stand_in and cmd.placement != "none":
         lines.append("pool.stand_in: the profile's pool node is a DRAM node standing in for CXL")
     return Launch(os.path.abspath(profile_path), profile, cmd, tuple(lines), pool, tuple(problems), dry_run)
+
+
+def _pool_lines(pool) -> list[str]:
+    """The dry-run's lines for the pool check: bytes per rank and where that came from, each target's need."""
+    out = []
+    s = pool.sizing
+    if s.bytes_per_rank is not None:
+        out.append(f"host pool per rank: {format_bytes(s.bytes_per_rank)} from {s.source}"
+                   + (f" (S={s.device_token_slots}, R={s.host_to_device_ratio}, page={s.page_size}, "
+                      f"L={s.num_layers}, row={s.row_bytes} B)" if s.device_token_slots else ""))
+    for t in pool.targets:
+        out.append(f"{t.target}: ranks {','.join(map(str, t.ranks))} need {format_bytes(t.need_bytes)}, "
+                   f"{format_bytes(t.available_bytes)} available")
+    if pool.note:
+        out.append(pool.note)
+    return out
 
 
 def _read_extras(profile: Profile, extra_args: Sequence[str], python: str, lines: list[str]):
