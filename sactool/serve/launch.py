@@ -166,11 +166,12 @@ def build_launch(profile_path: str, extra_args: Sequence[str] = (), *, python: s
             return [f"numactl: {path}"]
         lines.extend(attempt(numactl) or [])
     pool = attempt(lambda: _check_pool(profile, SysfsReader(sysfs_root)))
-    lines.extend(_pool_lines(pool) if pool is not None else [])
-    if pool is not None and pool.plan is not None and profile.pool.placement != "none":
-        from sactool.serve.health import check_health
+    if pool is not None:
+        lines.extend(_pool_lines(pool))
+        if pool.plan is not None and profile.pool.placement != "none":
+            from sactool.serve.health import check_health
 
-        lines.extend(attempt(lambda: check_health(profile, SysfsReader(sysfs_root), pool.plan)) or [])
+            lines.extend(attempt(lambda: check_health(profile, SysfsReader(sysfs_root), pool.plan)) or [])
     if cmd.placement == "plugin":
         lines.extend(attempt(lambda: _plugin_lines(profile, pool)) or [])
     if profile.pool.stand_in and cmd.placement != "none":
@@ -178,20 +179,20 @@ def build_launch(profile_path: str, extra_args: Sequence[str] = (), *, python: s
     return Launch(os.path.abspath(profile_path), profile, cmd, tuple(lines), pool, tuple(problems), dry_run)
 
 
-def _pool_lines(pool: capacity.PoolCheck) -> list[str]:
-    """The check lines of SGLang's pool: bytes per rank and their source, each target's need and room."""
-    lines: list[str] = []
+def _pool_lines(pool) -> list[str]:
+    """The dry-run's lines for the pool check: bytes per rank and where that came from, each target's need."""
+    out = []
     s = pool.sizing
     if s.bytes_per_rank is not None:
-        lines.append(f"host pool per rank: {format_bytes(s.bytes_per_rank)} from {s.source}"
-                     + (f" (S={s.device_token_slots}, R={s.host_to_device_ratio}, page={s.page_size}, "
-                        f"L={s.num_layers}, row={s.row_bytes} B)" if s.device_token_slots else ""))
+        out.append(f"host pool per rank: {format_bytes(s.bytes_per_rank)} from {s.source}"
+                   + (f" (S={s.device_token_slots}, R={s.host_to_device_ratio}, page={s.page_size}, "
+                      f"L={s.num_layers}, row={s.row_bytes} B)" if s.device_token_slots else ""))
     for t in pool.targets:
-        lines.append(f"{t.target}: ranks {','.join(map(str, t.ranks))} need {format_bytes(t.need_bytes)}, "
-                     f"{format_bytes(t.available_bytes)} available")
+        out.append(f"{t.target}: ranks {','.join(map(str, t.ranks))} need {format_bytes(t.need_bytes)}, "
+                   f"{format_bytes(t.available_bytes)} available")
     if pool.note:
-        lines.append(pool.note)
-    return lines
+        out.append(pool.note)
+    return out
 
 
 def _vllm(profile: Profile, profile_path: str, extra_args: Sequence[str], *, override: str, **kw: Any) -> Launch:
