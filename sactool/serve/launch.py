@@ -167,11 +167,7 @@ def build_launch(profile_path: str, extra_args: Sequence[str] = (), *, python: s
         lines.extend(attempt(numactl) or [])
     pool = attempt(lambda: _check_pool(profile, SysfsReader(sysfs_root)))
     if pool is not None:
-        lines.extend(_pool_lines(pool))
-        if pool.plan is not None and profile.pool.placement != "none":
-            from sactool.serve.health import check_health
-
-            lines.extend(attempt(lambda: check_health(profile, SysfsReader(sysfs_root), pool.plan)) or [])
+        lines.extend(_pool_lines(pool) + _health_lines(profile, pool, attempt, sysfs_root))
     if cmd.placement == "plugin":
         lines.extend(attempt(lambda: _plugin_lines(profile, pool)) or [])
     if profile.pool.stand_in and cmd.placement != "none":
@@ -193,6 +189,15 @@ def _pool_lines(pool) -> list[str]:
     if pool.note:
         out.append(pool.note)
     return out
+
+
+def _health_lines(profile: Profile, pool: Any, attempt: Any, sysfs_root: str | None) -> list[str]:
+    """The devices behind the planned targets (:func:`sactool.serve.health.check_health`)."""
+    if pool.plan is None or profile.pool.placement == "none":
+        return []
+    from sactool.serve.health import check_health
+
+    return attempt(lambda: check_health(profile, SysfsReader(sysfs_root), pool.plan)) or []
 
 
 def _vllm(profile: Profile, profile_path: str, extra_args: Sequence[str], *, override: str, **kw: Any) -> Launch:
