@@ -166,7 +166,10 @@ def _loaded_table(rs: list[dict], multi: bool, m):
 def _gather_table(rs: list[dict], multi: bool, m):
     from rich.table import Table
 
-    sets = sorted({r["params"].get("footprint_bytes") for r in rs if r["params"].get("footprint_bytes")})
+    # the working set each gather reached (the generated stream's: the buffer's records); an upgraded older
+    # record's estimate of its stored stream is in the record, not shown as a measured figure
+    sets = sorted({r["params"]["footprint_bytes"] for r in rs
+                   if r["params"].get("index_shift") == "per pass" and r["params"].get("footprint_bytes")})
     ws = (f"; working set {format_bytes(sets[0])}" + (f"–{format_bytes(sets[-1])}" if len(sets) > 1 else "")
           if sets else "")
     t = Table(title=f"Top-k gather (pf: prefetch distance in records; step µs: one top-k step on one thread{ws})",
