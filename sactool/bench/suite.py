@@ -32,11 +32,14 @@ DEFAULT_RECORDS = (64, 128, 256, 656, 1152, 4096)
 
 
 def default_prefetch(record_bytes: int) -> int:
-    """Software-prefetch distance in records. Best distances measured on the development machine
-    (docs/sources.md, Numba kernels): 8–16 records for >= 656 B, 32–64 for 64–128 B, i.e. about 8 KiB of
-    records ahead: D = clamp(8192 / R, 4, 64) (656 B → 12, 1152 B → 7, 128 B → 64).
-    scripts/compare-anchors searches D and reports the best one found next to this default."""
-    return int(min(64, max(4, 8192 // max(1, record_bytes))))
+    """Software-prefetch distance in records: about 8 KiB of records ahead, D = clamp(8192 / R, 2, 64)
+    (64 B → 64, 656 B → 12, 1152 B → 7, 4096 B and 16384 B → 2). Best distances measured on the
+    development machines (docs/sources.md, Numba kernels; docs/accuracy/bench.md): 8–16 records for
+    656 B, 32–128 for 64 B; for records whose head alone is prefetched (> 1152 B,
+    :func:`sactool.bench.gathergen.prefetch_bytes`) 1–4 records, flat within 3 % (2026-12 sweep on the
+    480 MiB-L3 Xeon guest: 4096 B best at 2–4, 16384 B at 1–2). scripts/bench-vs-c searches D for the
+    C reference and prints the best one found next to this default."""
+    return int(min(64, max(2, 8192 // max(1, record_bytes))))
 
 
 @dataclass
