@@ -65,3 +65,31 @@ def test_presets_are_ordered():
     assert f.min_sample_seconds < d.min_sample_seconds < r.min_sample_seconds
     assert f.rounds < d.rounds < r.rounds
     assert d.to_data()["interleaved"] is True
+
+
+def test_shuffled_rounds_sample_each_once_in_changing_orders_and_observe_each_sample():
+    """``shuffle_seed``: every round samples every configuration once, in seeded orders that differ (no
+    configuration always follows the same one); an observer is called around each timed sample only."""
+    clock, log = FakeClock(), []
+    names = "ABCDE"
+    cfgs = [Config(n, kernel(clock, n, 20_000_000, log)) for n in names]   # 20 ms: calibrated at 1 rep
+
+    class Obs:
+        n = 0
+
+        def start(self):
+            return clock.ns
+
+        def stop(self, t0):
+            Obs.n += 1
+            return {"ns": clock.ns - t0}
+
+    proto = Protocol("t", min_sample_seconds=0.01, rounds=6, warmup=0, shuffle_seed=3)
+    assert run_protocol(cfgs, proto, clock=clock, observe=Obs())
+    timed = [n for n, _ in log][-6 * 5:]
+    rounds = [timed[i:i + 5] for i in range(0, 30, 5)]
+    assert all(sorted(r) == list(names) for r in rounds) and len({tuple(r) for r in rounds}) > 2
+    after_a = {r[r.index("A") + 1] for r in rounds if r.index("A") < 4}
+    assert len(after_a) > 1                               # A's neighbour changes
+    assert Obs.n == 30 and all(c.others == [{"ns": 20_000_000}] * 6 for c in cfgs)
+    assert "shuffled each round (seed 3)" == proto.to_data()["order"]

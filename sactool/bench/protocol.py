@@ -8,7 +8,9 @@ times it with ``clock`` (nanoseconds, ``time.perf_counter_ns`` by default; tests
 2. warm-up: ``warmup`` more calls;
 3. calibration: ``reps`` doubled until one sample takes ≥ ``min_sample_seconds``;
 4. ``rounds`` rounds; each round takes one sample of every configuration, in a rotated order
-   (A B C, B C A, C A B …) so slow drift does not favour one configuration;
+   (A B C, B C A, C A B …) so slow drift does not favour one configuration — or, with
+   ``shuffle_seed``, a seeded random order each round, so no configuration always follows the same
+   one (what one leaves behind — caches, TLB, prefetcher state — would bias its neighbour);
 5. each sample is stored raw as (seconds, work); the caller turns them into units; an observer
    (:mod:`sactool.bench.disturb`) may record what else ran during each sample.
 
@@ -33,10 +35,12 @@ class Protocol:
     rounds: int
     warmup: int = 1
     max_reps: int = 1 << 30
+    shuffle_seed: int | None = None   # None: rotated rounds; else each round a seeded random order
 
     def to_data(self) -> dict:
+        order = "rotated each round" if self.shuffle_seed is None else f"shuffled each round (seed {self.shuffle_seed})"
         return {"preset": self.name, "min_sample_seconds": self.min_sample_seconds, "rounds": self.rounds,
-                "warmup_calls": self.warmup, "interleaved": True, "order": "rotated each round",
+                "warmup_calls": self.warmup, "interleaved": True, "order": order,
                 "clock": "time.perf_counter_ns", "calibration": "reps doubled until a sample >= min_sample_seconds"}
 
 
@@ -98,9 +102,15 @@ def run_protocol(configs: list[Config], proto: Protocol, *, clock: Clock = time.
             calibrate(cfg, proto, clock)
             if progress:
                 progress(f"calibrated {cfg.key}", done, total)
+        import random
+
+        shuffle = random.Random(proto.shuffle_seed) if proto.shuffle_seed is not None else None
         for r in range(proto.rounds):
             k = r % len(configs) if configs else 0
-            for cfg in configs[k:] + configs[:k]:
+            order = configs[k:] + configs[:k]
+            if shuffle is not None:   # no configuration always follows the same one (a sequential read
+                shuffle.shuffle(order)   # before a gather leaves the gather's first sample slow here)
+            for cfg in order:
                 check_signalled()
                 token = observe.start() if observe else None
                 sample = _timed(cfg, cfg.reps, clock)

@@ -224,12 +224,16 @@ int main(int argc, char **argv) {
         t[k].reps = r;
     }
     static double wall[256][256], oncpu[256][256];
-    for (int s = 0; s < samples; s++)  /* rotated rounds */
+    int order[256];
+    for (int j = 0; j < ntest; j++) order[j] = j;
+    for (int s = 0; s < samples; s++) {  /* a fresh random order each round: no test always follows the same one */
+        for (int j = ntest - 1; j > 0; j--) { int r = rnd() % (j + 1), x = order[j]; order[j] = order[r]; order[r] = x; }
         for (int j = 0; j < ntest; j++) {
-            int k = (j + s) % ntest;
+            int k = order[j];
             wall[k][s] = run(&t[k], t[k].reps);
             oncpu[k][s] = cpu_value;
         }
+    }
     long kb = thp_kb();
     for (int k = 0; k < ntest; k++) {
         printf("{\"test\": \"%s\", \"anon_huge_bytes\": %ld, \"samples\": [", names[k], kb < 0 ? -1 : kb * 1024);
