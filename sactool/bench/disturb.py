@@ -8,7 +8,8 @@ these CPUs) before and after, and
 this process's own CPU time (``time.process_time``: the bench threads and the main thread). Their
 difference is the CPU time other work took during the sample. A result then carries
 ``other_cpu_busy``: the mean number of CPUs busy with other work (``cpus``), that as a share of the
-CPUs the bench's threads did not use (``share``), and the stolen time likewise; it is flagged
+CPUs the bench's threads did not use (``share``; of all the machine's where its threads used every
+CPU), and the stolen time likewise; it is flagged
 ``cpus_shared`` when the share reaches :data:`SHARED_MIN` — its memory bandwidth and caches were shared.
 
 The kernel counts in clock ticks (``USER_HZ``, 10 ms): one sample's figure is uncertain by about a
@@ -74,7 +75,8 @@ def summary(samples: list, cpus_online: int | None, threads: int) -> dict | None
         return None
     cpus = sum(s["other_cpu_seconds"] for s in got) / wall
     steal = sum(s["steal_cpu_seconds"] for s in got) / wall
-    others = max(1, (cpus_online or 1) - threads)
+    # the CPUs the bench's threads left to others; where its threads used every CPU, the machine's
+    others = (cpus_online or 1) - threads if (cpus_online or 1) > threads else (cpus_online or 1)
     return {"cpus": round(cpus, 3), "share": round(min(1.0, cpus / others), 3), "steal_cpus": round(steal, 3),
             "cpus_online": cpus_online, "bench_threads": threads, "samples": len(got),
             "source": "the kernel's CPU times (psutil.cpu_times: user+nice+system+irq+softirq) minus this "
@@ -94,10 +96,12 @@ def shared_warning(result: dict, where: str = "") -> dict | None:
     if not isinstance(ob, dict) or not isinstance(ob.get("share"), (int, float)) or ob["share"] < SHARED_MIN:
         return None
     key = result.get("key") or result.get("test") or "result"
-    others = max(1, (ob.get("cpus_online") or 1) - (ob.get("bench_threads") or 0))
+    online, threads = ob.get("cpus_online") or 1, ob.get("bench_threads") or 0
+    whose = (f"the {online - threads} CPU{'s' if online - threads != 1 else ''} its threads did not use" if online > threads
+             else f"the machine's {online} CPU{'s' if online != 1 else ''}, all running its threads too")
     steal = ob.get("steal_cpus") or 0
     return warning("cpus_shared", f"{where}{key}: while it was measured, other work kept {ob['cpus']:.2f} CPUs busy on "
-                   f"average ({ob['share']:.0%} of the {others} CPU{'s' if others != 1 else ''} its threads did not use"
+                   f"average ({ob['share']:.0%} of {whose}"
                    + (f"; the hypervisor also stole {steal:.2f} CPUs" if steal >= 0.05 else "")
                    + f"): memory bandwidth and caches were shared, so {effect(result)}",
                    "see what else runs (top), or rerun when the machine is idle; the record's other_cpu_busy "

@@ -170,8 +170,8 @@ def _gather_table(rs: list[dict], multi: bool, m):
     # record's estimate of its stored stream is in the record, not shown as a measured figure
     sets = sorted({r["params"]["footprint_bytes"] for r in rs
                    if r["params"].get("index_shift") == "per pass" and r["params"].get("footprint_bytes")})
-    ws = (f"; working set {format_bytes(sets[0])}" + (f"–{format_bytes(sets[-1])}" if len(sets) > 1 else "")
-          if sets else "")
+    lo, hi = (format_bytes(sets[0]), format_bytes(sets[-1])) if sets else ("", "")
+    ws = f"; working set {lo}" + (f"–{hi}" if hi != lo else "") if sets else ""
     t = Table(title=f"Top-k gather (pf: prefetch distance in records; step µs: one top-k step on one thread{ws})",
               title_justify="left")
     for col in (["cpu→mem"] if multi else []) + ["record B", "thr", "pf", "indices", "bandwidth",
