@@ -77,7 +77,9 @@ def run_probe(fmt: str = "table", sysfs_root: Optional[Path] = None, snapshot: O
 def with_ranks(topo, reader, profile):
     """``topo`` with each poisoned range of its health block placed in the profile's rank plan
     (devdax: the rank whose slice holds it and the offset in its pool); unchanged for a numa pool,
-    whose pages the kernel places (a poisoned page there is the kernel's to offline)."""
+    whose pages the kernel places (a poisoned page there is the kernel's to offline). The plan is
+    the one made without the known poison — the slices an engine launched before the poison was
+    read maps; the next ``serve`` carves around it."""
     from dataclasses import replace
 
     from sactool.topology.health import locate
@@ -90,11 +92,15 @@ def with_ranks(topo, reader, profile):
 
 
 def plan_slots(topo, reader, profile) -> list:
-    """The rank plan's slots of ``profile`` on ``topo`` (rank, target, offset_bytes, size_bytes)."""
+    """The rank plan's slots of ``profile`` on ``topo`` (rank, target, offset_bytes, size_bytes), made
+    without the devices' known poison (the plain slices)."""
+    from dataclasses import replace
+
     from sactool.pool.plan import PoolSpec, rank_plan
     from sactool.pool.targets import target_facts, target_names
 
-    targets = target_facts(topo, reader, target_names(profile.pool), capacity_bytes=profile.pool.capacity_bytes)
+    targets = [replace(t, poison=None) for t in
+               target_facts(topo, reader, target_names(profile.pool), capacity_bytes=profile.pool.capacity_bytes)]
     return list(rank_plan(PoolSpec.of(profile), targets, check_pool=False).slots)
 
 

@@ -25,7 +25,7 @@ from sactool.host.sysfs import SysfsReader
 from sactool.profile import Profile, load_profile
 from sactool.pool import capacity
 from sactool.serve import checks
-from sactool.serve.argv import Command, build_command
+from sactool.serve.argv import Command, build_command, with_poison_env
 from sactool.serve.errors import EngineMissingError
 from sactool.serve.gpus import resolve_gpus
 from sactool.serve.sglang_options import resolve as resolve_options
@@ -85,9 +85,14 @@ class Launch:
             "plan_rule": plan.rule if plan is not None else None,
             "plan_total_bytes": plan.total_bytes if plan is not None else None,
             "plan_notes": list(plan.notes) if plan is not None else [],
+            "plan_carved": [{"target": n, "size_bytes": c.size_bytes, "offsets": list(c.offsets),
+                             "plain_size_bytes": c.plain_bytes, "skipped": [list(x) for x in c.skipped],
+                             "poison": [list(x) for x in c.poison], "line": c.describe(n)}
+                            for n, c in plan.carved] if plan is not None else [],
             "plan_targets": [{"target": t.name, "kind": t.kind, "capacity_bytes": t.capacity_bytes,
                               "capacity_source": t.capacity_source, "align_bytes": t.align_bytes,
-                              "cpu_node": t.cpu_node, "cpu_node_evidence": t.cpu_node_evidence}
+                              "cpu_node": t.cpu_node, "cpu_node_evidence": t.cpu_node_evidence,
+                              "poison": None if t.poison is None else [list(x) for x in t.poison]}
                              for t in self.pool.facts] if self.pool is not None else [],
             # engine vllm: "plan" has one slot per pool owner (a DP replica when shared, a rank when private)
             "notes": list(c.notes),
@@ -168,6 +173,8 @@ def build_launch(profile_path: str, extra_args: Sequence[str] = (), *, python: s
     pool = attempt(lambda: _check_pool(profile, SysfsReader(sysfs_root)))
     if pool is not None:
         lines.extend(_pool_lines(pool) + _health_lines(profile, pool, attempt, sysfs_root))
+        if cmd.placement == "plugin":
+            cmd = with_poison_env(cmd, profile, pool.facts)
     if cmd.placement == "plugin":
         lines.extend(attempt(lambda: _plugin_lines(profile, pool)) or [])
     if profile.pool.stand_in and cmd.placement != "none":
@@ -188,6 +195,8 @@ def _pool_lines(pool) -> list[str]:
                    f"{format_bytes(t.available_bytes)} available")
     if pool.note:
         out.append(pool.note)
+    if pool.plan is not None:
+        out.extend(f"slices carved: {line}" for line in pool.plan.carve_lines())
     return out
 
 
