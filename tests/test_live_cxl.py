@@ -28,6 +28,6 @@ def test_every_check_of_the_live_machine_holds():
     # the checks the issue names are all there
     names = {name for name, _ in checks}
     for want in ("hint-create-region", "probe-vs-tools-10", "bench-node2-10", "bench-node3-10", "devdax-conversion",
-                 "bench-dax0.0-20", "placer-devdax-slices", "poison-probe", "poison-serve-strict", "poison-clear",
+                 "bench-dax0.0-20", "placer-devdax-slices", "poison-probe", "poison-replan", "poison-placer", "poison-clear",
                  "hint-system-ram", "serve-plan-30", "snapshot-replay-10", "snapshot-replay-poison"):
         assert want in names, f"{want} missing from {sorted(names)}"
