@@ -16,6 +16,13 @@ def render_profile(p, path) -> None:
               f"{p.created_at}, host {p.machine.get('hostname', '?')}")
     con.print(f"model {p.model.name} ({p.model.hf_id}, {p.model.num_layers} layers, top_k {p.model.index_topk})",
               markup=False)
+    from sactool.render.tune import gpu_line
+
+    req = p.request or {}
+    con.print(gpu_line(req.get("gpu"), req.get("gpu_from"), (req.get("gpu_kv_budget") or {}).get("bytes_per_gpu"),
+                       req.get("gpu_kv_budget")) + ("" if req.get("gpu_from") else
+                                                    " (where the GPU came from is not recorded: profile predates it)"),
+              markup=False)
     t = Table(show_edge=False)
     names = [f"{sect}.{n}" for sect in ("pool", "hisparse", "sglang") for n in getattr(p, sect).__dataclass_fields__]
     # a setting's name is what one types to change it: never cut (whole, on one line); values fold

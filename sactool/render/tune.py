@@ -147,6 +147,20 @@ def _pool_cell(p: dict) -> str:
     return f"{p['name']} ({format_bytes(p['capacity_bytes'])} {what})"
 
 
+def gpu_line(name, origin, budget_bytes, budget=None) -> str:
+    """``GPU: h100 (probe sees 8 x h100); KV budget 30.12 GiB per GPU (0.85 x … - … weights/GPU)`` — the GPU
+    a profile was planned for and where it came from, as tune's summary and ``profile show`` print it."""
+    origin = origin or {}
+    text = f"GPU: {name or '-'}"
+    if origin.get("detail"):
+        text += f" ({origin['detail']})"
+    if budget_bytes is not None:
+        text += f"; KV budget {format_bytes(budget_bytes)} per GPU"
+        if (budget or {}).get("detail"):
+            text += f" ({budget['detail']})"
+    return text
+
+
 def render_tune(result) -> None:
     """The short summary: what was chosen, what it predicts, why the others lost, the path."""
     from rich.table import Table
@@ -158,6 +172,8 @@ def render_tune(result) -> None:
               f"{s['layers']} layers)  tp {s['tp']} attn-dp {s['attn_dp']}  design concurrency "
               f"{s['design_concurrency']}")
     con.print(f"pool: {pool}" + ("  [yellow](stand-in for CXL: DRAM figures)[/yellow]" if s["stand_in"] else ""))
+    con.print(gpu_line(s.get("gpu"), s.get("gpu_from"), s.get("gpu_kv_budget_bytes"), s.get("gpu_kv_budget")),
+              markup=False)
     bw = s.get("gather_bandwidth_bytes_per_s")
     fig = s.get("fetch_figure") or "gather"
     con.print(f"fetch figure: {fig}: {bw / 1e9:.2f} GB/s  ({s.get('gather_detail')})" if bw else "fetch figure: -",

@@ -49,6 +49,13 @@ def resolve_gpus(profile: Profile, reader: SysfsReader, environ: Mapping[str, st
     other = _not_cuda(view)
     if other:
         lines.append("warning: " + other)
+    world, base = profile.world_size, s.base_gpu_id
+    if not topo.gpus and topo.gpus_scanned:
+        # the PCI bus was read and holds no GPU: no CUDA device for any rank (documented: exit 3)
+        raise TopologyError(f"{world} ranks from GPU {base} need {base + world} CUDA devices; {where} no NVIDIA GPU "
+                            f"is seen ({topo.gpu_scan})",
+                            "run serve on the GPU server (--dry-run --sysfs-root a recording of it plans for it "
+                            "there), or check that the GPUs are on the PCI bus (lspci -d 10de:)")
     if not topo.gpus:
         lines.append(f"GPUs: none seen {where} ({topo.gpu_scan}); each rank's socket is pool.gpu_local_nodes "
                      f"as the profile has it ({list(q.gpu_local_nodes) or 'none: SGLang asks NVML'})")
@@ -56,7 +63,6 @@ def resolve_gpus(profile: Profile, reader: SysfsReader, environ: Mapping[str, st
             lines.append(f"warning: {VISIBLE_VAR}={environ[VISIBLE_VAR]} is set, but no GPU is seen {where}, so the "
                          "plan cannot follow it: pool.gpu_local_nodes stays as tune wrote it")
         return GpuResolution(profile, (), tuple(lines))
-    world, base = profile.world_size, s.base_gpu_id
     if view.known and len(view.gpus) < base + world:
         amd = f"; {other}" if other else ""
         raise TopologyError(f"{world} ranks from GPU {base} need {base + world} CUDA devices; {where} "
