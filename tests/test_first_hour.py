@@ -105,3 +105,150 @@ def test_serve_dry_run_with_cuda_visible_devices_and_no_gpu_is_exit_3(machine, m
                "--python", sys.executable, "--sysfs-root", str(machine("this-machine"))])
     err = capsys.readouterr().err
     assert rc == 3 and "would refuse (exit 3): 8 ranks from GPU 0 need 8 CUDA devices" in err
+
+
+# ---- N5: serve checks the profile's pool against this machine's probe, and the machine itself ------
+
+def _standin(monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(STANDIN_SITE))
+
+
+def test_serve_refuses_pool_nodes_that_are_dram_here(server_tree, monkeypatch, capsys):
+    """A profile made for the SAC box (pool.nodes [2, 3], CXL there) on the server tree, whose nodes 2 and 3
+    are DRAM sub-NUMA nodes with CPUs: refused, exit 3 (it dry-ran with exit 0, the pool bound to DRAM)."""
+    import sys
+
+    _standin(monkeypatch)
+    rc = main(["serve", "--profile", str(REPO / "profiles/examples/cxl-two-nodes.yaml"), "--dry-run", "--python",
+               sys.executable, "--sysfs-root", str(server_tree()), "--format", "json"])
+    out, err = capsys.readouterr()
+    problems = json.loads(out)["problems"]
+    assert rc == 3 and problems[0]["exit_code"] == 3, problems
+    assert "pool node2 is DRAM with CPUs 86-127,342-383 in the recording, not a CPU-less CXL node" \
+        in problems[0]["message"]
+    assert "node6, node7, node8, node9" in problems[0]["hint"]
+
+
+def _with_machine(profile_path, root, out):
+    """The example profile as if tuned on the recording ``root`` (its machine block)."""
+    from dataclasses import replace
+
+    from sactool.host.machine import machine_block
+    from sactool.host.sysfs import SysfsReader
+    from sactool.profile import load_profile, save_profile
+
+    p = load_profile(profile_path)
+    save_profile(replace(p, machine=machine_block(SysfsReader(root))), out, force=True)
+    return out
+
+
+def test_serve_warns_of_a_profile_from_another_machine_and_strict_refuses(machine, tmp_path, monkeypatch, capsys):
+    _standin(monkeypatch)
+    prof = _with_machine(REPO / "profiles/examples/cxl-one-node.yaml", machine("sac2s__30-system-ram"),
+                         tmp_path / "p.yaml")
+    here = machine("ram__30-system-ram")             # another QEMU machine: one socket, CXL node2
+    import sys
+
+    argv = ["serve", "--profile", str(prof), "--dry-run", "--python", sys.executable, "--sysfs-root", str(here),
+            "--format", "json"]
+    main(argv)
+    out, err = capsys.readouterr()
+    warned = [c for c in json.loads(out)["checks"] if "tuned on another machine" in c]
+    assert warned and warned[0].startswith("warning: the profile was tuned on another machine than the recording: ")
+    assert "NUMA layout differs" in warned[0]
+    assert "tuned on another machine" in err          # a warning reaches stderr with --format json too (N11)
+    rc = main([*argv, "--strict"])
+    problems = json.loads(capsys.readouterr().out)["problems"]
+    assert rc == 4 and any(p["exit_code"] == 4 and "tuned on another machine" in p["message"] for p in problems)
+
+
+def test_serve_finds_the_machine_a_profile_was_tuned_on(machine, tmp_path, monkeypatch, capsys):
+    _standin(monkeypatch)
+    root = machine("sac2s__30-system-ram")
+    prof = _with_machine(REPO / "profiles/examples/cxl-two-nodes.yaml", root, tmp_path / "p.yaml")
+    import sys
+
+    main(["serve", "--profile", str(prof), "--dry-run", "--python", sys.executable, "--sysfs-root", str(root),
+          "--format", "json", "--strict"])
+    d = json.loads(capsys.readouterr().out)
+    assert any(c.startswith("machine: the profile was tuned on the recording") for c in d["checks"])
+    assert "node2: CXL, CPU-less in the recording, 512.00 MiB" in d["checks"]
+    assert not any(p["exit_code"] == 4 for p in d["problems"])
+
+
+def test_pool_targets_of_another_size_or_not_cxl_are_named(machine, server_tree):
+    from types import SimpleNamespace as Pool
+
+    from sactool.errors import TopologyError
+    from sactool.host.sysfs import SysfsReader
+    from sactool.serve.poolmatch import check_targets
+    from sactool.topology import probe
+
+    dax = probe(SysfsReader(server_tree("devdax")))
+    pool = Pool(mode="devdax", dax_devices=("dax0.0",), nodes=(), stand_in=False)
+    tuned = [{"name": "dax0.0", "capacity_bytes": 512 << 30, "source": "sys/bus/dax/devices/dax0.0/size"}]
+    lines = check_targets(pool, dax, tuned)
+    assert lines[0].startswith("dax0.0: CXL in the recording (region0), 256.00 GiB")
+    assert lines[1].startswith("warning: dax0.0 is 256.00 GiB here, the profile was tuned for a 512.00 GiB device")
+    ram = probe(SysfsReader(machine("sac2s__30-system-ram")))
+    numa = Pool(mode="numa", dax_devices=(), nodes=(2,), stand_in=False)
+    small = check_targets(numa, ram, [{"name": "node2", "capacity_bytes": 64 << 30, "source": "node2/meminfo"}])
+    assert small[1].startswith("warning: node2 holds 512.00 MiB in all here, less than the 64.00 GiB free")
+    with pytest.raises(TopologyError, match="pool node0 is DRAM with CPUs 0"):
+        check_targets(Pool(mode="numa", dax_devices=(), nodes=(0,), stand_in=False), ram)
+    assert "stood in" in check_targets(Pool(mode="numa", dax_devices=(), nodes=(0,), stand_in=True), ram)[0]
+
+
+# ---- N10: a GPU link trained below its capability is warned in probe and serve ----------------------
+
+def test_probe_and_serve_warn_of_a_gpu_link_trained_at_x8(server_tree, tmp_path, fast_bench_record, capsys):
+    tree = server_tree("devdax")              # GPU 6 (0000:1e:00.0) trained at x8 of x16
+    assert main(["probe", "--sysfs-root", str(tree), "--format", "json"]) == 0
+    out, err = capsys.readouterr()
+    w = [x for x in json.loads(out)["warnings"] if x["code"] == "gpu-link-degraded"]
+    assert len(w) == 1 and w[0]["message"] == ("GPU 0000:1e:00.0 link trained at 32.0 GT/s x8, both ends capable of "
+                                               "32.0 GT/s x16: its ceiling is 31.5 of 63.0 GB/s per direction")
+    assert "warning [gpu-link-degraded] GPU 0000:1e:00.0" in err
+    prof = tmp_path / "p.yaml"
+    assert main(_tune(tree, prof, fast_bench_record, "--gpu-kv-budget", "30GiB", "-q")) == 0
+    capsys.readouterr()
+    main(["serve", "--profile", str(prof), "--dry-run", "--sysfs-root", str(tree)])
+    out, err = capsys.readouterr()
+    assert "warning [gpu-link-degraded] rank 6's GPU 6 (0000:1e:00.0) link trained at 32.0 GT/s x8" in " ".join(err.split())
+    assert "gpu-link-degraded" not in out
+
+
+# ---- N11: with --format json|yaml every command prints its warnings on stderr; -q silences them ------
+
+@pytest.mark.parametrize("fmt", ["json", "yaml"])
+def test_probe_and_serve_data_formats_print_warnings_on_stderr(fmt, server_tree, capsys):
+    tree = server_tree("devdax")
+    for argv in (["probe", "--sysfs-root", str(tree)],
+                 ["serve", "--profile", str(REPO / "profiles/examples/sac-8rank-devdax.yaml"), "--dry-run",
+                  "--sysfs-root", str(tree)]):
+        main([*argv, "--format", fmt])
+        out, err = capsys.readouterr()
+        assert "warning [gpu-link-degraded]" in err and out.lstrip()[:1] in ("{", "k", "a"), (argv, err)
+        main([*argv, "--format", fmt, "-q"])
+        assert "warning" not in capsys.readouterr().err
+
+
+# ---- N25: one form for every command's warnings ------------------------------------------------------
+
+def test_every_renderer_prints_warnings_in_one_form(capsys):
+    """probe, bench, tune and fleet each printed warnings their own way (``warning [c] m``, ``warning [c] m — h``,
+    ``warning: m (h)``, ``warning c: m``); now all as ``warning [code] message`` and ``  hint: …``."""
+    from types import SimpleNamespace as NS
+
+    from sactool.render import bench, fleet, probe, tune
+    from sactool.records import Warning
+
+    w = {"code": "stand_in", "message": "node0 is dram memory standing in for CXL", "hint": "figures describe DRAM"}
+    printers = [lambda: probe.render_warnings(NS(warnings=(Warning(**w),))),
+                lambda: bench.render_warnings(NS(results=[], warnings=[w])),
+                lambda: tune.render_warnings([w]),
+                lambda: fleet.render_warnings({"warnings": [w]})]
+    for show in printers:
+        show()
+        assert capsys.readouterr().err == ("warning [stand_in] node0 is dram memory standing in for CXL\n"
+                                           "  hint: figures describe DRAM\n")

@@ -57,8 +57,10 @@ def run_probe(fmt: str = "table", sysfs_root: Optional[Path] = None, snapshot: O
         render_probe(topo)
     else:
         from sactool.render import emit_data
+        from sactool.render.probe import render_warnings
 
         emit_data(topo, fmt)
+        render_warnings(topo)      # on stderr, as every command with --format json|yaml (-q: none)
 
 
 def check_plot(plot: Optional[Path], force: bool) -> Optional[str]:

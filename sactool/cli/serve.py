@@ -55,6 +55,8 @@ def serve(
                                                              "(each rank's GPU → its pool target) to this .svg or "
                                                              ".png (needs matplotlib)."),
     force: bool = flag("--force", help="Overwrite an existing --plot file."),
+    strict: bool = flag("--strict", help="Refuse a profile tuned on another machine (its machine block: host, CPU "
+                                         "model, CPUs, NUMA layout); without it, a warning."),
     fmt=FormatOpt,
     quiet: bool = QuietOpt,
 ) -> None:
@@ -72,7 +74,7 @@ def serve(
         plot_fmt = check_plot(plot, force)
     launch = build_launch(str(profile), sglang_args(ctx.args), python=python, entrypoint=value(entrypoint), dry_run=dry_run,
                           allow_untested=allow_untested, sysfs_root=str(sysfs_root) if sysfs_root else None,
-                          placement=value(placement))
+                          placement=value(placement), strict=strict)
     if dry_run:
         from sactool.render.serve import render_launch
 

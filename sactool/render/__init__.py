@@ -98,3 +98,21 @@ def emit_data(data: Any, fmt: str) -> None:
 
     sys.stdout.write(dumps(data, fmt))
     sys.stdout.flush()
+
+
+def print_warnings(warnings, err=None) -> None:
+    """Warnings on stderr (unless ``--quiet``), one form for every command: ``warning [code] message``,
+    then ``  hint: …`` on a line of its own. ``warnings``: :class:`sactool.records.Warning` objects,
+    their mappings (``code``, ``message``, ``hint``), or (code, message, hint) tuples."""
+    from rich.markup import escape
+
+    con = err or stderr_console()
+    for w in warnings:
+        if isinstance(w, tuple):
+            code, message, hint = w
+        elif isinstance(w, dict):
+            code, message, hint = w.get("code"), w.get("message"), w.get("hint")
+        else:
+            code, message, hint = w.code, w.message, w.hint
+        con.print(f"[yellow]warning[/] {escape('[' + str(code) + ']')} {escape(str(message))}"
+                  + (f"\n  hint: {escape(str(hint))}" if hint else ""))

@@ -358,9 +358,9 @@ def warning_lines(rec) -> list[tuple[str, str, str | None]]:
 def render_warnings(rec, err=None) -> None:
     from sactool.render import stderr_console
 
-    e = err or stderr_console()
-    for code, msg, hint in warning_lines(rec):
-        e.print(f"[yellow]warning[/] {esc('[' + code + ']')} {esc(msg)}" + (f" — {esc(hint)}" if hint else ""))
+    from sactool.render import print_warnings
+
+    print_warnings(warning_lines(rec), err or stderr_console())
 
 
 def progress_reporter():

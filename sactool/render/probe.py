@@ -24,11 +24,11 @@ def _hmat_cell(node) -> str:
     return f"{lat} / {bw} ({src})"
 
 
-def render_warnings(topo: Topology, err) -> None:
+def render_warnings(topo: Topology, err=None) -> None:
     """The topology's warnings on ``err`` (stderr): not data, as for every command (README)."""
-    for w in topo.warnings:
-        err.print(f"[yellow]warning[/] {esc('[' + w.code + ']')} {esc(w.message)}"
-                  + (f"\n  hint: {esc(w.hint)}" if w.hint else ""))
+    from sactool.render import print_warnings
+
+    print_warnings(topo.warnings, err)
 
 
 def render_probe(topo: Topology, console=None, err=None) -> None:

@@ -107,9 +107,9 @@ def warning_lines(warnings, shown: int = 3) -> list[tuple[str, str, str | None]]
 
 
 def render_warnings(warnings) -> None:
-    con = stderr_console()
-    for _, msg, hint in warning_lines(warnings):
-        con.print(f"warning: {msg}" + (f" ({hint})" if hint else ""), markup=False)
+    from sactool.render import print_warnings
+
+    print_warnings(warning_lines(warnings), stderr_console())
 
 
 CONTEXT_COLUMNS = ("context", "hit\nrate", "fetch\n/token", "fetch time\n/token", "max\nconcurrency",
