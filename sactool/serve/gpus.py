@@ -98,7 +98,7 @@ def resolve_gpus(profile: Profile, reader: SysfsReader, environ: Mapping[str, st
     return GpuResolution(new, (env,), tuple(lines))
 
 
-def _slow_links(view, base: int, world: int) -> list[str]:
+def _slow_links(view, base: int, world: int) -> list[WarningLine]:
     """A warning per rank whose GPU's host link trained below both its ends (probe's gpu-link-degraded)."""
     from sactool.topology.warn import gpu_link_downgrade
 

@@ -92,7 +92,7 @@ def _size_warning(name: str, size: int | None, tuned: Mapping[str, Any] | None, 
 def _cpus(cpus: Sequence[int]) -> str:
     from sactool.host.sysfs import format_cpulist
 
-    return format_cpulist(cpus)
+    return format_cpulist(list(cpus))
 
 
 def _cxl_nodes(topo: Any) -> str:

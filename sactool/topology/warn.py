@@ -91,7 +91,7 @@ def gpu_link_downgrade(g) -> str | None:
     or None."""
     from sactool.topology.link import trained_below
 
-    links = g.path_links or ()
+    links: tuple = tuple(g.path_links or ())
     own = links[0] if links and links[0].pci_device == g.pci_device else g.link
     up = links[1] if len(links) > 1 and own is links[0] else None
     return trained_below(own, up)
