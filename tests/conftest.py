@@ -8,6 +8,7 @@ conftest), which is how ``fixtures.trees`` is found; the stand-in helper is load
 from __future__ import annotations
 
 import importlib.util
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,6 +20,46 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 EXAMPLES = REPO / "profiles" / "examples"
 STANDIN_SITE = HERE / "standins" / "site"
+
+
+def _checkout_profiles() -> dict[str, tuple[int, int]]:
+    """Every file under the checkout's ``profiles/`` (size, mtime): what a README run of tune leaves
+    there is the user's, and the suite must neither read it nor write beside it."""
+    out = {}
+    for p in sorted((REPO / "profiles").rglob("*")):
+        if p.is_file() or p.is_symlink():
+            st = p.lstat()
+            out[str(p.relative_to(REPO))] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+def pytest_sessionstart(session):
+    session.config._sactool_profiles = _checkout_profiles()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The suite wrote into the checkout's ``profiles/`` (issue 27, N1): fail the run, naming what."""
+    before = getattr(session.config, "_sactool_profiles", None)
+    if before is None:
+        return
+    after = _checkout_profiles()
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    if changed:
+        session.config.get_terminal_writer().line(
+            "error: the suite changed the checkout's profiles/ (tests must write under their own "
+            f"temporary directories): {', '.join(changed[:10])}", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _own_working_directory(tmp_path_factory):
+    """Every test runs in a temporary working directory, never the checkout: a command given no
+    ``--out`` (tune's ``profiles/<model>/<host>.yaml``) writes there, not into the checkout, and a
+    relative path finds nothing a README run left behind (issue 27, N1)."""
+    old = os.getcwd()
+    os.chdir(tmp_path_factory.mktemp("cwd"))
+    yield
+    os.chdir(old)
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ trailing ``\\``) and what they print. Right above it stands one marker comment:
 
 * ``<!-- example: KEY=VALUE … -->`` — run and compared. The blocks of one file run in order in one
   temporary working directory (a later block may read what an earlier one wrote) holding
-  ``profiles/``, ``sactool/`` (for its data) and ``tests/fixtures`` of this checkout, and what the
+  ``profiles/examples``, ``sactool/`` (for its data) and ``tests/fixtures`` of this checkout, and what the
   keys add: ``recording=NAME:DIR`` unpacks tests/fixtures/sysfs/NAME.tar.gz as DIR;
   ``columns=N`` is the terminal width (default 100); ``rc=N`` the exit status expected of each
 command but the set-up ones (``mkdir``, ``tar``, ``cp``, ``sed``: 0) (default 0);
@@ -295,8 +295,11 @@ def workdir_for(tmp_path: Path) -> Path:
     base = Path("/tmp")
     wd = Path(tempfile.mkdtemp(prefix="docs-", dir=base)) if os.access(base, os.W_OK) else tmp_path / "work"
     wd.mkdir(exist_ok=True)
-    for name in ("profiles", "sactool"):
-        (wd / name).symlink_to(REPO / name)
+    (wd / "sactool").symlink_to(REPO / "sactool")
+    # the shipped examples only: a profile the README's tune left in the checkout's profiles/ is
+    # the user's, and tune without --out writes here, not there (issue 27, N1)
+    (wd / "profiles").mkdir()
+    (wd / "profiles" / "examples").symlink_to(REPO / "profiles" / "examples")
     (wd / "tests").mkdir()
     (wd / "tests" / "fixtures").symlink_to(REPO / "tests" / "fixtures")
     return wd

@@ -181,16 +181,49 @@ def test_map_shared_slices_a_file_at_offsets(tmp_path):
     b = map_shared(str(f), 8 * MiB, 2 * MiB, 3 * MiB, offset_bytes=4 * MiB)
     assert (a.size_bytes, a.offset_bytes, b.size_bytes, b.offset_bytes) == (2 * MiB, 2 * MiB, 4 * MiB, 4 * MiB)
     a.mmap[0:1], b.mmap[0:1] = b"A", b"B"
-    a.mmap.flush()
-    b.mmap.flush()
-    data = f.read_bytes()
-    assert data[2 * MiB:2 * MiB + 1] == b"A" and data[4 * MiB:4 * MiB + 1] == b"B" and data[0:1] == b"\0"
+    # read back as on a real /dev/daxX.Y: through a second MAP_SHARED mapping (msync and read/pread
+    # return EINVAL on a device-DAX mapping, so neither flush() nor reading the file proves anything there)
+    import mmap as _mmap
+
+    with open(f, "r+b") as fh:
+        second = _mmap.mmap(fh.fileno(), 8 * MiB, flags=_mmap.MAP_SHARED, prot=_mmap.PROT_READ)
+    try:
+        assert second[2 * MiB:2 * MiB + 1] == b"A" and second[4 * MiB:4 * MiB + 1] == b"B" and second[0:1] == b"\0"
+    finally:
+        second.close()
     a.close()
     b.close()
     with pytest.raises(UsageError):
         map_shared(str(f), 8 * MiB, 2 * MiB, MiB, offset_bytes=MiB)
     with pytest.raises(CapacityError):
         map_shared(str(f), 8 * MiB, 2 * MiB, 4 * MiB, offset_bytes=6 * MiB)
+
+
+def test_devdax_placement_is_verified_as_a_mapping(tmp_path):
+    """A devdax buffer's placement is its line of /proc/self/maps — the file, the offset, the length, the
+    align — not move_pages (ENOENT for every page of a real /dev/dax mapping on 6.12); a mapping of
+    another file, or at another offset, is reported as not verified."""
+    from sactool.memory import map_shared
+    from sactool.memory.placed import check_mapping
+
+    f, g = tmp_path / "dax0.0", tmp_path / "other"
+    for p in (f, g):
+        with open(p, "wb") as fh:
+            fh.truncate(8 * MiB)
+    buf = map_shared(str(f), 8 * MiB, 2 * MiB, 2 * MiB, offset_bytes=4 * MiB)
+    try:
+        r = buf.verify()
+        assert buf.mapping is not None and buf.mapping.verified, buf.mapping
+        assert (buf.mapping.path, buf.mapping.offset_bytes, buf.mapping.length_bytes) == (str(f), 4 * MiB, 2 * MiB)
+        assert r.verified_fraction == 1.0 and r.node_pages == {}
+        d = buf.describe()
+        assert d["verified_by"] == "mapping" and d["mapping"]["align_bytes"] == 2 * MiB
+        assert not check_mapping(buf.address, buf.size_bytes, str(g), 4 * MiB, 2 * MiB).verified
+        wrong = check_mapping(buf.address, buf.size_bytes, str(f), 2 * MiB, 2 * MiB)
+        assert not wrong.verified and "offset 4194304, not 2097152" in wrong.reason
+        assert "only" in check_mapping(buf.address, 4 * MiB, str(f), 4 * MiB, 2 * MiB).reason
+    finally:
+        buf.close()
 
 
 def test_close_never_keeps_a_mapping_silently():

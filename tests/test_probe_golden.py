@@ -118,7 +118,36 @@ def test_memdev_before_region(tmp_path):
     t = _probe("ram__00-boot", tmp_path)
     assert t.regions == () and 2 not in t.node_ids
     (w,) = [w for w in t.warnings if w.code == "memdev-unmapped"]
-    assert w.hint == "create one: cxl create-region -t ram -m mem0 (then it appears as a NUMA node)"
+    # the root decoder named (cxl-cli refuses "no root decoder specified" without it) and the ndctl
+    # release that can create ram regions (76.1 creates none and exits 0)
+    assert "'cxl create-region -t ram -d decoder0.0 -m mem0'" in w.hint and "≥ 77" in w.hint
+
+
+def test_create_region_hint_names_each_devices_own_window(tmp_path):
+    """sac2s: mem1 sits under pci0000:0c (decoder0.0's only target), mem0 under pci0000:de (decoder0.1's)."""
+    t = _probe("sac2s__00-boot", tmp_path)
+    hints = {w.message.split()[0]: w.hint for w in t.warnings if w.code == "memdev-unmapped"}
+    assert "'cxl create-region -t ram -d decoder0.0 -m mem1'" in hints["mem1"]
+    assert "'cxl create-region -t ram -d decoder0.1 -m mem0'" in hints["mem0"]
+
+
+@pytest.mark.parametrize("policy, first", [("online", "'echo offline > /sys/devices/system/memory/auto_online_blocks'"),
+                                           ("offline", "'daxctl reconfigure-device --mode=system-ram dax0.0'")])
+def test_system_ram_hint_reads_auto_online_blocks(tmp_path, policy, first):
+    """daxctl (76 and 81) refuses system-ram while auto_online_blocks is online ("kernel policy will
+    auto-online memory, aborting", rc 240, seen on Debian's 6.12): the hint reads the policy and puts the
+    step it needs first."""
+    import re
+
+    root = unpack("sac2s__20-devdax", tmp_path / "t")
+    mem = root / "sys/devices/system/memory"
+    mem.mkdir(parents=True, exist_ok=True)
+    (mem / "auto_online_blocks").write_text(policy + "\n")
+    t = probe(SysfsReader(root))
+    (w,) = [w for w in t.warnings if w.code == "cxl-devdax" and w.message.startswith("dax0.0")]
+    cmds = re.findall(r"'((?:echo|daxctl|cxl) [^']+)'", w.hint)
+    assert cmds[0] == first.strip("'") and cmds[-1] == "daxctl reconfigure-device --mode=system-ram dax0.0"
+    assert first in t.verdict.reason or policy == "offline"
     assert t.windows[0].can_create_ram_region is True
     assert t.verdict.stand_in
 

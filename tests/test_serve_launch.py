@@ -37,6 +37,7 @@ def standin_env(tmp_path, monkeypatch):
     rec = tmp_path / "record.json"
     monkeypatch.setenv("STANDIN_RECORD", str(rec))
     monkeypatch.delenv("SGLANG_PLUGINS", raising=False)
+    monkeypatch.setenv("SACTOOL_RUN_DIR", str(tmp_path / "run"))   # serve's run file for sactool watch
     return rec
 
 
@@ -70,6 +71,15 @@ def test_exec_signal_and_exit_code(node0_pinned, tmp_path, standin_env, gpu_root
     assert rec["argv"][-4:] == ["--model-path", "deepseek-ai/DeepSeek-V3.2", "--port", "30123"]
     assert "--enable-hisparse" in rec["argv"]
     assert "SGLANG_PLUGINS" not in rec["env"] and rec["env"]["SACTOOL_PROFILE"] == str(prof)  # unset stays unset
+    run = json.loads((tmp_path / "run" / f"serve-{proc.pid}.json").read_text())   # for sactool watch
+    assert (run["kind"], run["pid"], run["profile"], run["engine"]) == ("serve_run", proc.pid, str(prof), "sglang")
+    assert run["metrics_url"] is None                  # SGLang serves /metrics only with --enable-metrics
+    if sig == signal.SIGTERM:                           # watch finds the engine through it, with no argument
+        w = subprocess.run([sys.executable, "-m", "sactool.cli", "watch", "--once", "--format", "json"],
+                           capture_output=True, text=True, timeout=300)
+        data = json.loads(w.stdout)
+        assert w.returncode == 0 and data["profile"] == str(prof), w.stderr
+        assert data["ranks"][0]["pid"] == proc.pid and f"serve-{proc.pid}.json" in data["notes"][0]
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == code, err

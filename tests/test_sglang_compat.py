@@ -136,10 +136,10 @@ def sglang_parser(args: dict[str, SgArg]) -> argparse.ArgumentParser:
 
 
 def profiles() -> list[Path]:
-    """Every shipped example profile, any profile tune wrote under profiles/ (not model specs), and
-    the profiles named in ``$SACTOOL_COMPAT_PROFILES`` (os.pathsep-separated), e.g. one tune wrote
-    elsewhere."""
-    found = sorted(REPO.glob("profiles/**/*.yaml")) + sorted(REPO.glob("profiles/**/*.yml"))
+    """Every shipped example profile and the profiles named in ``$SACTOOL_COMPAT_PROFILES``
+    (os.pathsep-separated), e.g. one tune wrote: what a user's tune left in the checkout's
+    profiles/ is not read (issue 27, N1)."""
+    found = sorted(REPO.glob("profiles/examples/**/*.yaml")) + sorted(REPO.glob("profiles/examples/**/*.yml"))
     found += [Path(p) for p in os.environ.get("SACTOOL_COMPAT_PROFILES", "").split(os.pathsep) if p]
     out = []
     for p in found:

@@ -4,6 +4,9 @@ in the README's units, help without Python type names, a profile shown in its ow
 from __future__ import annotations
 
 import re
+from pathlib import Path
+
+SAC_EXAMPLE = str(Path(__file__).resolve().parent.parent / "profiles" / "examples" / "sac-8rank-devdax.yaml")
 
 
 def test_small_buffer_warning_speaks_iec_units_and_names_a_size():
@@ -60,7 +63,7 @@ def test_profile_show_spells_values_as_the_yaml_file_does(capsys, monkeypatch):
     from sactool.cli import main
 
     monkeypatch.setenv("COLUMNS", "200")
-    rc = main(["profile", "show", "profiles/examples/sac-8rank-devdax.yaml"])
+    rc = main(["profile", "show", SAC_EXAMPLE])
     assert rc == 0
     rows = {}
     for line in capsys.readouterr().out.splitlines():
@@ -79,7 +82,7 @@ def test_profile_show_fetch_time_is_spelled_as_tune_prints_it(capsys, tmp_path):
 
     from sactool.cli import main
 
-    doc = yaml.safe_load(open("profiles/examples/sac-8rank-devdax.yaml"))
+    doc = yaml.safe_load(open(SAC_EXAMPLE))
     doc.setdefault("predictions", {})["fetch_time_per_token_s"] = 751e-6
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(doc))
     assert main(["profile", "show", str(tmp_path / "p.yaml")]) == 0

@@ -175,8 +175,9 @@ def run_bench(opts: BenchOptions, *, reader: SysfsReader | None = None, progress
         warnings.append(records.warning("cpus_busy", f"CPUs {format_cpulist(cpus)} were {busy:.0%} busy before measuring",
                               "other work shares these CPUs: expect noise; rerun when the machine is idle"))
     gather_idx = _prepare_gather(opts, size, llc) if "gather" in opts.tests else []
+    dax = _dax_block(opts, topo, mem)
     if progress:
-        progress(f"placing {format_bytes(size)} on node{mem}", 0, 1)
+        progress(f"placing {format_bytes(size)} on " + (f"{dax['name']} (target node{mem})" if dax else f"node{mem}"), 0, 1)
     results: list[dict] = []
     bdesc, complete = _place_and_measure(opts, topo, reader, mem, size, llc, proto, cpus, threads, gather_idx,
                                          results, warnings, progress, clock)
@@ -188,7 +189,7 @@ def run_bench(opts: BenchOptions, *, reader: SysfsReader | None = None, progress
     data = records.header(R.KIND, R.SCHEMA_VERSION)
     data.update({
         "machine": machine_block(reader), "command": opts.command, "tests": list(opts.tests),
-        "protocol": proto.to_data(), "memory_node": mem,
+        "protocol": proto.to_data(), "memory_node": mem, "dax_device": dax,
         "cpu_node": cpu_node if cpu_node >= 0 else None, "cpus": list(cpus), "stand_in": stand_in,
         "llc_bytes": llc, "buffer_rule": rule.to_data(), "buffer": bdesc, "results": results, "warnings": warnings, "complete": complete,
     })
@@ -256,6 +257,19 @@ def _memory_node(opts: BenchOptions, topo, reader: SysfsReader) -> int:
     mem = opts.node if opts.node is not None else topo.verdict.pool_nodes[0]
     check_memory_node(topo, mem)
     return mem
+
+
+def _dax_block(opts: BenchOptions, topo, mem: int) -> dict | None:
+    """The record's ``dax_device`` block for ``--node daxX.Y``: the device measured, its target node
+    (``memory_node`` holds the same number) and whether that node is online — in devdax mode it is not:
+    the memory is the device's, reached through its mapping."""
+    if not opts.dax:
+        return None
+    name = opts.dax.rsplit("/", 1)[-1]
+    dev = next((d for d in topo.dax_devices if d.name == name), None)
+    return {"name": name, "path": opts.dax if opts.dax.startswith("/") else f"/dev/{name}", "target_node": mem,
+            "target_node_online": mem in topo.node_ids, "region": dev.region if dev else None,
+            "align_bytes": dev.align_bytes if dev else None}
 
 
 def _stand_in(opts: BenchOptions, topo, mem: int, warnings: list[dict]) -> dict | None:
@@ -333,11 +347,17 @@ def _result_warnings(results: list[dict], mem: int, cpu_node: int, warnings: lis
 
 def _buffer_warnings(bdesc: dict, opts: BenchOptions, mem: int, size: int, llc: int) -> list[dict]:
     out = []
-    if bdesc["verified_fraction"] is not None and bdesc["verified_fraction"] < 0.999:
+    mapping = bdesc.get("mapping")
+    if mapping is not None:   # device-DAX: placement is the mapping itself (/proc/self/maps)
+        if not mapping.get("verified"):
+            out.append(records.warning("placement_unverified",
+                             f"the buffer is not mapped as asked from {mapping.get('expected_path') or opts.dax}: "
+                             f"{mapping.get('reason')}", "check the device with 'daxctl list' and its align"))
+    elif bdesc["verified_fraction"] is not None and bdesc["verified_fraction"] < 0.999:
         out.append(records.warning("placement_unverified",
                          f"only {bdesc['verified_fraction']:.1%} of the buffer's pages are on node{mem}",
                          "the node may be short of free memory; try a smaller --size"))
-    if opts.hugepages == "thp" and (bdesc["hugepage_fraction"] or 0) < 0.9:
+    if opts.hugepages == "thp" and not opts.dax and (bdesc["hugepage_fraction"] or 0) < 0.9:
         out.append(records.warning("thp_not_granted", f"only {bdesc['hugepage_fraction'] or 0:.0%} of the buffer got "
                          "transparent huge pages", "random access also misses the TLB: latency and gathers read "
                          "slower (check /sys/kernel/mm/transparent_hugepage/enabled)"))

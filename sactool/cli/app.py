@@ -14,7 +14,7 @@ from typing import List, Optional
 
 import typer
 
-from sactool.cli import bench, gpugather, profile, serve, simulate, tune
+from sactool.cli import bench, gpugather, profile, serve, simulate, tune, watch
 from sactool.cli.common import RAW_ARGS, QuietOpt, example, flag
 from sactool.cli.guard import run_guarded
 from sactool.cli.probe import register as register_probe
@@ -77,6 +77,7 @@ app.command(epilog=tune.EXAMPLE)(tune.tune)
 app.add_typer(profile.profile_app, name="profile")
 app.command(context_settings=serve.SERVE_SETTINGS, epilog=serve.EXAMPLE)(serve.serve)
 app.command(epilog=simulate.EXAMPLE)(simulate.simulate)
+app.command(epilog=watch.EXAMPLE)(watch.watch)
 
 
 def _usage_error(e) -> int:

@@ -9,7 +9,7 @@ import typer
 
 from sactool.cli.common import (RAW_ARGS, FormatOpt, QuietOpt, SysfsRootOpt, check_format, choices, example, flag,
                                 value)
-from sactool.errors import UsageError
+from sactool.errors import SactoolError, UsageError
 from sactool.profile import ENTRYPOINTS, PLACEMENTS
 
 SERVE_SETTINGS = {"allow_extra_args": True, "ignore_unknown_options": False}
@@ -92,7 +92,21 @@ def serve(
         note(f"sactool serve: {line}")
     env = " ".join(f"{k}={shlex.quote(v)}" for k, v in launch.command.env_delta.items())
     note(f"sactool serve: exec {env} {shlex.join(launch.command.argv)}")
+    _run_file(launch)
     exec_launch(launch)
+
+
+def _run_file(launch) -> None:
+    """Record this launch for ``sactool watch`` (the PID stays the engine's after the exec); a run file
+    that cannot be written costs the launch nothing: watch then needs --pid."""
+    from sactool import runfile
+    from sactool.render import note
+
+    try:
+        path = runfile.write(launch.profile_path, list(launch.command.argv), "sglang")
+        note(f"sactool serve: run file {path} (sactool watch finds the engine through it)")
+    except (OSError, SactoolError) as e:
+        note(f"sactool serve: no run file ({getattr(e, 'message', e)}); sactool watch needs --pid")
 
 
 def _plot_plan(launch, plot: Path, fmt: str, sysfs_root: Optional[Path], force: bool) -> None:

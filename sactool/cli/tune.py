@@ -64,7 +64,8 @@ def tune(
         "--out' (CPU proxy); repeat it for one record per pool target."),
     trace: Optional[Path] = typer.Option(None, "--trace", help="Replay a real top-k trace (.npz)."),
     strict: bool = flag("--strict", help="Refuse bench records from another machine or node."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Profile path (default profiles/<model>/<host>.yaml)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Profile path (default profiles/<model>/<host>.yaml: "
+                                       "this machine's hostname, or the --sysfs-root recording's name)."),
     force: bool = flag("--force", help="Overwrite an existing profile; restart unfinished points."),
     resume: bool = flag("--resume", help="Continue an interrupted tune from its points file."),
     steps: int = typer.Option(128, "--steps", help="Decode steps simulated per context and seed."),

@@ -78,6 +78,88 @@ def _smaps_entry(addr: int, reader: SysfsReader | None = None) -> dict[str, int]
     return out
 
 
+@dataclass(frozen=True)
+class MappingReport:
+    """Where a device-DAX buffer really is: its line of ``/proc/self/maps``. ``move_pages(2)`` cannot
+    say (ENOENT for every page of a ``/dev/dax`` mapping on Linux 6.12: device memory has no NUMA page
+    to report), so a devdax placement is verified as a mapping: the file mapped (``path``), the
+    ``offset_bytes`` into it (the kernel's ``pgoff`` field), the mapped ``length_bytes`` from the
+    buffer's address on, and the virtual start on the device's ``align_bytes``.
+
+    ``expected_*``: what the placement asked for; ``verified``: every field as asked; ``reason``:
+    what differs (empty when verified)."""
+
+    path: str | None
+    offset_bytes: int | None
+    length_bytes: int | None
+    start: int | None
+    align_bytes: int
+    expected_path: str
+    expected_offset_bytes: int
+    expected_length_bytes: int
+    verified: bool
+    reason: str = ""
+
+    def describe(self) -> dict:
+        return {"path": self.path, "expected_path": self.expected_path, "offset_bytes": self.offset_bytes, "length_bytes": self.length_bytes,
+                "start": None if self.start is None else f"{self.start:#x}", "align_bytes": self.align_bytes,
+                "verified": self.verified, "reason": self.reason, "source": "/proc/self/maps"}
+
+
+def maps_entry(addr: int, reader: SysfsReader | None = None) -> dict | None:
+    """The ``/proc/self/maps`` line of the mapping that holds ``addr``: start, end, perms, offset
+    (bytes), dev, inode, path (None: anonymous); None when no mapping holds it (or not live)."""
+    reader = reader or SysfsReader()
+    if not reader.live:
+        return None
+    try:
+        with open(reader.path("proc/self/maps"), encoding="utf-8", errors="replace") as f:
+            for line in f:
+                parts = line.rstrip("\n").split(None, 5)
+                if len(parts) < 5:
+                    continue
+                lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                if lo <= addr < hi:
+                    return {"start": lo, "end": hi, "perms": parts[1], "offset": int(parts[2], 16),
+                            "dev": parts[3], "inode": int(parts[4]), "path": parts[5] if len(parts) > 5 else None}
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _is_char_device(path: str) -> bool:
+    import stat
+
+    try:
+        return stat.S_ISCHR(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+def check_mapping(addr: int, size: int, path: str, offset: int, align: int,
+                  reader: SysfsReader | None = None) -> MappingReport:
+    """Verify that ``[addr, addr+size)`` maps ``path`` from ``offset`` on, starting on ``align``."""
+    e = maps_entry(addr, reader)
+    want = os.path.realpath(path)
+    if e is None:
+        return MappingReport(None, None, None, None, align, want, offset, size, False,
+                             f"no mapping holds {addr:#x} in /proc/self/maps")
+    got_off = e["offset"] + (addr - e["start"])
+    length = e["end"] - addr
+    why = []
+    if e["path"] is None or os.path.realpath(e["path"].removesuffix(" (deleted)")) != want:
+        why.append(f"maps {e['path'] or 'anonymous memory'}, not {want}")
+    if got_off != offset:
+        why.append(f"at offset {got_off}, not {offset}")
+    if length < size:
+        why.append(f"only {length} of {size} bytes mapped from {addr:#x}")
+    if align and (got_off % align or size % align):
+        why.append(f"offset {got_off} or length {size} is not a multiple of the {align}-byte align")
+    if align and addr % align and _is_char_device(want):   # device-DAX places its mappings on its align
+        why.append(f"starts at {addr:#x}, not on the device's {align}-byte align")
+    return MappingReport(e["path"], got_off, length, e["start"], align, want, offset, size, not why, "; ".join(why))
+
+
 class PlacedBuffer:
     """A mapping placed on NUMA memory. Use as a context manager or call :meth:`close`.
 
@@ -108,6 +190,7 @@ class PlacedBuffer:
         del c
         self._closed = False
         self.report: PlacementReport | None = None
+        self.mapping: MappingReport | None = None   # devdax: the mapping verified (verify())
 
     def array(self, dtype="uint8"):
         """A numpy view of the whole buffer as ``dtype`` (no copy)."""
@@ -117,8 +200,19 @@ class PlacedBuffer:
         return np.frombuffer(self.mmap, dtype=dt, count=self.size_bytes // dt.itemsize)
 
     def verify(self, sample_pages: int | None = None) -> PlacementReport:
-        """Ask the kernel which node holds each page (or ``sample_pages`` evenly spread ones)."""
+        """Ask the kernel which node holds each page (or ``sample_pages`` evenly spread ones); a
+        device-DAX buffer (``source`` "devdax") is verified as a mapping instead
+        (:func:`check_mapping`: device, offset, length, align — from ``/proc/self/maps``)."""
         import numpy as np
+
+        if self.source == "devdax" and self.path is not None:
+            m = check_mapping(self.address, self.size_bytes, self.path, self.offset_bytes, self.page_size_bytes)
+            self.mapping = m
+            sm = _smaps_entry(self.address)
+            self.report = PlacementReport(self.nodes, 0, self.size_bytes // PAGE_SIZE, {},
+                                          1.0 if m.verified else 0.0, 0,
+                                          sm.get("KernelPageSize", self.page_size_bytes) or self.page_size_bytes)
+            return self.report
 
         total = self.size_bytes // PAGE_SIZE
         if sample_pages is None or sample_pages >= total:
@@ -188,6 +282,8 @@ class PlacedBuffer:
             "node_pages": {(f"node{k}" if k >= 0 else f"errno{-k}"): v for k, v in r.node_pages.items()} if r else {},
             "verified_fraction": r.verified_fraction if r else None,
             "prefault_seconds": round(self.prefault_seconds, 4), "notes": list(self.notes),
+            "verified_by": "mapping" if self.mapping is not None else "move_pages",
+            **({"mapping": self.mapping.describe()} if self.mapping is not None else {}),
         }
 
 

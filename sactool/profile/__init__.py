@@ -319,8 +319,29 @@ def save_profile(profile: Profile, path: str | os.PathLike[str], *, force: bool 
     return written
 
 
-def default_profile_path(model_name: str, hostname: str | None = None) -> Path:
-    """``profiles/<model>/<hostname>.yaml`` relative to the current directory."""
-    import socket
+def default_profile_path(model_name: str, hostname: str | None = None,
+                         sysfs_root: str | os.PathLike[str] | None = None) -> Path:
+    """``profiles/<model>/<name>.yaml`` relative to the current directory (a checkout's git ignores
+    ``profiles/`` but ``profiles/examples/``; docs/reference/files.md). ``<name>`` is ``hostname``
+    when given; for a recording (``sysfs_root``) the hostname it recorded, else its directory's
+    name — never this machine's; live, this machine's hostname. A name that is not one (the
+    kernel's ``(none)`` of a host never named, empty) is ``localhost``; characters a file name
+    should not carry become ``-``."""
+    if hostname is None and sysfs_root is not None:
+        from sactool.host.sysfs import SysfsReader
 
-    return Path("profiles") / model_name / f"{hostname or socket.gethostname()}.yaml"
+        root = Path(sysfs_root)
+        hostname = _host_name(SysfsReader(root).str("proc/sys/kernel/hostname")) or root.resolve().name
+    elif hostname is None:
+        import socket
+
+        hostname = socket.gethostname()
+    return Path("profiles") / model_name / f"{_host_name(hostname) or 'localhost'}.yaml"
+
+
+def _host_name(name: str | None) -> str | None:
+    """``name`` made a file name: None for no name (None, empty, the kernel's ``(none)``)."""
+    if not name or name.strip() in ("(none)", "(unknown)"):
+        return None
+    clean = re.sub(r"[^A-Za-z0-9._-]+", "-", name.strip()).strip("-.")
+    return clean[:64] or None

@@ -65,10 +65,20 @@ def affected(rec) -> dict[str, set[str]]:
 def _header(c, rec) -> None:
     """What was measured where: command, memory node, CPUs, preset, buffer and placement, stand-in."""
     d, b = rec.data, rec.buffer
-    c.print(f"[bold]sactool bench {d.get('command')}[/] — memory {node_name(d.get('memory_node'), 'None')}, CPUs "
+    dax = d.get("dax_device")
+    where = (f"{esc(str(dax.get('name')))} (device-DAX, target node{dax.get('target_node')}"
+             + ("" if dax.get("target_node_online") else ", not online as a node") + ")"
+             if isinstance(dax, dict) else node_name(d.get('memory_node'), 'None'))
+    c.print(f"[bold]sactool bench {d.get('command')}[/] — memory {where}, CPUs "
             f"{','.join(map(str, rec.cpus))} ({node_name(d.get('cpu_node'), 'None')}), preset {d['protocol'].get('preset')}"
             + ("" if rec.complete else " [bold red](interrupted: partial)[/]"))
-    if b:
+    m = b.get("mapping") if b else None
+    if isinstance(m, dict):
+        c.print(f"buffer {format_bytes(b.get('size_bytes'))} mapped from {esc(str(m.get('path')))} at offset "
+                f"{m.get('offset_bytes')}, align {format_bytes(m.get('align_bytes'))}: "
+                + ("mapping verified (/proc/self/maps)" if m.get("verified") else
+                   f"[bold red]mapping not as asked[/]: {esc(str(m.get('reason')))}"))
+    elif b:
         c.print(f"buffer {format_bytes(b.get('size_bytes'))}, {b.get('hugepages_requested')}: huge-page share "
                 f"{(b.get('hugepage_fraction') or 0):.0%}, verified on node: {(b.get('verified_fraction') or 0):.1%} "
                 f"of {b.get('pages_checked')} pages")

@@ -57,7 +57,9 @@ def probe(reader=None) -> Topology:
         demotion_enabled=demotion, verdict=Verdict((), False, ""), cxl_bus=cxl_present, ports=tuple(ports),
         gpus=tuple(gpus), gpu_scan=gpu_scan, gpus_scanned=r.is_dir(PCI_DEVICES), iomem=iomem_info(ranges, iomem_reason), origin=read_origin(r),
     )
-    v = verdict(nodes, regions, dax, draft.locality, memdevs, cxl_present)
+    from sactool.topology.hints import auto_online_policy
+
+    v = verdict(nodes, regions, dax, draft.locality, memdevs, cxl_present, auto_online_policy(r))
     early = warnings + cxl_warnings + class_warnings
     all_warnings = early + late_warnings(r, draft, early)
     from dataclasses import replace

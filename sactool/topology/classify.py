@@ -24,6 +24,7 @@ from dataclasses import replace
 from sactool.topology.records import (
     CxlDecoder, CxlRegion, DaxDevice, NumaNode, ProbeWarning, Verdict,
 )
+from sactool.topology.hints import system_ram_steps
 from sactool.units import format_bytes
 
 # Published idle-latency ratios of CXL (or any far memory) to local DRAM are 1.5–6×
@@ -233,10 +234,11 @@ def _cpus(cpus: tuple[int, ...]) -> str:
 
 
 def verdict(nodes: list[NumaNode], regions: list[CxlRegion], dax: list[DaxDevice],
-            locality, memdevs=(), cxl_bus: bool = True) -> Verdict:
+            locality, memdevs=(), cxl_bus: bool = True, auto_online: str | None = None) -> Verdict:
     """KV pool choice: every CXL node with memory; else the DRAM CPU node with most free memory.
 
-    ``locality(node_id)`` gives each pool node its own CPU node (:meth:`Topology.locality`)."""
+    ``locality(node_id)`` gives each pool node its own CPU node (:meth:`Topology.locality`);
+    ``auto_online``: the kernel's ``auto_online_blocks`` policy (the system-ram step depends on it)."""
     cxl = [n for n in nodes if n.kind == "cxl" and (n.mem_total_bytes or 0) > 0]
     if cxl:
         ids = tuple(n.id for n in cxl)
@@ -264,7 +266,7 @@ def verdict(nodes: list[NumaNode], regions: list[CxlRegion], dax: list[DaxDevice
     for d in devdax:
         if d.mode == "devdax":
             why.append(f"CXL memory exists as {d.name} in devdax mode (not a node): "
-                       f"'daxctl reconfigure-device --mode=system-ram {d.name}' would online it")
+                       + system_ram_steps(d.name, auto_online))
     if not any(r.committed for r in regions) and any(r for r in regions):
         why.append("a CXL region exists but is not committed")
     return Verdict((best.id,), True, "; ".join(why), best.id, (locality(best.id),))

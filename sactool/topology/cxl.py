@@ -16,6 +16,7 @@ import re
 from typing import Any
 
 from sactool.host.sysfs import SysfsReader
+from sactool.topology.hints import NDCTL_RAM_REGIONS, create_region_command
 from sactool.topology.link import read_link
 from sactool.topology.records import CxlDecoder, CxlDport, CxlMemdev, CxlPort, CxlRegion, ProbeWarning
 from sactool.topology.pci import HOST_BRIDGE_RE, PCI_FN_RE, host_bridge, narrowest, node_or_none, path_links
@@ -286,6 +287,15 @@ def _dports(r: SysfsReader, path: str) -> tuple[CxlDport, ...]:
     return tuple(sorted(out, key=lambda d: d.id))
 
 
+def _root_for(m: CxlMemdev, roots: list[CxlDecoder]) -> CxlDecoder | None:
+    """The root decoder (CFMWS window) a 1-way ram region of ``m`` goes under: one that can take ram,
+    whose single target is ``m``'s host bridge, with room for the device's capacity."""
+    fits = [d for d in roots if m.host_bridge and d.targets == (m.host_bridge,) and "ram" in d.capabilities
+            and d.can_create_ram_region is not False
+            and (d.max_available_extent_bytes is None or d.max_available_extent_bytes >= (m.ram_size_bytes or 0))]
+    return fits[0] if fits else None
+
+
 def _unmapped_capacity(memdevs: list[CxlMemdev], decoders: list[CxlDecoder],
                        regions: list[CxlRegion]) -> list[ProbeWarning]:
     """Memdevs whose volatile capacity no region maps (e.g. 6.1 cannot create ram regions)."""
@@ -295,10 +305,19 @@ def _unmapped_capacity(memdevs: list[CxlMemdev], decoders: list[CxlDecoder],
     for m in memdevs:
         if (m.ram_size_bytes or 0) > 0 and m.name not in in_region:
             no_ram_regions = roots and not any(d.can_create_ram_region for d in roots)
-            hint = ("this kernel has no create_ram_region on any root decoder (volatile CXL regions need "
-                    "Linux ≥ 6.3); use a newer kernel, or firmware that maps the memory at boot"
-                    if no_ram_regions else
-                    f"create one: cxl create-region -t ram -m {m.name} (then it appears as a NUMA node)")
+            root = _root_for(m, roots)
+            if no_ram_regions:
+                hint = ("this kernel has no create_ram_region on any root decoder (volatile CXL regions need "
+                        "Linux ≥ 6.3); use a newer kernel, or firmware that maps the memory at boot")
+            elif root is not None:
+                hint = (f"create one with ndctl/cxl-cli ≥ {NDCTL_RAM_REGIONS} (76 creates no ram region and still "
+                        f"exits 0): '{create_region_command(m.name, root.name)}' — then kmem onlines it as a NUMA node")
+            else:
+                cands = ", ".join(d.name for d in roots if "ram" in d.capabilities) or "none"
+                hint = (f"no root decoder has {m.host_bridge or 'its host bridge'} as its only target with room for "
+                        f"it (ram-capable windows: {cands}); an interleaved region names all its memdevs: "
+                        f"'cxl create-region -t ram -d decoderX.Y -w N -m memA memB' (ndctl/cxl-cli ≥ "
+                        f"{NDCTL_RAM_REGIONS})")
             out.append(ProbeWarning("memdev-unmapped",
                                     f"{m.name} has {format_bytes(m.ram_size_bytes)} of volatile capacity in no region", hint))
     return out

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from sactool.host.sysfs import SysfsReader
+from sactool.topology.hints import auto_online_policy, system_ram_steps
 from sactool.topology.model import IomemInfo, ProbeWarning, Topology
 
 _MAX_LISTED = 8
@@ -30,11 +31,12 @@ def late_warnings(r: SysfsReader, topo: Topology, earlier: Sequence[ProbeWarning
     out.extend(_dax_partial(topo))
     out.extend(_not_cuda(topo))
     out.extend(gpu_link_warnings(topo.gpus))
+    policy = auto_online_policy(r)
     for d in topo.dax_devices:
         if d.region and d.mode == "devdax":
             out.append(ProbeWarning(
                 "cxl-devdax", f"{d.name} (from {d.region}) is in devdax mode: its memory is not a NUMA node",
-                f"to use it as a node: daxctl reconfigure-device --mode=system-ram {d.name}"))
+                "to use it as a node: " + system_ram_steps(d.name, policy)))
     out.extend(_meminfo_short(r, topo))
     bad = sorted((p, why) for p, why in r.reasons.items()
                  if why.startswith(("permission denied", "unparsable", "unreadable")))

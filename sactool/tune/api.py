@@ -99,7 +99,7 @@ def tune(options: TuneOptions, progress: Progress | None = None) -> TuneResult:
     o = options
     spec = get_model(o.model)
     kv, attn_dp, rec_bytes = _check_options(o, spec)
-    path = Path(o.out) if o.out else default_profile_path(spec.name)
+    path = Path(o.out) if o.out else default_profile_path(spec.name, sysfs_root=o.sysfs_root)
     points_path = _check_output(path, o) if o.write else None
     from sactool.tune import run  # heavy part (numpy, simulation) lives there
 

@@ -1,0 +1,64 @@
+"""The pool plan watch compares the running engine with: which target each rank's pool is on, and
+(devdax) which slice. One function, :func:`plan_rows`, so the plan's owner can move (it reads the
+rank plan the launcher and the plug-in share, :mod:`sactool.profile.hostpool`) without watch
+changing anywhere else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    """Rank ``rank``'s pool as planned: ``target`` (``node2`` / ``dax0.0``), ``mode`` (numa | devdax),
+    ``node`` (numa: the target node), ``policy`` (bind | preferred | weighted_interleave),
+    ``offset_bytes``/``size_bytes`` (devdax: the rank's slice; numa: its share of the target, no
+    offset), ``stand_in`` (a DRAM node stands in for CXL)."""
+
+    rank: int
+    target: str
+    mode: str
+    node: int | None
+    policy: str
+    offset_bytes: int | None
+    size_bytes: int | None
+    stand_in: bool = False
+
+    def to_data(self) -> dict[str, Any]:
+        return {"target": self.target, "mode": self.mode, "node": self.node, "policy": self.policy,
+                "offset_bytes": self.offset_bytes, "size_bytes": self.size_bytes, "stand_in": self.stand_in}
+
+
+def plan_rows(profile: Any, reader: Any) -> tuple[list[PlanRow], str]:
+    """Every rank's planned pool, and a note ("" or why the slices are unknown). The rank plan is
+    made over this machine's targets when they can be read (sizes, align: devdax slices); where they
+    cannot (a target absent here), the profile's rank rule alone gives each rank its target."""
+    from sactool.errors import SactoolError
+    from sactool.hisparse.rankplan import node_of
+    from sactool.profile.hostpool import rank_plan, rank_target
+
+    q = profile.pool
+    note = ""
+    slots: dict[int, Any] = {}
+    try:
+        from sactool.placer import HostPoolPlacer
+
+        placer = HostPoolPlacer(profile, reader=reader)
+        plan = rank_plan(profile, placer.live_targets(), check_pool=False)
+        slots = {s.rank: s for s in plan.slots}
+    except (SactoolError, OSError, ValueError) as e:
+        note = f"the rank plan over this machine's targets could not be made ({getattr(e, 'message', e)}): " \
+               "targets from the profile's rank rule, no slice offsets"
+    rows = []
+    for r in range(profile.world_size):
+        s = slots.get(r)
+        target = s.target if s is not None else rank_target(profile, r)
+        rows.append(PlanRow(r, target, q.mode, node_of(target), q.policy,
+                            s.offset_bytes if s is not None else None, s.size_bytes if s is not None else None,
+                            q.stand_in))
+    return rows, note
+
+
+__all__ = ["PlanRow", "plan_rows"]
