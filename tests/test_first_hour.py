@@ -252,3 +252,51 @@ def test_every_renderer_prints_warnings_in_one_form(capsys):
         show()
         assert capsys.readouterr().err == ("warning [stand_in] node0 is dram memory standing in for CXL\n"
                                            "  hint: figures describe DRAM\n")
+
+
+# ---- N20: "GPUs: none" must not read as if an AMD accelerator were found -----------------------------
+
+def test_probe_without_a_gpu_says_what_it_looked_for(machine, capsys):
+    assert main(["probe", "--sysfs-root", str(machine("this-machine"))]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("GPUs: none — none of the 6 PCI devices in sys/bus/pci/devices is a GPU (looked for display classes "
+            "0x0300/0x0302/0x0380 from NVIDIA, AMD or Intel, and AMD's processing-accelerator class 0x1200)") in out
+
+
+# ---- N7: one rule for --plot in bench, simulate, probe and serve -------------------------------------
+
+MAGIC = {"svg": b"<?xml", "pdf": b"%PDF-", "png": b"\x89PNG\r\n\x1a\n"}
+
+
+@pytest.mark.parametrize("fmt", sorted(MAGIC))
+def test_simulate_and_probe_plot_write_the_format_their_extension_names(fmt, tmp_path, machine, capsys):
+    pytest.importorskip("matplotlib", reason="--plot needs the 'plot' extra")
+    sim, pic = tmp_path / f"sim.{fmt}", tmp_path / f"machine.{fmt}"
+    assert main(["simulate", "--platform", "sac-paper", "--context", "16k", "--concurrency", "8",
+                 "--hotbuffer-steps", "2", "--placements", "sac", "--plot", str(sim), "-q"]) == 0
+    assert main(["probe", "--sysfs-root", str(machine("sac2s__30-system-ram")), "--plot", str(pic), "-q"]) == 0
+    capsys.readouterr()
+    assert sim.read_bytes().startswith(MAGIC[fmt]) and pic.read_bytes().startswith(MAGIC[fmt])
+
+
+@pytest.mark.parametrize("fmt", sorted(MAGIC))
+def test_bench_plot_writes_the_format_its_extension_names(fmt):
+    pytest.importorskip("matplotlib", reason="--plot needs the 'plot' extra")
+    from sactool.bench import load_bench
+    from sactool.render.bench import plot_bench
+    from sactool.render.figures import plot_format
+
+    rec = load_bench(REPO / "tests/fixtures/bench/node0-gather.json")
+    assert plot_bench(rec, plot_format(f"b.{fmt}")).startswith(MAGIC[fmt])   # what bench --plot b.<fmt> writes
+
+
+@pytest.mark.parametrize("argv", [["bench", "gather", "--node", "0", "--preset", "fast"],
+                                  ["simulate", "--platform", "sac-paper", "--context", "16k"],
+                                  ["probe"],
+                                  ["serve", "--profile", str(REPO / "profiles/examples/cxl-one-node.yaml"), "--dry-run"]])
+def test_plot_with_another_extension_is_refused_before_the_work(argv, tmp_path, capsys):
+    for name in ("x.jpg", "x", "x.svgz"):
+        rc = main([*argv, "--plot", str(tmp_path / name)])
+        cap = capsys.readouterr()
+        assert rc == 2 and "the picture is written as SVG, PDF or PNG, by the file's extension" in cap.err, cap.err
+        assert cap.out == "" and not (tmp_path / name).exists()

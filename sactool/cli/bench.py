@@ -80,15 +80,10 @@ def _check_outputs(test: str, out: Path | None, plot: Path | None, force: bool) 
         if not any(t in PLOTTED for t in TEST_SETS[test]):
             raise UsageError(f"--plot draws loaded latency and gathers; 'bench {test}' measures neither",
                              "use --plot with bench loaded, gather or all")
-        check_output(plot, force, "--plot")
-        from sactool.cachedir import ensure_mpl_config
+        from sactool.render.figures import plot_format
 
-        ensure_mpl_config()
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            raise UsageError("--plot needs matplotlib",
-                             "pip install matplotlib (the 'plot' extra: pip install -e '.[plot]' in sactool's checkout)") from None
+        plot_format(plot)                 # .svg, .pdf or .png (and matplotlib), or refused: the one --plot rule
+        check_output(plot, force, "--plot")
 
 
 def run_command(test: str, *, node, cpus, size, threads, record_bytes, topk, prefetch, pattern, trace, hugepages,
@@ -149,7 +144,10 @@ def run_command(test: str, *, node, cpus, size, threads, record_bytes, topk, pre
             failed = e
     if plot is not None:
         try:
-            write_result(plot, plot_bench(rec), force=force, kind="bench-plot", suffix=".png")
+            from sactool.render.figures import plot_format
+
+            fmt_plot = plot_format(plot)
+            write_result(plot, plot_bench(rec, fmt_plot), force=force, kind="bench-plot", suffix=f".{fmt_plot}")
             note(f"plot: {plot}")
         except Exception as e:  # noqa: BLE001
             failed = failed or e
@@ -189,7 +187,8 @@ _B_PRESET = typer.Option(Preset("default"), "--preset", case_sensitive=False,
 _B_SEED = typer.Option(1, "--seed", help="Seed for chains and indices.")
 _B_OUT = typer.Option(None, "--out", "-o", help="Write the bench record here (JSON, or YAML by suffix).")
 _B_FORCE = flag("--force", help="Overwrite --out / --plot.")
-_B_PLOT = typer.Option(None, "--plot", help="Draw the loaded-latency and gather curves to this PNG (needs matplotlib).")
+_B_PLOT = typer.Option(None, "--plot", help="Draw the loaded-latency and gather curves to this .svg, .pdf or .png "
+                                            "(by the extension; needs matplotlib).")
 
 
 def _given(ctx: typer.Context, kw: dict) -> dict:

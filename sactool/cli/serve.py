@@ -52,8 +52,8 @@ def serve(
                                                   help="Override pool.placement (none: the DRAM A/B baseline)."),
     sysfs_root: Optional[Path] = SysfsRootOpt,
     plot: Optional[Path] = typer.Option(None, "--plot", help="With --dry-run: draw the rank plan on the machine "
-                                                             "(each rank's GPU → its pool target) to this .svg or "
-                                                             ".png (needs matplotlib)."),
+                                                             "(each rank's GPU → its pool target) to this .svg, "
+                                                             ".pdf or .png (by the extension; needs matplotlib)."),
     force: bool = flag("--force", help="Overwrite an existing --plot file."),
     strict: bool = flag("--strict", help="Refuse a profile tuned on another machine (its machine block: host, CPU "
                                          "model, CPUs, NUMA layout); without it, a warning."),

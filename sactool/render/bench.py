@@ -333,11 +333,11 @@ def _label_delays(fig, ax, xs, ys, rs) -> None:
             a.remove()
 
 
-def plot_bench(rec) -> bytes:
-    """:func:`bench_figure` as PNG bytes."""
+def plot_bench(rec, fmt: str = "png") -> bytes:
+    """:func:`bench_figure` as ``png``, ``svg`` or ``pdf`` bytes."""
     from sactool.render.figures import figure_bytes
 
-    return figure_bytes(bench_figure(rec))
+    return figure_bytes(bench_figure(rec), fmt)
 
 
 def warning_lines(rec) -> list[tuple[str, str, str | None]]:

@@ -273,7 +273,7 @@ def _gpus(topo: Topology, c) -> None:
     from rich.table import Table
 
     if not topo.gpus:
-        c.print(f"GPUs: none found — {esc(topo.gpu_scan or 'not scanned')}")
+        c.print(f"GPUs: none — {esc(topo.gpu_scan or 'not scanned')}")
         return
     g = Table(title="GPUs (PCI class, read from sysfs)", title_justify="left")
     for col in ("PCI device", "vendor:device", "class", "driver", "socket", "link", "narrowest on path"):

@@ -157,7 +157,7 @@ def gpu_line(name, origin, budget_bytes, budget=None) -> str:
     if budget_bytes is not None:
         text += f"; KV budget {format_bytes(budget_bytes)} per GPU"
         if (budget or {}).get("detail"):
-            text += f" ({budget['detail']})"
+            text += f" = {budget['detail']}" if (budget or {}).get("source") == "derived" else f" ({budget['detail']})"
     return text
 
 

@@ -55,7 +55,7 @@ def resolve_gpus(profile: Profile, reader: SysfsReader, environ: Mapping[str, st
     if not topo.gpus and topo.gpus_scanned:
         # the PCI bus was read and holds no GPU: no CUDA device for any rank (documented: exit 3)
         raise TopologyError(f"{world} ranks from GPU {base} need {base + world} CUDA devices; {where} no NVIDIA GPU "
-                            f"is seen ({topo.gpu_scan})",
+                            f"is seen: {topo.gpu_scan}",
                             "run serve on the GPU server (--dry-run --sysfs-root a recording of it plans for it "
                             "there), or check that the GPUs are on the PCI bus (lspci -d 10de:)")
     if not topo.gpus:

@@ -83,7 +83,7 @@ def choose_gpu(requested: str | None, gpus: Sequence[Any]) -> GpuChoice:
         name = _least(known)
         return GpuChoice(name, "probe", f"probe sees {seen_words}", tuple(warns))
     detail = (f"default: probe sees {seen_words}, none in the catalog" if unknown else
-              "default: probe sees no NVIDIA GPU (pass --gpu for the serving machine's)")
+              "default: probe sees no NVIDIA GPU; --gpu names the serving machine's")
     return GpuChoice(DEFAULT_GPU, "default", detail, tuple(warns))
 
 
