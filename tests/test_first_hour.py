@@ -300,3 +300,89 @@ def test_plot_with_another_extension_is_refused_before_the_work(argv, tmp_path, 
         cap = capsys.readouterr()
         assert rc == 2 and "the picture is written as SVG, PDF or PNG, by the file's extension" in cap.err, cap.err
         assert cap.out == "" and not (tmp_path / name).exists()
+
+
+# ---- N8: the no-GPU hint finishes, and a long run shows progress off a terminal ----------------------
+
+def test_the_no_gpu_hint_runs_a_small_sweep_in_the_simulator(tmp_path):
+    """``NUMBA_ENABLE_CUDASIM=1 sactool bench gpu-gather --preset fast`` exactly as the hint prints it (it did
+    not finish in 300 s: the full default sweep in a simulator that runs each GPU thread in Python)."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    p = subprocess.run([sys.executable, "-m", "sactool.cli", "bench", "gpu-gather", "--preset", "fast", "--format",
+                        "json"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "options not given take a small sweep (blocks 1, threads 32, record_bytes 656, topk 64" in p.stderr
+    res = json.loads(p.stdout)["results"]
+    assert [(r["params"]["blocks"], r["params"]["threads_per_block"], r["params"]["record_bytes"]) for r in res
+            if r["test"] == "gpu_gather"] == [(1, 32, 656)]
+
+
+def test_progress_off_a_terminal_is_a_plain_line_now_and_then(monkeypatch, capsys):
+    from sactool.render.bench import progress_reporter
+
+    assert not __import__("sys").stderr.isatty()
+    cb, close = progress_reporter(0.0)      # every step (the CLI: PLAIN_PROGRESS_S)
+    cb("gather/656B/1t", 1, 4)
+    cb("gather/656B/2t", 2, 4)
+    close()
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("progress: gather/656B/1t 1/4, ") and err[1].startswith("progress: gather/656B/2t 2/4")
+    cb, close = progress_reporter(3600.0)   # a run shorter than the interval: silent
+    cb("x", 1, 2)
+    close()
+    assert capsys.readouterr().err == ""
+    cb, close = progress_reporter()         # the commands that do not ask for it: silent off a terminal
+    cb("x", 1, 2)
+    close()
+    assert capsys.readouterr().err == ""
+
+
+# ---- N9/N24: at 80 columns a table never cuts a value; profile show is readable ---------------------
+
+def test_gpu_gather_table_at_80_columns_cuts_no_value(tmp_path, capsys):
+    from test_gpu_tune import gpu_record
+
+    from sactool.bench import load_bench
+    from sactool.render.gpugather import render_gpu_gather
+
+    path = gpu_record(tmp_path / "g.json")
+    data = json.loads(path.read_text())
+    data["protocol"] = {"preset": "fast"}
+    for r in data["results"]:
+        r["derived"].update(full_prefix_us=3711895.2, full_prefix_over_topk=1812.4, ceiling_ratio=0.42)
+    path.write_text(json.dumps(data))
+    render_gpu_gather(load_bench(path))
+    out = capsys.readouterr().out
+    assert "…" not in out and max(map(len, out.splitlines())) <= 80
+    rows = [ln for ln in out.splitlines() if ln.startswith("│")]
+    assert rows and all("2048" in r and ("uniform" in r or "clustered" in r) for r in rows)
+    assert all("3711895.2" in r for r in rows) or "not shown at 80 columns: " in out   # whole, or dropped and said
+
+
+@pytest.mark.parametrize("argv", [["probe", "--sysfs-root", "{srv}"], ["probe", "--sysfs-root", "{dax}"],
+                                  ["serve", "--profile", "{examples}/sac-8rank-devdax.yaml", "--dry-run",
+                                   "--sysfs-root", "{dax}"],
+                                  ["simulate", "--platform", "sac-paper", "--context", "16k,128k", "--concurrency", "64"],
+                                  ["profile", "show", "{examples}/sac-8rank-devdax.yaml"]])
+def test_tables_at_80_columns_cut_no_value(argv, server_tree, capsys):
+    where = {"srv": server_tree(), "dax": server_tree("devdax"), "examples": REPO / "profiles/examples"}
+    main([a.format(**where) for a in argv])
+    out = capsys.readouterr().out
+    assert "…" not in out, out
+
+
+def test_profile_show_is_one_block_per_setting(capsys):
+    """227 lines for 34 settings at 80 columns, digests and paths split mid-token in a 27-column strip: now a
+    line per setting (name = value (source)) and its detail wrapped at spaces under it."""
+    from sactool.profile import settings_fields
+
+    assert main(["profile", "show", str(REPO / "profiles/examples/sac-8rank-devdax.yaml")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    heads = [ln for ln in out if " = " in ln and not ln.startswith(" ")]
+    assert len(heads) == len(settings_fields()) and len(out) <= 4.5 * len(heads)   # was 6.7 per setting
+    assert "pool.dax_devices = [dax0.0, dax1.0]  (user)" in heads or any(
+        h.startswith("pool.dax_devices = [dax0.0, dax1.0]  (") for h in heads)

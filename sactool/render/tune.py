@@ -147,6 +147,19 @@ def _pool_cell(p: dict) -> str:
     return f"{p['name']} ({format_bytes(p['capacity_bytes'])} {what})"
 
 
+BUFFER_COLUMNS = ("device_buffer\nsize", "misses\n/step/layer", "fetch time\n/token", "vs 4096", "GPU\n/rank", "fits")
+"""Headers of the by-hot-buffer-size table, broken where an 80-column terminal may break them."""
+
+
+def _why_not(row: dict) -> str:
+    """``GPU`` / ``pool`` / ``ratio`` (what a row that does not fit runs out of), or '' when it fits."""
+    if row.get("feasible"):
+        return ""
+    text = row.get("why_infeasible") or ""
+    kinds = [k for k, key in (("GPU", "GPU:"), ("pool", "pool:"), ("ratio", "ratio ")) if key in text]
+    return "+".join(kinds) or "see --format json"
+
+
 def gpu_line(name, origin, budget_bytes, budget=None) -> str:
     """``GPU: h100 (probe sees 8 x h100); KV budget 30.12 GiB per GPU (0.85 x … - … weights/GPU)`` — the GPU
     a profile was planned for and where it came from, as tune's summary and ``profile show`` print it."""
@@ -206,16 +219,22 @@ def render_tune(result) -> None:
     if bb:
         t4 = min((r["fetch_time_per_token_s"] for r in bb if r["device_buffer_size"] == 4096), default=None)
         b = Table(title="by hot-buffer size (best candidate of each; gain = fetch time saved per token vs 4096)",
-                  show_edge=False)
-        for col in ("device_buffer_size", "misses/step/layer", "fetch time/token", "vs 4096", "GPU/rank", "fits"):
-            b.add_column(col)
+                  show_edge=False, title_justify="left")
+        for col in BUFFER_COLUMNS:
+            b.add_column(col, justify="right", no_wrap=True)
+        first_no: dict[str, dict] = {}
         for r in bb:
             vs = (f"{_t(t4 - r['fetch_time_per_token_s'])}" if t4 is not None and r["device_buffer_size"] != 4096
                   else "")
+            why = _why_not(r)
+            if why:
+                first_no.setdefault(why, r)
             b.add_row(f"{r['device_buffer_size']}" + (" (chosen)" if r["chosen"] else ""),
                       f"{r['misses_per_step_per_layer']:.1f}", _t(r["fetch_time_per_token_s"]), vs,
-                      format_bytes(r["gpu_bytes_per_rank"]), "yes" if r["feasible"] else "no")
+                      format_bytes(r["gpu_bytes_per_rank"]), f"no: {why}" if why else "yes")
         con.print(b)
+        for why, r in first_no.items():   # the reason on screen, not only in --format json (issue 27 N23)
+            con.print(f"fits no: {why} — at {r['device_buffer_size']} slots, {r.get('why_infeasible')}", markup=False)
         pm = s.get("per_miss_cost") or {}
         if pm.get("applied"):
             con.print(f"fetch time includes {pm['per_missed_record_s'] * 1e9:.0f} ns per missed record per layer, paid "
