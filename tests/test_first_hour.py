@@ -240,8 +240,10 @@ def test_every_renderer_prints_warnings_in_one_form(capsys):
     ``warning: m (h)``, ``warning c: m``); now all as ``warning [code] message`` and ``  hint: …``."""
     from types import SimpleNamespace as NS
 
-    from sactool.render import bench, fleet, probe, tune
+    from sactool.render import bench, fleet, probe, set_quiet, tune
     from sactool.records import Warning
+
+    set_quiet(False)        # an earlier command's -q in this process must not hide them
 
     w = {"code": "stand_in", "message": "node0 is dram memory standing in for CXL", "hint": "figures describe DRAM"}
     printers = [lambda: probe.render_warnings(NS(warnings=(Warning(**w),))),
@@ -322,8 +324,10 @@ def test_the_no_gpu_hint_runs_a_small_sweep_in_the_simulator(tmp_path):
 
 
 def test_progress_off_a_terminal_is_a_plain_line_now_and_then(monkeypatch, capsys):
+    from sactool.render import set_quiet
     from sactool.render.bench import progress_reporter
 
+    set_quiet(False)
     assert not __import__("sys").stderr.isatty()
     cb, close = progress_reporter(0.0)      # every step (the CLI: PLAIN_PROGRESS_S)
     cb("gather/656B/1t", 1, 4)
@@ -386,3 +390,67 @@ def test_profile_show_is_one_block_per_setting(capsys):
     assert len(heads) == len(settings_fields()) and len(out) <= 4.5 * len(heads)   # was 6.7 per setting
     assert "pool.dax_devices = [dax0.0, dax1.0]  (user)" in heads or any(
         h.startswith("pool.dax_devices = [dax0.0, dax1.0]  (") for h in heads)
+
+
+# ---- N12: the DP-attention hint only where DP attention is not already on -----------------------------
+
+@pytest.mark.parametrize("attn_dp, offered", [("1", True), ("8", False)])
+def test_dp_attention_hint_only_when_it_would_change_something(attn_dp, offered, tmp_path, machine, capsys):
+    rc = main(["tune", "--sysfs-root", str(machine("this-machine")), "--bench",
+               str(REPO / "tests/fixtures/bench/node0-gather.json"), "--context", "32k", "--concurrency", "256",
+               "--tp", "8", "--attn-dp", attn_dp, "--out", str(tmp_path / "p.yaml")])
+    err = capsys.readouterr().err
+    assert rc == 6 and "such requests fit" in err, err
+    assert ("use DP attention (--attn-dp = --tp)" in err) == offered
+
+
+# ---- N14: bench's refusal on a recording names what is there, in words that parse ---------------------
+
+def test_bench_on_a_recording_names_the_device_or_the_missing_node(machine, capsys):
+    dev = machine("sac2s__20-devdax")        # CXL as devdax devices: no node2 in this phase
+    assert main(["bench", "gather", "--node", "dax0.0", "--sysfs-root", str(dev)]) == 3
+    err = " ".join(capsys.readouterr().err.split())
+    assert "there bench would measure DAX device dax0.0 (devdax, 512.00 MiB) from CPUs 0 (node0): gather with 1 thread" \
+        in err and "node2" not in err
+    assert "less than the 1.00 GiB wanted (the 1.00 GiB floor, as the last-level cache of node0's CPUs is not " \
+           "reported)" in err
+    assert main(["bench", "gather", "--node", "2", "--sysfs-root", str(dev)]) == 3
+    assert "there node2 does not exist (NUMA nodes: node0, node1)" in capsys.readouterr().err
+
+
+# ---- N15: in serve's picture red means a downgraded link, never a rank line ---------------------------
+
+def test_rank_line_colours_are_neither_red_nor_orange():
+    import colorsys
+
+    from sactool.render.machine import TARGET_COLOURS
+
+    for c in TARGET_COLOURS:
+        r, g, b = (int(c[i:i + 2], 16) / 255 for i in (1, 3, 5))
+        h, _, s = colorsys.rgb_to_hls(r, g, b)
+        assert s < 0.2 or 50 / 360 < h < 340 / 360, f"{c} reads as red/orange (hue {h * 360:.0f})"
+
+
+# ---- N16: every picture in the pages links to its full size ------------------------------------------
+
+def test_every_picture_in_the_pages_links_to_its_full_size():
+    import re
+
+    pages = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+    bare = [f"{p.relative_to(REPO)}: {m.group(0)}" for p in pages
+            for m in re.finditer(r"(?<!\[)!\[[^\]]*\]\(([^)\s]+)\)", p.read_text())]
+    assert bare == [], "a picture shown at the page's width cannot be read: link it to itself\n" + "\n".join(bare)
+    linked = [(m.group(1), m.group(2)) for p in pages
+              for m in re.finditer(r"\[!\[[^\]]*\]\(([^)\s]+)\)\]\(([^)\s]+)", p.read_text())]
+    assert linked and all(img == target for img, target in linked)
+
+
+# ---- N18: the built site navigates and searches from file:// ----------------------------------------------
+
+def test_the_site_is_built_for_file_urls():
+    import yaml
+
+    cfg = yaml.load((REPO / "mkdocs.yml").read_text(), Loader=yaml.BaseLoader)   # names only, no tags resolved
+    assert cfg["use_directory_urls"] == "false"           # links name page.html, not page/ (a directory on file://)
+    assert "offline" in cfg["plugins"]                     # search without a server
+    assert cfg["theme"]["font"] == "false"                 # no fonts fetched

@@ -153,7 +153,7 @@ def run_bench(opts: BenchOptions, *, reader: SysfsReader | None = None, progress
     if not topo.live:
         plan = _recording_plan(opts, topo, reader)
         raise TopologyError(f"the topology comes from a recording ({topo.sysfs_root}), not this system"
-                            + (f"; there bench would measure {plan}" if plan else ""),
+                            + (f"; {plan}" if plan else ""),
                             "sactool bench measures the running machine: drop --sysfs-root")
     mem = _memory_node(opts, topo, reader)
     cpu_node, cpus = resolve_cpus(topo, mem, opts.cpus)
@@ -223,23 +223,40 @@ def buffer_rule(opts: BenchOptions, topo, reader: SysfsReader, mem: int, cpu_nod
 
 
 def _recording_plan(opts: BenchOptions, topo, reader: SysfsReader) -> str:
-    """What bench would do on the machine a recording shows (its pool node or ``--node``, the CPUs of the
-    CPU node nearest it, the buffer sized from their cache and the node's free memory), or "" where the
-    recording does not tell."""
+    """What bench would do on the machine a recording shows (its pool node, ``--node`` or the DAX device
+    ``--node daxX.Y`` names, the CPUs of the CPU node nearest it, the buffer sized from their cache and the
+    memory's room) — or why it could not there (a node or device the recording does not have) — as a clause
+    of the refusal; "" where the recording does not tell."""
     try:
         if opts.dax:
-            dev = next(d for d in topo.dax_devices if d.name == opts.dax.rsplit("/", 1)[-1])
+            name = opts.dax.rsplit("/", 1)[-1]
+            dev = next((d for d in topo.dax_devices if d.name == name), None)
+            if dev is None:
+                have = ", ".join(d.name for d in topo.dax_devices) or "none"
+                return f"there DAX device {name} does not exist (DAX devices: {have})"
+            if dev.mode != "devdax":
+                return (f"there {name} is in {dev.mode or 'no'} mode, not devdax"
+                        + (f" (its memory is node{dev.target_node})" if dev.mode == "system-ram" else ""))
             mem = dev.target_node
+            cpu_node = topo.dax_locality(name).cpu_node
+            if cpu_node is None:
+                cpu_node = topo.nearest_cpu_node(mem)
+            what = f"DAX device {name} (devdax, {format_bytes(dev.size_bytes or 0)})"
         else:
             mem = opts.node if opts.node is not None else topo.verdict.pool_nodes[0]
-        cpu_node = topo.nearest_cpu_node(mem)
+            if mem not in topo.node_ids:
+                return (f"there node{mem} does not exist (NUMA nodes: "
+                        + ", ".join(f"node{n}" for n in topo.node_ids) + ")")
+            cpu_node = topo.nearest_cpu_node(mem)
+            what = f"memory node{mem}"
         cpus = tuple(opts.cpus or topo.node(cpu_node).cpus)
         rule = buffer_rule(opts, topo, reader, mem, cpu_node, cpus)
         threads = _thread_sweep(opts, len(cpus))
     except (StopIteration, IndexError, KeyError, ValueError, TypeError, SactoolError):
         return ""
-    return (f"memory node{mem} from CPUs {format_cpulist(cpus)} (node{cpu_node}), {'/'.join(opts.tests)} with "
-            f"{', '.join(map(str, threads))} threads over a buffer of {rule.rule}")
+    return (f"there bench would measure {what} from CPUs {format_cpulist(cpus)} (node{cpu_node}): "
+            f"{'/'.join(opts.tests)} with {', '.join(map(str, threads))} thread{'s' if threads != [1] else ''} over a "
+            f"buffer of {rule.rule}")
 
 
 def _memory_node(opts: BenchOptions, topo, reader: SysfsReader) -> int:
