@@ -5,6 +5,7 @@ every non-flag option it parses: measured here with ``python -X importtime`` and
 ``import typer`` + ``typer._adapters`` cost ≈ 0.25 s of CPU before any work. So the plain forms
 
     sactool [--debug] probe [--format|-f F] [--sysfs-root D] [--snapshot F] [--plot F] [--force] [--quiet|-q]
+                    [--poison] [--profile P]
 
 are parsed here without typer and run :func:`sactool.cli.probe.run_probe`, the same function the
 typer command calls. Anything else — ``--help``, other commands, unknown or malformed options —
@@ -19,7 +20,8 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
-_VALUE_OPTS = {"--format": "fmt", "-f": "fmt", "--sysfs-root": "sysfs_root", "--snapshot": "snapshot", "--plot": "plot"}
+_VALUE_OPTS = {"--format": "fmt", "-f": "fmt", "--sysfs-root": "sysfs_root", "--snapshot": "snapshot", "--plot": "plot",
+               "--profile": "profile"}
 
 
 def parse_fast_probe(args: List[str]) -> Optional[dict]:
@@ -37,6 +39,8 @@ def parse_fast_probe(args: List[str]) -> Optional[dict]:
         name, eq, val = a.partition("=")
         if a == "--force" and "force" not in kw:
             kw["force"] = True
+        elif a == "--poison" and "poison" not in kw:
+            kw["poison"] = True
         elif a in ("--quiet", "-q") and "quiet" not in kw:
             kw["quiet"] = True
         elif a == "--debug" and not debug:
@@ -58,7 +62,7 @@ def parse_fast_probe(args: List[str]) -> Optional[dict]:
         i += 1
     if kw.get("fmt", "table") not in ("table", "json", "yaml"):   # = sactool.render.FORMATS
         return None  # a bad choice: typer's message, as for every other command
-    for k in ("sysfs_root", "snapshot", "plot"):
+    for k in ("sysfs_root", "snapshot", "plot", "profile"):
         if k in kw:
             kw[k] = Path(kw[k])
     return kw

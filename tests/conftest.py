@@ -154,10 +154,10 @@ def node0_profile_file(tmp_path):
 @pytest.fixture
 def node0_pinned(node0_profile_file):
     """``node0_pinned(name="p.yaml")``: the node-0 profile with ``pool.capacity_bytes`` pinned to the
-    bytes one rank needs (:func:`sactool.profile.hostpool.host_sizing`), so a check of that pool
+    bytes one rank needs (:func:`sactool.profile.sizing.host_sizing`), so a check of that pool
     does not follow node 0's momentary free memory. For tests whose subject is not the free-memory
     rule (that rule is tested on recorded trees)."""
-    from sactool.profile.hostpool import host_sizing
+    from sactool.profile.sizing import host_sizing
 
     need = host_sizing(node0_profile()).bytes_per_rank
     return lambda name="p.yaml": node0_profile_file(name, capacity_bytes=need)

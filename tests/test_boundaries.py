@@ -4,12 +4,16 @@
   (only ``sactool/cli/`` and ``sactool/render/`` present things);
 * ``/sys`` and ``/proc`` are read only through ``sactool/host/`` (everything else goes through a
   :class:`sactool.host.sysfs.SysfsReader`, so a recorded tree can stand in for the machine);
-* ``tune/``, ``serve/`` and ``simulate/`` use ``hisparse/`` and never each other's modules;
+* ``tune/``, ``serve/`` and ``simulate/`` use ``hisparse/`` and ``pool/`` and never each other's modules;
+* ``pool/`` (the KV host pool, engine-neutral) never imports an engine (SGLang, vLLM, torch), nor
+  serve, tune, simulate, fleet, the plug-ins or the UI — deferred imports counted;
+* ``plugins/`` (one module per engine) import of sactool only ``pool``, ``profile``, each other
+  and the leaves (errors, units, records, inputfile, textsafe) — the engine's own modules, of course;
 * no import cycle between modules, counting every import — those inside functions too (a deferred
   import still ties the two modules together: neither can be read, tested or moved alone) — and
   none between packages (``sactool.X`` and the top-level modules, each one node);
 * the ``sactool_cxl`` entry point, imported and registered in a fresh interpreter with the
-  stand-in SGLang of tests/standins/site, loads only the placer, profile, hisparse, memory and host (plus
+  stand-in SGLang of tests/standins/site, loads only the plug-in, pool, profile, hisparse, memory and host (plus
   errors, records, units, and the topology memory's free check reads) — no sactool.serve, no
   sactool.cli, no typer, no rich, no subprocess; and everything the plug-in module could ever
   import, deferred imports followed, stays clear of the same list.
@@ -114,7 +118,34 @@ def consumer_violations(source: str, module: str, package: bool = False) -> list
 
 # ---- the checkers fail on a module that breaks each rule -----------------------------------------
 
+POOL_FORBIDDEN = ("sglang", "vllm", "torch", "sactool.serve", "sactool.tune", "sactool.simulate", "sactool.fleet",
+                  "sactool.plugins", "sactool.sglang_plugin", "sactool.cli", "sactool.render")
+PLUGIN_ALLOWED = ("sactool.pool", "sactool.profile", "sactool.plugins", "sactool.sglang_plugin", "sactool.errors",
+                  "sactool.units", "sactool.records", "sactool.inputfile", "sactool.textsafe")
+
+
+def pool_violations(source: str, module: str, package: bool = False) -> list[str]:
+    """What a ``sactool.pool`` module imports that the pool must not (an engine, a consumer, the UI)."""
+    return sorted(n for n in imports(source, module, package=package) if _matches(n, POOL_FORBIDDEN))
+
+
+def plugin_violations(source: str, module: str, package: bool = False) -> list[str]:
+    """sactool modules a plug-in module imports beyond pool, profile, the plug-ins and the leaves."""
+    return sorted(n for n in imports(source, module, package=package)
+                  if _matches(n, ("sactool",)) and n != "sactool" and not _matches(n, PLUGIN_ALLOWED))
+
+
 def test_checkers_catch_what_they_forbid():
+    assert pool_violations("def f():\n    from sglang.srt.plugins import hook_registry\n", "sactool.pool.placer")
+    assert pool_violations("from sactool.serve.argv import PLUGIN_NAME\n", "sactool.pool.contract")
+    assert pool_violations("from ..tune import pool\n", "sactool.pool.discover")
+    assert not pool_violations("from sactool.profile import PoolSettings\nfrom sactool.memory import allocate\n",
+                               "sactool.pool.placer")
+    assert plugin_violations("from sactool.memory import allocate\n", "sactool.plugins.sglang") == \
+        ["sactool.memory", "sactool.memory.allocate"]
+    assert plugin_violations("def f():\n    from sactool.hisparse import layout\n", "sactool.plugins.sglang")
+    assert not plugin_violations("from sactool.pool.placer import HostPoolPlacer\nfrom sactool import errors\n"
+                                 "import sglang.srt\n", "sactool.plugins.sglang")
     assert ui_violations("def f():\n    import typer\n", "sactool.tune.run") == ["typer"]
     assert ui_violations("from rich.console import Console\n", "sactool.bench.api") == ["rich.console",
                                                                                        "rich.console.Console"]
@@ -144,6 +175,20 @@ def test_sys_and_proc_only_through_host():
 def test_consumers_of_hisparse_do_not_import_each_other():
     bad = {m: v for m, p in _modules().items()
            if m.split(".")[1:2] and m.split(".")[1] in CONSUMERS and (v := consumer_violations(p.read_text(), m, p.name == "__init__.py"))}
+    assert bad == {}
+
+
+def test_pool_never_imports_an_engine_serve_tune_or_simulate():
+    mods = {m: p for m, p in _modules().items() if _matches(m, ("sactool.pool",))}
+    assert "sactool.pool.placer" in mods and "sactool.pool.rankplan" in mods
+    bad = {m: v for m, p in mods.items() if (v := pool_violations(p.read_text(), m, p.name == "__init__.py"))}
+    assert bad == {}
+
+
+def test_plugins_import_only_pool_profile_and_the_leaves():
+    mods = {m: p for m, p in _modules().items() if _matches(m, ("sactool.plugins", "sactool.sglang_plugin"))}
+    assert "sactool.plugins.sglang" in mods and "sactool.plugins.hooks" in mods
+    bad = {m: v for m, p in mods.items() if (v := plugin_violations(p.read_text(), m, p.name == "__init__.py"))}
     assert bad == {}
 
 
@@ -231,7 +276,7 @@ def test_the_plugin_could_never_import_the_launcher_or_the_ui():
     """Every module the plug-in could import, deferred imports followed (the run below sees one path)."""
     mods = _modules()
     seen: set[str] = set()
-    todo = ["sactool.sglang_plugin"]
+    todo = ["sactool.sglang_plugin", "sactool.plugins.sglang"]
     outside: set[str] = set()
     while todo:
         m = todo.pop()
@@ -277,11 +322,12 @@ def test_plugin_loads_only_profile_hisparse_memory_host(node0_profile_file):
     assert forbidden == []
     # topology comes with memory: allocate(check_free=True) reads node free memory from the probed
     # topology (through host/), the same rule the launcher's capacity check applies
-    allowed = ("sactool.sglang_plugin", "sactool.placer", "sactool.profile", "sactool.hisparse", "sactool.memory", "sactool.host",
+    allowed = ("sactool.sglang_plugin", "sactool.plugins", "sactool.pool", "sactool.profile", "sactool.hisparse",
+               "sactool.memory", "sactool.host",
                "sactool.topology", "sactool.errors", "sactool.records", "sactool.units",
                "sactool.inputfile")   # the profile read with its size bound and YAML budget (issue 22)
     ours = [m for m in loaded if m.startswith("sactool.")]
-    assert "sactool.memory.alloc" in ours and "sactool.profile.hostpool" in ours   # it did place the pool
+    assert "sactool.memory.alloc" in ours and "sactool.pool.placer" in ours   # it did place the pool
     assert [m for m in ours if not _matches(m, allowed)] == []
 
 

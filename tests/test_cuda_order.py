@@ -19,7 +19,8 @@ import pytest
 
 from fixtures.trees import MI300X, add_gpus, add_nvidia_info
 from sactool.cli import main
-from sactool.profile.hostpool import GPU_NODES_ENV, rank_plan
+from sactool.pool.contract import GPU_NODES_ENV
+from sactool.pool.plan import PoolSpec, rank_plan
 from sactool.host.sysfs import SysfsReader
 from sactool.profile import load_profile, save_profile, validate
 from sactool.topology import probe
@@ -149,14 +150,14 @@ def test_serve_sets_pci_order_and_plans_the_gpus_visible(sac_gpus, example_profi
     assert all(sorted(v) == [(i * 128 << 20, 128 << 20) for i in range(4)] for v in by.values())
 
     # the plug-in, given what serve set, plans the same as the dry run showed
-    from sactool import sglang_plugin
-    from sactool.hisparse.targets import pool_targets
+    from sactool.plugins import sglang as sglang_plugin
+    from sactool.pool.targets import target_facts as pool_targets
 
     monkeypatch.setenv(GPU_NODES_ENV, d["env_delta"][GPU_NODES_ENV])
     plugged = sglang_plugin.with_env_gpu_nodes(load_profile(prof))
     reader = SysfsReader(root)
     facts = pool_targets(probe(reader), reader, ["dax0.0", "dax1.0"])
-    assert rank_plan(plugged, facts).to_data() == d["plan"]
+    assert rank_plan(PoolSpec.of(plugged), facts).to_data() == d["plan"]
     monkeypatch.setenv(GPU_NODES_ENV, "1,1")
     from sactool.errors import RecordError
 
@@ -193,7 +194,8 @@ def test_serve_on_a_recording_without_gpus_keeps_the_profile(machine, example_pr
 
 
 def test_tune_reads_gpus_as_cuda_numbers_them(sac_gpus):
-    from sactool.tune.pool import gpu_nodes, gpu_warnings
+    from sactool.pool.discover import gpu_nodes
+    from sactool.tune.pool import gpu_warnings
 
     topo = probe(SysfsReader(sac_gpus()))
     assert gpu_nodes(topo, {}) == tuple(SAC_GPUS)
@@ -213,7 +215,8 @@ def test_amd_instinct_is_found_named_and_not_planned(sac_gpus, example_profile, 
         ("AMD", "0x74a1", "0x120000", "processing accelerator", n) for n in SAC_GPUS]
     (w,) = [w for w in topo.warnings if w.code == "gpu-not-cuda"]
     assert "are not CUDA devices" in w.message and "0000:18:00.0" in w.message and "0000:1f:00.0" in w.message
-    from sactool.tune.pool import gpu_nodes, gpu_warnings
+    from sactool.pool.discover import gpu_nodes
+    from sactool.tune.pool import gpu_warnings
 
     assert gpu_nodes(topo, {}) == ()
     assert {w["code"] for w in gpu_warnings(topo, {})} == {"gpu_not_cuda"}

@@ -23,8 +23,8 @@ import pytest
 
 from sactool.errors import CapacityError
 from sactool.fleet.daxslice import check_fits_slice, dax_slices, fleet_slices
-from sactool.profile.hostpool import rank_plan
-from sactool.hisparse.targets import pool_targets
+from sactool.pool.plan import PoolSpec, rank_plan
+from sactool.pool.targets import target_facts as pool_targets
 from sactool.host.sysfs import SysfsReader
 from sactool.profile import validate
 from sactool.topology import probe
@@ -53,7 +53,7 @@ def test_slices_are_the_rank_plans_on_the_recorded_device(machine, example_profi
     p = validate(replace(p, sglang=replace(p.sglang, tp_size=4, attn_dp_size=4, max_running_requests=None,
                                            max_total_tokens=None, context_length=None),
                          pool=replace(p.pool, dax_devices=("dax0.0",), gpu_local_nodes=(), rank_targets=())))
-    assert [(s.offset_bytes, s.size_bytes) for s in rank_plan(p, [t], check_pool=False).slots] == \
+    assert [(s.offset_bytes, s.size_bytes) for s in rank_plan(PoolSpec.of(p), [t], check_pool=False).slots] == \
         [(s.offset_bytes, s.size_bytes) for s in four]
     with pytest.raises(CapacityError, match="cannot give 257 ranks an aligned slice"):
         dax_slices(t, 257)

@@ -75,7 +75,8 @@ def test_from_bench_takes_each_targets_record_gpu_first(tmp_path, machine, fast_
     """sac2s (two sockets, CXL node2 and node3): node2 has a GPU record, node3 only a CPU one."""
     from sactool.host.sysfs import SysfsReader
     from sactool.memory.nodes import topology
-    from sactool.tune.pool import from_bench, pool_info
+    from sactool.pool.discover import pool_info
+    from sactool.tune.pool import from_bench
 
     pool = pool_info(topology(SysfsReader(machine("sac2s__30-system-ram"))))
     cpu = json.loads(Path(fast_bench_record).read_text())
@@ -157,7 +158,8 @@ def test_a_target_with_no_usable_figure_says_why_for_both_paths(tmp_path, machin
     gather: one error naming the target, the GPU figure's reason and the CPU gather's."""
     from sactool.host.sysfs import SysfsReader
     from sactool.memory.nodes import topology
-    from sactool.tune.pool import from_bench, pool_info
+    from sactool.pool.discover import pool_info
+    from sactool.tune.pool import from_bench
 
     pool = pool_info(topology(SysfsReader(machine("sac2s__30-system-ram"))))
     with pytest.raises(RecordError) as e:

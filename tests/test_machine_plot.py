@@ -217,7 +217,8 @@ def test_numa_plan_lines_end_at_the_cxl_nodes(machine):
     """A NUMA-mode plan (node2/node3 of sac2s 30-system-ram, by locality): each rank's line ends at
     its node's box, the GPUs (not in the recording) are placeholders on the profile's sockets, and a
     target that is a socket's own DRAM gets no line (its rank's box still names it)."""
-    from sactool.hisparse.rankplan import Target, plan
+    from sactool.pool.rankplan import plan
+    from sactool.pool.targets import Target
     from sactool.render.machine import machine_scene
 
     t = probe(SysfsReader(machine("sac2s__30-system-ram")))

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sactool import sglang_plugin as sp
+from sactool.plugins import sglang as sp
 from sactool.profile import load_profile, save_profile, validate
 
 HERE = Path(__file__).resolve().parent
@@ -45,12 +45,13 @@ def test_one_probe_per_process(monkeypatch):
     re-probed before the split, issue 19); only each allocation's free-memory check reads the node's
     free memory again, as it is when the pool is mapped."""
     from sactool.memory import nodes as memnodes
-    from sactool.placer import HostPoolPlacer
+    from sactool.pool.plan import PoolSpec
+    from sactool.pool.placer import HostPoolPlacer
 
     probes = []
     real = memnodes.topology
     monkeypatch.setattr(memnodes, "topology", lambda reader=None: probes.append(1) or real(reader))
-    p = HostPoolPlacer(node0_profile())
+    p = HostPoolPlacer(PoolSpec.of(node0_profile()))
     for rank in (0, 1):
         assert p.place(rank, 4 << 20) is not None
         assert p.pool_budget(p.plan_for(rank))[0] > 0
@@ -59,7 +60,7 @@ def test_one_probe_per_process(monkeypatch):
 
 
 def test_place_pool_on_node0_verified(caplog):
-    caplog.set_level(logging.INFO, logger="sactool.sglang_plugin")
+    caplog.set_level(logging.INFO, logger="sactool")
     buf = sp.place_pool(node0_profile(), 1, 32 << 20, rank_source="test")
     r = buf.report
     assert r.expected_nodes == (0,) and r.verified_fraction == 1.0
@@ -80,7 +81,7 @@ def test_policies_and_hugepages_reach_the_allocation():
 
 
 def test_fallback_on_missing_node_and_strict_stop(caplog):
-    caplog.set_level(logging.WARNING, logger="sactool.sglang_plugin")
+    caplog.set_level(logging.WARNING, logger="sactool")
     prof = node0_profile(nodes=(7,))
     assert sp.place_pool(prof, 0, 4 << 20) is None
     assert "SGLang's own allocator is used" in caplog.text and "node7" in caplog.text
@@ -91,7 +92,7 @@ def test_fallback_on_missing_node_and_strict_stop(caplog):
 
 
 def test_devdax_missing_device_falls_back(caplog, monkeypatch):
-    caplog.set_level(logging.WARNING, logger="sactool.sglang_plugin")
+    caplog.set_level(logging.WARNING, logger="sactool")
     monkeypatch.delenv(sp.STANDIN_ENV, raising=False)
     prof = node0_profile(mode="devdax", nodes=(), dax_devices=("dax0.0", "dax1.0"))
     assert sp.place_pool(prof, 0, 4 << 20) is None and "DAX device dax0.0 does not exist" in caplog.text
@@ -122,7 +123,7 @@ def devdax_profile(ranks=4, devices=2, **pool):
 def test_ranks_share_a_devdax_device_each_in_its_own_slice(monkeypatch, tmp_path, caplog):
     """4 ranks on 2 devices (round-robin): each maps its own aligned slice at the rank plan's
     offset — a file stands in for each device, written through the slice and read back from the file."""
-    caplog.set_level(logging.WARNING, logger="sactool.sglang_plugin")
+    caplog.set_level(logging.WARNING, logger="sactool")
     devs = _standin(monkeypatch, tmp_path)
     prof = devdax_profile()
     seen = {}
@@ -131,15 +132,20 @@ def test_ranks_share_a_devdax_device_each_in_its_own_slice(monkeypatch, tmp_path
         assert buf is not None, caplog.text
         res = sp.placed_pools()[-1]
         seen[r] = (res.target, res.offset_bytes, buf.size_bytes)
-        buf.mmap[0:1] = bytes([0x40 + r])
-        buf.mmap.flush()
+        buf.mmap[0:1] = bytes([0x40 + r])   # no flush(): msync returns EINVAL on a real device-DAX mapping
     # partition = 64 MiB // 2 ranks, on the 2 MiB align; rank r on device r % 2
     assert seen == {0: ("dax0.0", 0, 6 * MiB), 1: ("dax1.0", 0, 6 * MiB),
                     2: ("dax0.0", 32 * MiB, 6 * MiB), 3: ("dax1.0", 32 * MiB, 6 * MiB)}
+    import mmap
+
     for r, (t, off, _) in seen.items():
+        # read back as on a real /dev/daxX.Y (read/pread return EINVAL there): a second MAP_SHARED mapping
         with open(devs[t]["path"], "rb") as f:
-            f.seek(off)
-            assert f.read(1) == bytes([0x40 + r])
+            second = mmap.mmap(f.fileno(), 2 * MiB, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ, offset=off)
+        try:
+            assert second[0:1] == bytes([0x40 + r])
+        finally:
+            second.close()
     assert "devdax slice (GPU 2) at offset 33554432" in caplog.text and "standing in" in caplog.text
 
 
@@ -206,7 +212,7 @@ def _coordinator(**kw):
 
 
 def test_hooks_place_the_hisparse_pool_and_nothing_else(monkeypatch, tmp_path, sglang, caplog):
-    caplog.set_level(logging.INFO, logger="sactool.sglang_plugin")
+    caplog.set_level(logging.INFO, logger="sactool")
     monkeypatch.setenv("SACTOOL_PROFILE", str(_write(tmp_path, node0_profile())))
     monkeypatch.setenv("SACTOOL_RANK", "1")
     assert sp.register() is True
@@ -277,7 +283,7 @@ def test_budget_check_answered_for_the_placed_memory(monkeypatch, tmp_path, sgla
     """SGLang's host-memory check (stand-in budget far below the pool, a host short of DRAM)
     refuses the pool without the plug-in and accepts it with it: the answer is the rank's devdax
     slice; outside the coordinator SGLang's own budget stands."""
-    caplog.set_level(logging.WARNING, logger="sactool.sglang_plugin")
+    caplog.set_level(logging.WARNING, logger="sactool")
     _standin(monkeypatch, tmp_path)
     from sglang.srt.mem_cache.pool_host import base
 
@@ -305,7 +311,7 @@ def test_numa_budget_answer_is_the_target_nodes_free_memory(monkeypatch, tmp_pat
     second reading taken later."""
     from sglang.srt.mem_cache.pool_host import base
 
-    caplog.set_level(logging.WARNING, logger="sactool.sglang_plugin")
+    caplog.set_level(logging.WARNING, logger="sactool")
     monkeypatch.setattr(base, "BUDGET", [1 << 20])
     monkeypatch.setenv("SACTOOL_PROFILE", str(_write(tmp_path, node0_profile())))
     monkeypatch.setenv("SACTOOL_RANK", "0")
@@ -324,7 +330,7 @@ def test_numa_budget_answer_is_the_target_nodes_free_memory(monkeypatch, tmp_pat
 def test_strict_stops_when_the_allocation_hook_did_not_place_the_pool(monkeypatch, tmp_path, sglang, caplog):
     """The allocation hook patched nothing (as when apply_hooks swallowed its failure): after the
     coordinator's constructor, strict raises; fallback logs "host pool NOT on <target>"."""
-    caplog.set_level(logging.WARNING, logger="sactool.sglang_plugin")
+    caplog.set_level(logging.WARNING, logger="sactool")
     monkeypatch.setenv("SACTOOL_RANK", "1")
     monkeypatch.setenv("SACTOOL_PROFILE", str(_write(tmp_path, node0_profile())))
     assert sp.register() is True
@@ -378,7 +384,7 @@ def test_a_per_layer_pool_gets_disjoint_stretches_of_the_slice(monkeypatch, tmp_
     (``DeepSeekV4PagedHostPool``, layer_first: one allocation per layer, ``kv_buffer`` a list):
     each layer maps the next aligned stretch of the rank's slice, none overlapping, and the
     post-constructor check accepts the list; a byte written through layer 3 is in the file there."""
-    caplog.set_level(logging.WARNING, logger="sactool.sglang_plugin")
+    caplog.set_level(logging.WARNING, logger="sactool")
     devs = _standin(monkeypatch, tmp_path, n=1)               # one 64 MiB device, 2 ranks: 32 MiB slices
     monkeypatch.setenv("SACTOOL_PROFILE", str(_write(tmp_path, devdax_profile(ranks=2, devices=1, strict=True))))
     monkeypatch.setenv("SACTOOL_RANK", "1")
@@ -456,7 +462,7 @@ def test_integration_script_counts_plugins_by_what_load_plugins_left_behind(sgla
     from test_sglang_integration_script import load_script
 
     script = load_script()
-    ours = EntryPoint("sactool_cxl", "sactool.sglang_plugin:register", "sglang.srt.plugins")
+    ours = EntryPoint("sactool_cxl", "sactool.plugins.sglang:register", "sglang.srt.plugins")
     other = EntryPoint("never_imported", "sactool_no_such_plugin_module:register", "sglang.srt.plugins")
     registry = sglang.HookRegistry
     sp.reset()

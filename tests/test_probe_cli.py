@@ -17,7 +17,7 @@ def test_json_is_pure_data(tmp_path, capsys):
     assert main(["probe", "--sysfs-root", str(root), "--format", "json"]) == 0
     out, err = capsys.readouterr()
     data = json.loads(out)  # nothing but the JSON document on stdout
-    assert data["kind"] == "topology" and data["schema_version"] == 3
+    assert data["kind"] == "topology" and data["schema_version"] == 4
     assert data["live"] is False and data["source"] == "recording (not this system)"
     assert data["verdict"]["pool_nodes"] == [2]
     assert {n["node"]: n["kind"] for n in data["nodes"]}["node2"] == "cxl"

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 
 from sactool.cli import main
-from sactool.profile.hostpool import rank_plan
-from sactool.hisparse.placement import pool_bytes_per_rank, round_robin
-from sactool.hisparse.rankplan import check_disjoint
-from sactool.hisparse.targets import pool_targets
+from sactool.pool.plan import PoolSpec, rank_plan
+from sactool.pool.rankplan import pool_bytes_per_rank, round_robin
+from sactool.pool.rankplan import check_disjoint
+from sactool.pool.targets import target_facts as pool_targets
 from sactool.host.sysfs import SysfsReader
 from sactool.profile import load_profile, validate
 from sactool.topology import probe
@@ -55,7 +55,7 @@ def test_eight_ranks_on_two_devdax_devices(machine, rule, expect):
         ("dax0.0", 0, 512 * MiB, 2 * MiB), ("dax1.0", 1, 512 * MiB, 2 * MiB)]
     prof = load_profile(SAC)
     prof = validate(replace(prof, pool=replace(prof.pool, rank_assignment=rule, gpu_local_nodes=GPU_NODES)))
-    plan = rank_plan(prof, facts)
+    plan = rank_plan(PoolSpec.of(prof), facts)
     assert [s.target for s in plan.slots] == expect
     assert [s.gpu for s in plan.slots] == list(range(8)) and not plan.notes
     check_disjoint(plan, facts)
@@ -64,11 +64,7 @@ def test_eight_ranks_on_two_devdax_devices(machine, rule, expect):
         assert rows == [(i * 128 * MiB, 128 * MiB) for i in range(4)]          # 4 aligned slices fill 512 MiB
         assert {s.cpu_node for s in plan.slots if s.target == t.name} == {t.cpu_node}
     # the sizes add up to the capacity plan: tune's per-rank partition times the ranks
-    from sactool.hisparse.capacity import PoolTarget
-
-    tune_targets = [PoolTarget(t.name, None, t.capacity_bytes, t.capacity_source, cpu_node=t.cpu_node,
-                               align_bytes=t.align_bytes) for t in facts]
-    part = pool_bytes_per_rank(round_robin(8, [t.name for t in facts]), tune_targets)
+    part = pool_bytes_per_rank(round_robin(8, [t.name for t in facts]), facts)   # one Target type for both
     assert plan.total_bytes == 8 * part == 1024 * MiB
 
 
@@ -78,7 +74,7 @@ def test_slices_follow_align_and_rank_count(machine):
     prof = load_profile(SAC)
     prof = validate(replace(prof, sglang=replace(prof.sglang, tp_size=6, attn_dp_size=6),
                             pool=replace(prof.pool, gpu_local_nodes=())))
-    plan = rank_plan(prof, facts)
+    plan = rank_plan(PoolSpec.of(prof), facts)
     size = (512 * MiB // 3) // (2 * MiB) * (2 * MiB)
     assert [(s.target, s.offset_bytes, s.size_bytes) for s in plan.slots[:3]] == [
         ("dax0.0", 0, size), ("dax1.0", 0, size), ("dax0.0", size, size)]
@@ -94,7 +90,7 @@ def test_numa_mode_rows_have_no_offsets(machine):
     prof = load_profile(SAC)
     prof = validate(replace(prof, pool=replace(prof.pool, mode="numa", nodes=(2, 3), dax_devices=(),
                                                rank_assignment="locality", gpu_local_nodes=GPU_NODES)))
-    plan = rank_plan(prof, facts)
+    plan = rank_plan(PoolSpec.of(prof), facts)
     assert [(s.target, s.offset_bytes) for s in plan.slots] == [("node2", None)] * 4 + [("node3", None)] * 4
     assert all(s.size_bytes == facts[0 if s.target == "node2" else 1].capacity_bytes // 4 for s in plan.slots)
 
@@ -106,7 +102,7 @@ def test_locality_without_a_target_on_the_socket_falls_back_and_says_so(machine)
                                                gpu_local_nodes=GPU_NODES),
                             sglang=replace(prof.sglang, max_total_tokens=None, max_running_requests=None),
                             request={}))
-    plan = rank_plan(prof, facts)
+    plan = rank_plan(PoolSpec.of(prof), facts)
     assert {s.target for s in plan.slots} == {"dax0.0"}
     assert len(plan.notes) == 4 and "rank 4: no pool target on the socket of its GPU (node1)" in plan.notes[0]
 
@@ -177,7 +173,7 @@ def test_tune_chooses_locality_when_gpu_locality_is_known(machine, capsys, fast_
     assert p.pool.rank_targets == ("dax0.0",) * 4 + ("dax1.0",) * 4
     assert p.provenance["pool.gpu_local_nodes"].source == "measured"
     # round_robin stays a rule a profile can ask for
-    from sactool.hisparse.placement import candidates
+    from sactool.pool.rankplan import candidates
 
     names = ["dax0.0", "dax1.0"]
     got = candidates(8, names, rank_nodes=GPU_NODES, target_nodes={"dax0.0": 0, "dax1.0": 1})

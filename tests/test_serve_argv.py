@@ -14,7 +14,8 @@ from sactool.errors import ExitCode, RecordError
 from sactool.profile import load_profile
 from sactool.serve.argv import build_command
 from sactool.serve.checks import EngineInfo, check_conflicts, check_engine, check_model, version_in
-from sactool.profile.hostpool import host_sizing, rank_target, row_bytes
+from sactool.pool.plan import PoolSpec, rank_target
+from sactool.profile.sizing import host_sizing, row_bytes
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((REPO / "profiles" / "examples").glob("*.yaml"))
@@ -41,7 +42,7 @@ def _record(cmd) -> dict:
 def test_examples_cover_the_required_cases():
     profs = {p.stem: load_profile(p) for p in EXAMPLES}
     assert any(len(p.pool.nodes) == 1 and p.pool.placement == "plugin" for p in profs.values())
-    assert any(len(set(rank_target(p, r) for r in range(p.world_size))) == 2 and p.pool.mode == "numa"
+    assert any(len(set(rank_target(PoolSpec.of(p), r) for r in range(p.world_size))) == 2 and p.pool.mode == "numa"
                for p in profs.values())
     assert any(p.pool.mode == "devdax" for p in profs.values())
     assert {p.pool.placement for p in profs.values()} == {"plugin", "numactl", "none"}

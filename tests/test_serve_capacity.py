@@ -13,8 +13,9 @@ from fixtures.trees import unpack
 from sactool.errors import CapacityError, ExitCode, RecordError, TopologyError
 from sactool.host.sysfs import SysfsReader
 from sactool.profile import load_profile, validate
-from sactool.serve.capacity import check_pool
-from sactool.profile.hostpool import host_sizing
+from sactool.pool import capacity
+from sactool.pool.plan import PoolSpec
+from sactool.profile.sizing import host_sizing
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -35,6 +36,11 @@ def trees(tmp_path_factory):
 
 
 PER_RANK = (2048 + 64) * 61 * 656
+
+
+def check_pool(profile, reader):
+    """serve's pool check of the pool a profile asks SGLang for."""
+    return capacity.check_pool(PoolSpec.of(profile), reader)
 
 
 def test_fits_on_two_nodes_round_robin(trees):

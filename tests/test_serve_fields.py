@@ -14,8 +14,9 @@ import pytest
 from sactool.profile import load_profile, settings_fields
 from sactool.serve.argv import build_command
 from sactool.serve.checks import EngineInfo, check_engine
-from sactool.profile.hostpool import host_sizing, plan_for_rank, pool_targets, rank_plan
-from sactool.hisparse.rankplan import Target
+from sactool.pool.plan import PoolSpec, plan_for_rank, rank_plan
+from sactool.pool.targets import Target, target_names
+from sactool.profile.sizing import host_sizing
 
 REPO = Path(__file__).resolve().parent.parent
 BASE = REPO / "profiles/examples/cxl-one-node.yaml"
@@ -77,12 +78,12 @@ ENGINE = EngineInfo(python="/env/bin/python", python_version="3.11.7", sglang="0
 
 def fingerprint(profile) -> dict:
     cmd = build_command(profile, profile_path=str(BASE), python="python3", environ={})
-    plans = [plan_for_rank(profile, r) for r in range(profile.world_size)] if cmd.placement == "plugin" else []
+    plans = [plan_for_rank(PoolSpec.of(profile), r) for r in range(profile.world_size)] if cmd.placement == "plugin" else []
     # the rank plan over fixed target facts (as a host would give them): slices, GPUs, sockets
     facts = [Target(n, profile.pool.mode, 1 << 30, "test", 2 << 20 if n.startswith("dax") else None, i % 2)
-             for i, n in enumerate(pool_targets(profile))]
+             for i, n in enumerate(target_names(profile.pool))]
     try:
-        rank_rows = rank_plan(profile, facts, check_pool=False).to_data() if cmd.placement == "plugin" else []
+        rank_rows = rank_plan(PoolSpec.of(profile), facts, check_pool=False).to_data() if cmd.placement == "plugin" else []
     except Exception as e:
         rank_rows = [f"refused {type(e).__name__}"]
     try:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sactool import sglang_plugin
+from sactool.plugins import sglang as sglang_plugin
 from sactool.profile import load_profile
 from sactool.serve.argv import build_command
 
@@ -304,7 +304,7 @@ def test_plugin_mechanism_matches(src):
     # pyproject registers the entry point under the group SGLang scans
     text = (REPO / "pyproject.toml").read_text()
     assert '[project.entry-points."sglang.srt.plugins"]' in text
-    assert 'sactool_cxl = "sactool.sglang_plugin:register"' in text
+    assert 'sactool_cxl = "sactool.plugins.sglang:register"' in text
 
 
 def test_budget_hook_target_is_the_check_sglang_runs_before_allocating(src):

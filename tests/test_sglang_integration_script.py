@@ -48,3 +48,21 @@ def test_the_profiles_it_writes_load_and_validate(script, tmp_path, mode):
     script.write_profile(path, mode, 8, 2, 200_000, 2)
     p = load_profile(path)
     assert p.pool.mode == mode and p.sglang.tp_size == 8 and p.hisparse.host_to_device_ratio == 2
+
+
+def test_slices_read_back_through_a_second_mapping(script, tmp_path):
+    """The script checks a slice's bytes through a second MAP_SHARED mapping at the slice's offset — what
+    works on a real /dev/daxX.Y, where read/pread (and msync) return EINVAL — not with pread on the file."""
+    import mmap
+
+    f = tmp_path / "dax0.0"
+    with open(f, "wb") as fh:
+        fh.truncate(8 << 20)
+    with open(f, "r+b") as fh:
+        m = mmap.mmap(fh.fileno(), 2 << 20, flags=mmap.MAP_SHARED, offset=4 << 20)
+    m[0:1], m[(2 << 20) - 1:] = b"A", b"Z"
+    try:
+        assert script.read_back(str(f), 4 << 20, [0, (2 << 20) - 1]) == [b"A", b"Z"]
+        assert script.read_back(str(f), 2 << 20, [0]) == [b"\0"]
+    finally:
+        m.close()

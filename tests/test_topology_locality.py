@@ -124,7 +124,7 @@ def test_hmat_initiators_without_slit(tmp_path):
 
 
 def test_tune_prefaults_each_target_from_its_own_cpu_node(tmp_path):
-    from sactool.tune.pool import pool_info
+    from sactool.pool.discover import pool_info
 
     t = probe(SysfsReader(_tree(tmp_path)))
     info = pool_info(t)

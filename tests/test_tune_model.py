@@ -6,8 +6,10 @@ import pytest
 
 from sactool.errors import CapacityError, UsageError
 from sactool.models import checkpoint_of, get_model
-from sactool.hisparse import capacity, cost, gpus, placement
-from sactool.hisparse.capacity import Deployment, PoolTarget
+from sactool.hisparse import capacity, cost, gpus
+from sactool.pool import rankplan as placement
+from sactool.hisparse.capacity import Deployment
+from sactool.pool.targets import Target
 
 
 class Fig:  # a GatherFigure-shaped value (record size, bandwidth): input data, not the thing under test
@@ -40,9 +42,9 @@ def test_step_time_is_slowest_target():
     assert cost.step_time_over_targets({"node2": 4e9, "node3": 1e9}, {"node2": 2e9, "node3": 2e9}) == 2.0
 
 
-def test_rank_plan_hand_computed():
+def test_rank_sizing_hand_computed():
     # docs/sources.md, SGLang §2.5: 61 x 656 = 40,016 B per logical token; 132 x 61 = 8,052 B of index keys
-    p = capacity.rank_plan(2, 4096, 3, layers=61, record_bytes=656, indexer_bytes=132)
+    p = capacity.rank_sizing(2, 4096, 3, layers=61, record_bytes=656, indexer_bytes=132)
     assert p.device_slots == 2 * (4096 + 64)
     assert p.host_tokens == 3 * 8320
     assert p.hot_buffer_bytes == 8320 * 40_016
@@ -53,7 +55,7 @@ def test_rank_plan_hand_computed():
 
 
 def test_fits_reports_each_limit():
-    p = capacity.rank_plan(1, 2048, 8, layers=61, record_bytes=656, indexer_bytes=132)
+    p = capacity.rank_sizing(1, 2048, 8, layers=61, record_bytes=656, indexer_bytes=132)
     assert capacity.fits(p, gpu_budget_bytes=p.gpu_bytes, pool_bytes_per_rank=p.host_pool_bytes) == []
     why = capacity.fits(p, gpu_budget_bytes=p.gpu_bytes - 1, pool_bytes_per_rank=p.host_pool_bytes - 1)
     assert len(why) == 2 and why[0].startswith("GPU") and why[1].startswith("pool")
@@ -64,7 +66,7 @@ def test_max_requests_per_rank_is_exact():
     one = (capacity.pages(16384) + 64) * 40_016          # host bytes of one 16K request (+ pad page)
     n = capacity.max_requests_per_rank(2048, 16384, pool_bytes_per_rank=10 * one, **kw)
     assert n == 9   # ten requests' rows + ten pad pages do not fit; 9 do (ratio rounding adds slack)
-    p = capacity.rank_plan(n, 2048, capacity.min_ratio(n, 2048, 16384), layers=61, record_bytes=656,
+    p = capacity.rank_sizing(n, 2048, capacity.min_ratio(n, 2048, 16384), layers=61, record_bytes=656,
                            indexer_bytes=132)
     assert p.host_pool_bytes <= 10 * one
     assert capacity.max_requests_per_rank(2048, 16384, pool_bytes_per_rank=one // 2, **kw) == 0
@@ -107,7 +109,7 @@ def test_placement_round_robin_and_packed():
     assert rr.rank_targets == ("node2", "node3") * 4          # SAC: tp_rank % num_devices
     pk = placement.packed(8, ["node2", "node3"], 1)
     assert set(pk.rank_targets) == {"node2"}
-    targets = [PoolTarget("node2", 2, 64 << 30, "t"), PoolTarget("node3", 3, 32 << 30, "t")]
+    targets = [Target("node2", "numa", 64 << 30, "t", node=2), Target("node3", "numa", 32 << 30, "t", node=3)]
     assert placement.pool_bytes_per_rank(rr, targets) == (32 << 30) // 4
     assert placement.pool_bytes_per_rank(pk, targets) == (64 << 30) // 8
     cands = placement.candidates(8, ["node2", "node3", "node4"])

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from sactool.tune import search
-from sactool.hisparse.capacity import Deployment, PoolTarget, min_ratio, rank_plan
-from sactool.hisparse.placement import candidates, round_robin
+from sactool.hisparse.capacity import Deployment, min_ratio, rank_sizing
+from sactool.pool.targets import Target
+from sactool.pool.rankplan import candidates, round_robin
 
 
 def _inputs(budget, misses_by_buf, *, reps=3, noise=0.0, targets=None, bw=None):
     """Synthetic misses table: ``misses_by_buf[b]`` per step per layer, per-replicate jitter ``noise``."""
     ctx = 16384
-    targets = targets or (PoolTarget("node2", 2, 1 << 40, "t"),)
+    targets = targets or (Target("node2", "numa", 1 << 40, "t", node=2),)
     # jitter of opposite sign for neighbouring buffer sizes: replicates disagree on their order
     table = [{b: m * (1 + noise * (((r + i) % 2) * 2 - 1)) for i, (b, m) in enumerate(sorted(misses_by_buf.items()))}
              for r in range(reps)]
@@ -41,8 +42,8 @@ def test_unconstrained_choice_is_the_largest_buffer_with_engine_defaults():
 
 def test_gpu_budget_bounds_the_buffer():
     # budget that holds 8 requests' hot buffers of 6144 slots but not 7168
-    p6 = rank_plan(1, 6144, min_ratio(1, 6144, 16384), layers=61, record_bytes=656, indexer_bytes=132)
-    p7 = rank_plan(1, 7168, min_ratio(1, 7168, 16384), layers=61, record_bytes=656, indexer_bytes=132)
+    p6 = rank_sizing(1, 6144, min_ratio(1, 6144, 16384), layers=61, record_bytes=656, indexer_bytes=132)
+    p7 = rank_sizing(1, 7168, min_ratio(1, 7168, 16384), layers=61, record_bytes=656, indexer_bytes=132)
     budget = (p6.gpu_bytes + p7.gpu_bytes) // 2
     (chosen, _), evals = _run(_inputs(budget, MISSES))
     assert chosen.candidate.device_buffer_size == 6144
@@ -54,7 +55,7 @@ def test_gpu_budget_bounds_the_buffer():
 def test_noisy_measurements_do_not_pick_the_winner():
     # packed (all ranks on node2) has the lower mean, but the rounds disagree on the order:
     # not significant, so the engine's preference (round-robin, as SAC) is kept
-    t = (PoolTarget("node2", 2, 1 << 40, "t"), PoolTarget("node3", 3, 1 << 40, "t"))
+    t = (Target("node2", "numa", 1 << 40, "t", node=2), Target("node3", "numa", 1 << 40, "t", node=3))
     rounds = [{"node2": 2.3e10, "node3": 1e10}, {"node2": 1.8e10, "node3": 1e10}] * 2
     (chosen, ranked), evals = _run(_inputs(10**12, {8192: 100.0}, targets=t, bw=rounds), buffers=[8192])
     packed = next(e for e in evals if e.candidate.placement.strategy == "packed")
@@ -80,7 +81,7 @@ def test_significant_difference_is_ranked():
 
 
 def test_round_robin_beats_packed_on_two_targets():
-    t = (PoolTarget("node2", 2, 1 << 40, "t"), PoolTarget("node3", 3, 1 << 40, "t"))
+    t = (Target("node2", "numa", 1 << 40, "t", node=2), Target("node3", "numa", 1 << 40, "t", node=3))
     x = _inputs(10**12, {8192: 100.0}, targets=t)
     (chosen, _), evals = _run(x, buffers=[8192])
     assert chosen.candidate.placement == round_robin(8, ["node2", "node3"])
@@ -100,7 +101,7 @@ def test_largest_feasible_sees_past_ratio_jumps():
     # hot buffers + indexer keys), but 3264 do (ratio 10); a search stopping at the first misfit misses it
     ctx = 32768
     x = search.Inputs(contexts=(16384, ctx), concurrency=8, deployment=Deployment(1, 1),
-                      targets=(PoolTarget("node0", 0, 1 << 40, "t"),), layers=61, record_bytes=656,
+                      targets=(Target("node0", "numa", 1 << 40, "t", node=0),), layers=61, record_bytes=656,
                       indexer_bytes=132, top_k=2048, gpu_budget_bytes=3 << 30, misses={}, hit_rate={}, bandwidth=[])
     pl = candidates(1, ["node0"])
     fits_at = {b: not search.constraints(search.Candidate(b, min_ratio(8, b, ctx), 960, True, pl[0]), x)[0]
@@ -115,7 +116,7 @@ def test_a_candidate_beaten_on_the_same_targets_cannot_win_a_tie():
     packed on three targets is beaten by the large buffer packed alike whatever the bandwidth is. It
     used to win the tie on GPU memory (2048 slots, packed/3: 7.40 ms where 8192 slots over all four
     targets predicted 4.31 ms); only the fastest of each target load may be chosen."""
-    t = tuple(PoolTarget(f"node{n}", n, 1 << 40, "t") for n in (6, 7, 8, 9))
+    t = tuple(Target(f"node{n}", "numa", 1 << 40, "t", node=n) for n in (6, 7, 8, 9))
     m = {2048: 400.0, 8192: 100.0}
     x = _inputs(10**12, m, targets=t, reps=1, bw=[{f"node{n}": 1e10 for n in (6, 7, 8, 9)}])
     (chosen, ranked), evals = _run(x, buffers=list(m))

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from sactool.data import paper_platform
-from sactool.hisparse.capacity import Deployment, PoolTarget
+from sactool.hisparse.capacity import Deployment
+from sactool.pool.targets import Target
 from sactool.hisparse.cost import common_miss_time_per_token, per_missed_record_cost
-from sactool.hisparse.placement import round_robin
+from sactool.pool.rankplan import round_robin
 from sactool.models import get_model
 from sactool.simulate.api import calibration_of
 from sactool.simulate.engine import path_model
@@ -47,7 +48,7 @@ def test_tune_gain_over_4096_equals_simulate_on_the_same_inputs():
     share = min(path.link_bytes_per_s, p.switch_uplink_bytes_per_s / p.gpus_per_switch,
                 path.device_bytes_per_s / on_dev)
     names = [f"cxl{i}" for i in range(p.cxl_devices)]
-    targets = tuple(PoolTarget(n, 2 + i, 1 << 40, "test") for i, n in enumerate(names))
+    targets = tuple(Target(n, "numa", 1 << 40, "test", node=2 + i) for i, n in enumerate(names))
     x = search.Inputs(contexts=(ctx,), concurrency=b * ranks, deployment=Deployment(ranks, ranks), targets=targets,
                       layers=layers, record_bytes=rb, indexer_bytes=spec.indexer_bytes, top_k=p.top_k,
                       gpu_budget_bytes=1 << 40, misses={ctx: [{4096: m4, 6144: m6}]},
@@ -84,7 +85,7 @@ def test_tune_choice_on_the_filler_workload_and_its_gain_equal_simulate():
                 path.device_bytes_per_s / on_dev)
     names = [f"cxl{i}" for i in range(p.cxl_devices)]
     x = search.Inputs(contexts=(ctx,), concurrency=b * ranks, deployment=Deployment(ranks, ranks),
-                      targets=tuple(PoolTarget(n, 2 + i, 1 << 40, "test") for i, n in enumerate(names)),
+                      targets=tuple(Target(n, "numa", 1 << 40, "test", node=2 + i) for i, n in enumerate(names)),
                       layers=layers, record_bytes=rb, indexer_bytes=spec.indexer_bytes, top_k=p.top_k,
                       gpu_budget_bytes=1 << 40, misses={ctx: [life]}, hit_rate={ctx: [{k: 0.9 for k in bufs}]},
                       bandwidth=[{n: share * on_dev for n in names}],

@@ -74,7 +74,8 @@ def test_fastest_width_wins_ties_keep_the_default():
 def test_the_width_is_chosen_at_the_design_blocks_slowest_target_deciding(tmp_path, machine):
     from sactool.host.sysfs import SysfsReader
     from sactool.memory.nodes import topology
-    from sactool.tune.pool import from_bench, pool_info
+    from sactool.pool.discover import pool_info
+    from sactool.tune.pool import from_bench
 
     pool = pool_info(topology(SysfsReader(machine("sac2s__30-system-ram"))))   # CXL node2 and node3
     g2 = gpu_record(tmp_path / "g2.json", _sweep(1024, 512), "node2")
@@ -129,7 +130,8 @@ def test_an_interrupted_bench_record_feeds_tune_with_a_warning(tmp_path, machine
     """Issue 22: an interrupted (complete: false) bench or fleet record fed tune without a word."""
     from sactool.host.sysfs import SysfsReader
     from sactool.memory.nodes import topology
-    from sactool.tune.pool import from_bench, pool_info
+    from sactool.pool.discover import pool_info
+    from sactool.tune.pool import from_bench
 
     pool = pool_info(topology(SysfsReader(machine("sac2s__30-system-ram"))))
     g2 = gpu_record(tmp_path / "g2.json", _sweep(1024, 512), "node2")

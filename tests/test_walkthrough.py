@@ -92,7 +92,7 @@ def test_profile_show_fetch_time_is_spelled_as_tune_prints_it(capsys, tmp_path):
 def test_alternative_against_a_chosen_one_that_fetches_nothing_names_its_time():
     """tune --context 2k on sac2s 20-devdax: the chosen buffer holds every context (0 µs), an
     alternative needs 15 µs per token, and 'why it lost' said '+0.0% fetch time per token'."""
-    from sactool.hisparse.placement import round_robin
+    from sactool.pool.rankplan import round_robin
     from sactool.tune.search import Candidate, Evaluation, reason_lost
 
     rr = round_robin(8, ["dax0.0", "dax1.0"])
@@ -190,7 +190,7 @@ def test_a_cxl_node_is_never_freer_than_its_size(machine):
 def test_capacity_source_names_the_margin_in_iec_units(machine):
     """serve --dry-run on sac2s 30-system-ram: '513.09 MiB free (node2/meminfo MemFree …, minus
     16106127 bytes kept back)' — the only raw byte count in the sentence."""
-    from sactool.hisparse.targets import pool_targets
+    from sactool.pool.targets import target_facts as pool_targets
     from sactool.host.sysfs import SysfsReader
     from sactool.topology import probe
 
@@ -214,7 +214,7 @@ def test_system_ram_hint_names_both_devices_of_the_sac_profile(capsys, machine):
     import pytest
 
     from sactool.errors import TopologyError
-    from sactool.hisparse.targets import pool_targets
+    from sactool.pool.targets import target_facts as pool_targets
     from sactool.host.sysfs import SysfsReader
     from sactool.topology import probe
 

@@ -12,9 +12,11 @@ from typing import Optional
 
 
 def run_probe(fmt: str = "table", sysfs_root: Optional[Path] = None, snapshot: Optional[Path] = None,
-              force: bool = False, plot: Optional[Path] = None) -> None:
+              force: bool = False, plot: Optional[Path] = None, poison: bool = False,
+              profile: Optional[Path] = None) -> None:
     """``sactool probe``: probe, optionally snapshot and draw (``plot``: .svg/.png), render (table)
-    or emit data (json/yaml)."""
+    or emit data (json/yaml). ``poison``: ask the devices for their poison lists (live, root);
+    ``profile``: name the rank and pool offset each poisoned range falls in (its devdax rank plan)."""
     from sactool.host.sysfs import SysfsReader
     from sactool.records import refuse_existing
     from sactool.render import check_format
@@ -39,8 +41,15 @@ def run_probe(fmt: str = "table", sysfs_root: Optional[Path] = None, snapshot: O
         from sactool.records import check_writable
 
         check_writable(snapshot)   # a missing directory, /proc, a full disk: before the probe
+    prof = None
+    if profile is not None:
+        from sactool.profile import load_profile
+
+        prof = load_profile(profile)   # a bad profile fails before the probe
     reader = SysfsReader(sysfs_root)
-    topo = probe(reader)
+    topo = probe(reader, poison=poison)
+    if prof is not None:
+        topo = with_ranks(topo, reader, prof)
     if plot is not None and plot_fmt is not None:   # check_plot gave a format for every --plot
         write_plot(plot, topo, plot_fmt, force=force)
     if snapshot is not None:
@@ -61,6 +70,30 @@ def run_probe(fmt: str = "table", sysfs_root: Optional[Path] = None, snapshot: O
 
         emit_data(topo, fmt)
         render_warnings(topo)      # on stderr, as every command with --format json|yaml (-q: none)
+
+
+def with_ranks(topo, reader, profile):
+    """``topo`` with each poisoned range of its health block placed in the profile's rank plan
+    (devdax: the rank whose slice holds it and the offset in its pool); unchanged for a numa pool,
+    whose pages the kernel places (a poisoned page there is the kernel's to offline)."""
+    from dataclasses import replace
+
+    from sactool.topology.health import locate
+
+    if profile.pool.mode != "devdax" or not any(h.poison for h in topo.health):
+        return topo
+    slots = plan_slots(topo, reader, profile)
+    return replace(topo, health=tuple(replace(h, poison=locate(h.poison, slots)) if h.poison else h
+                                      for h in topo.health))
+
+
+def plan_slots(topo, reader, profile) -> list:
+    """The rank plan's slots of ``profile`` on ``topo`` (rank, target, offset_bytes, size_bytes)."""
+    from sactool.pool.plan import PoolSpec, rank_plan
+    from sactool.pool.targets import target_facts, target_names
+
+    targets = target_facts(topo, reader, target_names(profile.pool), capacity_bytes=profile.pool.capacity_bytes)
+    return list(rank_plan(PoolSpec.of(profile), targets, check_pool=False).slots)
 
 
 def check_plot(plot: Optional[Path], force: bool) -> Optional[str]:
@@ -106,7 +139,12 @@ def register(app) -> None:
             None, "--plot", help="Also draw the machine (sockets, host bridges, links, devices, regions, DAX, "
                                  "nodes, GPUs) to this .svg, .pdf or .png (by the extension; needs matplotlib)."),
         force: bool = flag("--force", help="Overwrite an existing --snapshot / --plot file."),
+        poison: bool = flag("--poison", help="Ask each CXL device for its poison list (root; writes "
+                                             "memX/trigger_poison_list, reads cxl_poison trace events)."),
+        profile: Optional[Path] = typer.Option(
+            None, "--profile", "-p", help="Name the rank and pool offset each poisoned range falls in "
+                                          "(the profile's devdax rank plan)."),
         quiet: bool = QuietOpt,
     ) -> None:
-        """What memory do I have: NUMA nodes, which is CXL and why, CXL devices, regions, DAX, HMAT, tiers."""
-        run_probe(check_format(fmt), sysfs_root, snapshot, force, plot)
+        """What memory do I have: NUMA nodes, which is CXL and why, CXL devices, regions, DAX, HMAT, tiers, health."""
+        run_probe(check_format(fmt), sysfs_root, snapshot, force, plot, poison, profile)

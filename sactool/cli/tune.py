@@ -19,6 +19,7 @@ else:
     Gpu = choices("Gpu", tuple(GPUS))
 
 EXAMPLE = example("sactool tune --model deepseek-v3.2",
+                  "sactool tune --model deepseek-v3.2 --observed http://127.0.0.1:8000/metrics --observed-buffer 4096",
                   "sactool tune --model glm-5.1 --gpu h20 --gpu-kv-budget 20GiB --context 32k,64k --concurrency 64",
                   "sactool tune --model deepseek-v3.2 --bench bench.json --out myhost.yaml")
 
@@ -40,6 +41,15 @@ POOL_BYTES_HELP = ("Pool bytes per target (node or DAX device), e.g. 256GiB; def
 GATHER_SIZE_HELP = ("Buffer of tune's own quick gathers on the pool node, with its unit (e.g. 4GiB). Default: 8x the "
                     "last-level cache of the CPUs that gather (at least 256MiB), or the most the node holds. A "
                     "size inside that cache is refused.")
+
+
+ObservedOpt = typer.Option(
+    None, "--observed", metavar="FILE|URL", help="The running engine's metrics (its /metrics URL or a saved copy) "
+    "or a 'sactool watch --once --format json' record: the workload is refit so the hot-buffer simulation "
+    "reproduces the observed miss rate at the buffer the engine ran, then tune chooses again.")
+ObservedBufferOpt = typer.Option(
+    None, "--observed-buffer", min=1, metavar="SLOTS", help="The device_buffer_size the observed engine ran "
+    "(default: what the watch record names; engine metrics do not say it).")
 
 
 def tune(
@@ -81,6 +91,8 @@ def tune(
         "each for its share of the shared pool; --out is then a directory (default profiles/<model>/)."),
     pool_bytes: Optional[str] = typer.Option(None, "--pool-bytes", help=POOL_BYTES_HELP),
     gather_size: Optional[str] = typer.Option(None, "--gather-size", help=GATHER_SIZE_HELP),
+    observed: Optional[str] = ObservedOpt,
+    observed_buffer: Optional[int] = ObservedBufferOpt,
     fmt=FormatOpt,
     quiet: bool = QuietOpt,
 ) -> None:
@@ -99,6 +111,7 @@ def tune(
         steps=steps, replicates=replicates, seed=seed, workload=workload, sysfs_root=sysfs_root,
         pool_bytes=parse_size(pool_bytes, what="--pool-bytes") if pool_bytes else None,
         gather_size_bytes=parse_size(gather_size, what="--gather-size") if gather_size else None,
+        observed=observed, observed_buffer=observed_buffer,
         given=_given(ctx, {"context": "contexts", "concurrency": "concurrency", "tp": "tp", "attn_dp": "attn-dp",
                            "gpu": "gpu", "kv_dtype": "kv-dtype", "pool_bytes": "pool-bytes"}))
     from sactool.fleet.mpi import detect
@@ -114,6 +127,12 @@ def tune(
         return  # tune --fleet under mpirun: rank 0 writes every host's profile
     if fleet is not None:
         return _tune_fleet(opts, fleet, fmt)
+    _say_if_long(opts)
+    _tune_one(opts, fmt)
+
+
+def _say_if_long(opts) -> None:
+    """A long run says so before it starts (and is refused past a day: tune.api)."""
     from sactool.tune.api import MAX_MEASURING_S, measuring_lower_bound_s
 
     low = measuring_lower_bound_s(opts)
@@ -121,7 +140,6 @@ def tune(
         from sactool.render import note
 
         note(f"tune: {opts.replicates} replicates measure for at least {low / 60:.0f} min, simulation on top")
-    _tune_one(opts, fmt)
 
 
 def _concurrency(text: str) -> int | None:

@@ -101,7 +101,7 @@ def _resolve(opts, reader) -> dict[str, Any]:
                          f"use one of: {', '.join(FLEET_TESTS)} (each contention sweep measures one test)")
     topo = topology(reader)
     if opts.dax:
-        from sactool.hisparse.targets import pool_targets
+        from sactool.pool.targets import target_facts
 
         name = opts.dax.rsplit("/", 1)[-1]
         dev = next((d for d in topo.dax_devices if d.name == name), None)
@@ -111,7 +111,7 @@ def _resolve(opts, reader) -> dict[str, Any]:
             map_devdax(opts.dax, reader=reader)   # the single-host bench's errors: missing, system-ram, unbound
         if dev is None:
             raise TopologyError(f"{name} is not a DAX device here", "see 'sactool probe'")
-        (target,) = pool_targets(topo, reader, [name])
+        (target,) = target_facts(topo, reader, [name])
         if not target.capacity_bytes or dev.target_node is None:
             raise TopologyError(f"{name} reports no size or no target node", "see 'sactool probe'")
         res = {"topo": topo, "mem": dev.target_node, "dax": target, "cpu_node": target.cpu_node, "node_cpus": ()}

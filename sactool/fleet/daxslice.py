@@ -1,5 +1,5 @@
 """A devdax device shared by the ranks of one machine in a fleet bench: each rank's slice, by the
-rank plan's one rule (:func:`sactool.hisparse.rankplan.plan`, which ``serve`` and the plug-in
+rank plan's one rule (:func:`sactool.pool.rankplan.plan`, which ``serve`` and the plug-in
 follow too), and what physical device it is, so hosts sharing it can be told. Pure (no MPI)."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from sactool.fleet.mpi import FleetError
 
 def dax_slices(target, ranks: int) -> tuple:
     """The slices ``ranks`` ranks of one machine take of devdax ``target`` (a
-    :class:`sactool.hisparse.rankplan.Target`), the i-th by local rank: the rank plan's rule
-    (:func:`sactool.hisparse.rankplan.plan`, which serve and the plug-in use) — partition =
+    :class:`sactool.pool.targets.Target`), the i-th by local rank: the rank plan's rule
+    (:func:`sactool.pool.rankplan.plan`, which serve and the plug-in use) — partition =
     capacity // ranks rounded down to the device's align, local rank i maps [i·partition,
     (i+1)·partition). CapacityError when the device cannot give each rank an aligned slice."""
-    from sactool.hisparse.rankplan import check_disjoint, plan
+    from sactool.pool.rankplan import check_disjoint, plan
 
     p = plan(ranks, [target], "explicit", explicit=[target.name] * ranks)
     check_disjoint(p, [target])
@@ -25,7 +25,7 @@ def dax_slices(target, ranks: int) -> tuple:
 def fleet_slices(seen: list[tuple]) -> list[dict]:
     """Every rank's slice, from the exchange (``(machine, local_rank, cpus, dax facts)`` per rank,
     in rank order): ranks of one machine naming one device split it by local rank."""
-    from sactool.hisparse.rankplan import Target
+    from sactool.pool.targets import Target
 
     groups: dict[tuple[str, str], list[int]] = {}
     for r, (machine, _, _, fact) in enumerate(seen):
@@ -40,7 +40,7 @@ def fleet_slices(seen: list[tuple]) -> list[dict]:
         for i, (r, slot) in enumerate(zip(ranks, dax_slices(Target(name, "devdax", cap, "", align), len(ranks)))):
             out[r] = {"device": name, "machine": machine, "offset_bytes": slot.offset_bytes,
                       "size_bytes": slot.size_bytes, "align_bytes": align, "index": i, "ranks_sharing": len(ranks),
-                      "rule": "sactool.hisparse.rankplan: capacity // ranks on the device, aligned down; "
+                      "rule": "sactool.pool.rankplan: capacity // ranks on the device, aligned down; "
                               "local rank i maps [i x slice, (i+1) x slice)"}
     return out
 

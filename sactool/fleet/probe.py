@@ -20,9 +20,10 @@ from sactool.fleet.mpi import HOST_ENV, Fleet
 from sactool.fleet.poolmap import pool_map
 
 KIND = "fleet_topology"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """2: NUMA nodes are numbers — ``pool_map.memdevs[].hosts[].nodes`` and, in each host's topology
-record, its machine block's ``numa_nodes[].node`` (1 wrote ``"node2"``)."""
+record, its machine block's ``numa_nodes[].node`` (1 wrote ``"node2"``); 3: each host's topology record
+is schema 4 (a ``health`` block per memdev)."""
 
 
 def _upgrade_1_to_2(rec: dict[str, Any]) -> dict[str, Any]:
@@ -40,7 +41,16 @@ def _upgrade_1_to_2(rec: dict[str, Any]) -> dict[str, Any]:
     return rec
 
 
-UPGRADES: dict[int, Any] = {1: _upgrade_1_to_2}
+def _upgrade_2_to_3(rec: dict[str, Any]) -> dict[str, Any]:
+    from sactool.topology.records import upgrade_topology_3_to_4
+
+    for h in rec.get("hosts") or ():
+        if isinstance(h, dict) and isinstance(h.get("topology"), dict) and h["topology"].get("schema_version") == 3:
+            h["topology"] = upgrade_topology_3_to_4(h["topology"])
+    return rec
+
+
+UPGRADES: dict[int, Any] = {1: _upgrade_1_to_2, 2: _upgrade_2_to_3}
 
 
 def rank_entry(fleet: Fleet, topo_data: dict[str, Any]) -> dict[str, Any]:

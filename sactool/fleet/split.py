@@ -180,17 +180,18 @@ def plan(data: dict[str, Any], record_bytes: int, *, path: str | None = None,
 def pool_source(share: HostShare):
     """The :class:`sactool.tune.pool.PoolSource` tune receives for this host: one pool target
     holding the share, gathering at the host's all-at-once bandwidth."""
-    from sactool.hisparse.capacity import PoolTarget
-    from sactool.tune.pool import GatherInputs, PoolInfo, PoolSource
+    from sactool.pool.discover import PoolInfo
+    from sactool.pool.targets import Target
+    from sactool.tune.pool import GatherInputs, PoolSource
 
     name = f"node{share.memory_node}"
     others = [h for h in share.hosts_sharing if h != share.host]
     reason = (f"fleet record: {share.host} measured {name}"
               + (f", shared with {', '.join(others)}" if others else ", shared with no other host")
               + (" (a DRAM node standing in for CXL)" if share.stand_in else ""))
-    target = PoolTarget(name, share.memory_node, share.share_bytes,
-                        f"fleet share: 1/{len(share.hosts_sharing)} of {format_bytes(share.device_capacity_bytes)} "
-                        f"({SHARE_RULE})", share.cpu_node)
+    target = Target(name, "numa", share.share_bytes,
+                    f"fleet share: 1/{len(share.hosts_sharing)} of {format_bytes(share.device_capacity_bytes)} "
+                    f"({SHARE_RULE})", cpu_node=share.cpu_node, node=share.memory_node)
     pool = PoolInfo("numa", (target,), share.stand_in, reason, share.cpu_node, share.cpus)
     info = {"source": "fleet", "path": share.record_path, "digest": share.record_digest, "memory_node": name,
             "stand_in": share.stand_in, "record_bytes": share.record_bytes, "threads": share.threads,

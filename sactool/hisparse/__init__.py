@@ -6,7 +6,6 @@ Light to import (each module imports only what it uses; nothing is imported here
 * :mod:`~sactool.hisparse.layout`    — KV record bytes and dtypes, indexer key bytes, the
   config.json fields a DSA model needs;
 * :mod:`~sactool.hisparse.capacity`  — device slots, host-pool and GPU bytes of one rank;
-* :mod:`~sactool.hisparse.placement` — the rank → pool target rule (round_robin, packed);
 * :mod:`~sactool.hisparse.engine`    — SGLang's fixed facts: the DSA page, swap-in CTA widths,
   the settings the engine decides, the tested SGLang range;
 * :mod:`~sactool.hisparse.hotbuffer` — exact simulation of the per-request LRU hot buffer;
@@ -14,9 +13,10 @@ Light to import (each module imports only what it uses; nothing is imported here
 * :mod:`~sactool.hisparse.gpus`      — GPU catalog and the per-GPU KV budget.
 
 Consumers: ``tune/`` (search over these), ``serve/`` (launch checks), ``simulate/`` (serving
-model), and the plug-in (``sactool/sglang_plugin.py``). A profile's host pool — targets, per-rank sizing, the plan
-the plug-in carries out — is :mod:`sactool.profile.hostpool` (it reads a profile; this package
-never imports one).
+model), the pool (:mod:`sactool.pool`) and the plug-in (:mod:`sactool.plugins.sglang`). Where the
+host pool goes — targets, the rank rule and slices, capacity, the placer — is :mod:`sactool.pool`;
+how large a profile's pool is per rank is :mod:`sactool.profile.sizing` (this package never
+imports a profile).
 """
 
 #: HiSparse swap-in kernel versions whose LRU write-back differs (``hotbuffer``, "Kernel version"):

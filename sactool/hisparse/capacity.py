@@ -53,26 +53,9 @@ class Deployment:
 
 
 @dataclass(frozen=True)
-class PoolTarget:
-    """One place the host pool can live: a NUMA node (``node2``) or a DAX device (``dax0.0``).
-
-    ``capacity_bytes``: bytes the pool may take there (free memory of a node, size of a DAX
-    device); ``capacity_source``: where that figure was read. ``cpu_node``: the CPU node next to
-    this target (:meth:`sactool.topology.Topology.locality`), whose CPUs prefault it;
-    ``align_bytes``: a DAX device's align (per-rank slices are multiples of it).
-    """
-
-    name: str
-    node: int | None
-    capacity_bytes: int
-    capacity_source: str
-    cpu_node: int | None = None
-    align_bytes: int | None = None
-
-
-@dataclass(frozen=True)
-class RankPlan:
-    """Sizing of one rank for a (buffer, ratio, requests) choice. All sizes in bytes/tokens."""
+class RankSizing:
+    """Sizing of one rank for a (buffer, ratio, requests) choice. All sizes in bytes/tokens.
+    (Which target and slice a rank gets is :class:`sactool.pool.rankplan.RankPlan`.)"""
 
     requests_per_rank: int
     device_buffer_size: int
@@ -93,12 +76,12 @@ def host_pool_bytes(device_slots: int, ratio: int, *, layers: int, record_bytes:
     return (device_slots * ratio + page) * layers * record_bytes
 
 
-def rank_plan(requests: int, buffer: int, ratio: int, *, layers: int, record_bytes: int,
-              indexer_bytes: int, page: int = PAGE) -> RankPlan:
+def rank_sizing(requests: int, buffer: int, ratio: int, *, layers: int, record_bytes: int,
+              indexer_bytes: int, page: int = PAGE) -> RankSizing:
     """The rank's pools for ``requests`` requests with ``buffer`` slots each and ratio ``ratio``."""
     s = requests * (buffer + page)
     h = s * ratio
-    return RankPlan(requests, buffer, ratio, s, h, s * layers * record_bytes, h * layers * indexer_bytes,
+    return RankSizing(requests, buffer, ratio, s, h, s * layers * record_bytes, h * layers * indexer_bytes,
                     host_pool_bytes(s, ratio, layers=layers, record_bytes=record_bytes, page=page))
 
 
@@ -108,7 +91,7 @@ def min_ratio(requests: int, buffer: int, context_tokens: int, page: int = PAGE)
     return max(1, ceil_div(requests * pages(context_tokens, page), s))
 
 
-def fits(plan: RankPlan, *, gpu_budget_bytes: int, pool_bytes_per_rank: int) -> list[str]:
+def fits(plan: RankSizing, *, gpu_budget_bytes: int, pool_bytes_per_rank: int) -> list[str]:
     """Reasons the plan does not fit (empty list when it fits)."""
     why = []
     if plan.gpu_bytes > gpu_budget_bytes:
@@ -134,7 +117,7 @@ def max_requests_per_rank(buffer: int, context_tokens: int, *, gpu_budget_bytes:
         if r == 0:
             return True
         ratio = min_ratio(r, buffer, context_tokens, page)
-        p = rank_plan(r, buffer, ratio, layers=layers, record_bytes=record_bytes,
+        p = rank_sizing(r, buffer, ratio, layers=layers, record_bytes=record_bytes,
                       indexer_bytes=indexer_bytes, page=page)
         return not fits(p, gpu_budget_bytes=gpu_budget_bytes, pool_bytes_per_rank=pool_bytes_per_rank)
 

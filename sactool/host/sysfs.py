@@ -142,6 +142,9 @@ class SysfsReader:
         self.live = self.root == Path("/")
         self.reasons: dict[str, str] = {}
         self.touched: set[str] = set()
+        self.captured: dict[str, bytes] = {}   # facts read by other means than a file (a mailbox
+        # reply, a trace), kept under the path a recording holds them at (sactool/capture/…), so that
+        # ``probe --snapshot`` stores them and a replay reads them back (sactool.topology.health)
         self._tree: Tree | None = None
         if check and not self.live:
             self._check_root(root)

@@ -7,7 +7,7 @@
   ``bench.*`` would reach the fetch cost unnoticed);
 * counts are within what a machine can hold: ``sglang.max_running_requests`` no more than every
   rank's GPU can give a hot buffer (the largest GPU of :mod:`sactool.hisparse.gpus`), the host pool
-  the profile asks of each rank (:func:`sactool.profile.hostpool.host_sizing`) within the pool
+  the profile asks of each rank (:func:`sactool.profile.sizing.host_sizing`) within the pool
   partition tune measured for it (``predictions.pool_partition_bytes_per_rank``) and, over all
   ranks, within 2^52 bytes — the largest physical address space of x86-64 (MAXPHYADDR ≤ 52, Intel
   SDM vol. 3A §4.1.4) and AArch64 (52-bit PA);
@@ -179,7 +179,7 @@ def _check_requests(p: Any) -> None:
 
 
 def _check_host_pool(p: Any) -> None:
-    from sactool.profile.hostpool import host_sizing
+    from sactool.profile.sizing import host_sizing
     from sactool.units import format_bytes
 
     size = host_sizing(p)

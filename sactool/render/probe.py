@@ -40,6 +40,7 @@ def render_probe(topo: Topology, console=None, err=None) -> None:
     _node_evidence(topo, c)
     _cxl(topo, c)
     _dax_table(topo, c)
+    _health_table(topo, c)
     io = topo.iomem
     if io is not None and io.soft_reserved:
         c.print("Soft Reserved (EFI specific-purpose memory) in /proc/iomem: "
@@ -174,6 +175,42 @@ def _dax_table(topo: Topology, c) -> None:
                   _b(x.size_bytes), "-" if x.target_node is None else f"node{x.target_node}",
                   _b(x.align_bytes), x.region or x.source or "?", _cpu_cell(loc), blocks)
     c.print(d)
+
+
+def _health_table(topo: Topology, c) -> None:
+    """Per memdev: media health (and how it was read), AER totals, error-handling mode, poison."""
+    from rich.table import Table
+
+    if not topo.health:
+        return
+    t = Table(title="CXL device health", title_justify="left")
+    for col in ("memdev", "media", "life used", "temp", "dirty shutdowns", "corrected errors", "AER cor/nonfatal/fatal",
+                "errors handled", "poison"):
+        t.add_column(col)
+    notes = []
+    for h in topo.health:
+        m = h.media
+        if m is None:
+            media, life, temp, dirty, corr = "?", "?", "?", "?", "?"
+            notes.append(f"{h.memdev} media health: {h.media_reason}")
+        else:
+            media = m.media_status + (f" ({', '.join(m.health_status)})" if m.health_status else "")
+            media = f"[red]{esc(media)}[/]" if m.degraded else esc(media)
+            life = "n/a" if m.life_used_percent is None else f"{m.life_used_percent}%"
+            temp = "n/a" if m.temperature_c is None else f"{m.temperature_c} °C"
+            dirty, corr = str(m.dirty_shutdowns), f"{m.corrected_volatile_errors} vol, {m.corrected_persistent_errors} pers"
+            notes.append(f"{h.memdev} media health from the {m.source}")
+        aer = "?" if h.aer is None else f"{h.aer.correctable}/{h.aer.nonfatal}/{h.aer.fatal}"
+        poison = "not read" if h.poison is None else (str(len(h.poison)) + " range(s)" if h.poison else "none")
+        t.add_row(h.memdev, media, life, temp, dirty, corr, aer, h.error_mode, poison)
+    c.print(t)
+    for h in topo.health:
+        for p in h.poison or ():
+            c.print(f"  [red]poison[/] {esc(p.where())}")
+    reasons = sorted({h.poison_reason for h in topo.health if h.poison is None and h.poison_reason})
+    for line in notes + [f"poison list: {r}" for r in reasons] + sorted({f"errors handled {h.error_mode}: {h.error_mode_evidence}"
+                                                                       for h in topo.health}):
+        c.print(f"  {esc(line)}")
 
 
 def _pool_verdict(topo: Topology, c) -> None:

@@ -241,6 +241,7 @@ def render_tune(result) -> None:
                       f"by DRAM and CXL alike: {pm['source']}, {pm['file']}", markup=False)
         elif pm:
             con.print(f"fetch time without the per-missed-record cost: {pm['why']}", markup=False)
+    _sensitivity(con, s)
     a = Table(title=None, show_edge=False)
     for col in ("alternative", "fetch time/token", "GPU/rank", "why it lost"):
         a.add_column(col)
@@ -256,6 +257,31 @@ def render_tune(result) -> None:
     con.print(f"{result.evaluated} candidates evaluated of {result.space}; {result.elapsed_s:.1f} s{shared}")
     if result.path:
         con.print(f"profile: {result.path}", markup=False)
+
+
+def _sensitivity(con, s) -> None:
+    """The sensitivity row (misses x1/x2/x5/x10: which buffer, at what fetch time) and, after
+    ``--observed``, what the workload was refit on."""
+    from rich.table import Table
+
+    rows = s.get("miss_sensitivity") or []
+    if rows:
+        t = Table(title="if misses are k x the model's (the workload model is tune's least certain input)",
+                  show_edge=False)
+        for col in ("misses", "device_buffer_size", "hit rate", "fetch time/token", "GPU/rank", "why"):
+            t.add_column(col)
+        for r in rows:
+            t.add_row(f"x{r['miss_factor']:g}", str(r["device_buffer_size"]),
+                      "-" if r["hit_rate"] is None else f"{r['hit_rate']:.2%}", _t(r["fetch_time_per_token_s"]),
+                      format_bytes(r["gpu_bytes_per_rank"]), r["why"])
+        con.print(t)
+    refit = (s.get("workload") or {}).get("refit")
+    if refit:
+        o = refit["observation"]
+        con.print(f"refit to {o['source']} ({o['naming']}, {o['window']}): miss rate {refit['observed_miss_rate']:.2%} "
+                  f"at {refit['device_buffer_size']} slots = {refit['observed_over_model']:.2f}x the model's "
+                  f"{refit['model_miss_rate']:.2%}; rate_scale {refit['rate_scale']:.3g} simulates "
+                  f"{refit['refit_miss_rate']:.2%}; {refit['agreement']}", markup=False)
 
 
 def render_fleet_tune(results) -> None:

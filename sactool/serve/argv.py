@@ -15,7 +15,7 @@ from typing import Mapping, Sequence
 
 from sactool.hisparse.engine import RADIX_CACHE_WHY
 from sactool.profile import Profile
-from sactool.profile.hostpool import PROFILE_ENV, STRICT_ENV
+from sactool.pool.contract import PROFILE_ENV, STRICT_ENV
 
 PLUGIN_NAME = "sactool_cxl"            # entry point name in group sglang.srt.plugins (pyproject.toml)
 @dataclass(frozen=True)
@@ -212,9 +212,9 @@ def build_command(profile: Profile, *, profile_path: str, extra_args: Sequence[s
 
 def _targets(profile: Profile) -> str:
     from sactool.errors import SactoolError
-    from sactool.profile.hostpool import ranks_by_target
+    from sactool.pool.plan import PoolSpec, ranks_by_target
 
     try:
-        return "; ".join(f"{t} <- ranks {','.join(map(str, rs))}" for t, rs in ranks_by_target(profile).items())
+        return "; ".join(f"{t} <- ranks {','.join(map(str, rs))}" for t, rs in ranks_by_target(PoolSpec.of(profile)).items())
     except SactoolError as e:  # a bad rank table is reported by the checks, not here
         return e.message

@@ -1,6 +1,6 @@
 """The GPUs SGLang's ranks will really get, and the sockets the plan must use for them.
 
-SGLang gives rank ``r`` CUDA device ``base_gpu_id + r`` (:func:`sactool.hisparse.rankplan.gpu_of`);
+SGLang gives rank ``r`` CUDA device ``base_gpu_id + r`` (:func:`sactool.pool.rankplan.gpu_of`);
 which PCI function that is follows CUDA's own rules (:mod:`sactool.topology.cuda`): the order
 ``CUDA_DEVICE_ORDER`` names — ``sactool serve`` sets ``PCI_BUS_ID`` when it is unset
 (:mod:`sactool.serve.argv`) — narrowed and reordered by ``CUDA_VISIBLE_DEVICES``. ``tune`` wrote
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from sactool.errors import SactoolError, TopologyError
-from sactool.profile.hostpool import GPU_NODES_ENV, with_gpu_nodes
+from sactool.pool.contract import GPU_NODES_ENV, with_gpu_nodes
 from sactool.host.sysfs import SysfsReader
 from sactool.profile import Profile
 from sactool.records import WarningLine

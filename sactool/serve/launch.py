@@ -1,7 +1,7 @@
 """``sactool serve``: check everything, then ``os.execvpe`` SGLang so signals reach it directly.
 
 :func:`build_launch` is the library entry (notebook-friendly): it loads the profile, runs the
-checks of :mod:`sactool.serve.checks` and :mod:`sactool.serve.capacity`, builds the command
+checks of :mod:`sactool.serve.checks` and :mod:`sactool.pool.capacity`, builds the command
 (:mod:`sactool.serve.argv`) and returns a frozen :class:`Launch`. :func:`exec_launch` replaces the
 current process with SGLang: no child process, no signal relay to get wrong — SIGTERM/SIGINT go
 to SGLang and its exit status is the exit status of ``sactool serve``.
@@ -23,7 +23,8 @@ from typing import Any, Mapping, Sequence
 from sactool.errors import SactoolError, UsageError
 from sactool.host.sysfs import SysfsReader
 from sactool.profile import Profile, load_profile
-from sactool.serve import capacity, checks
+from sactool.pool import capacity
+from sactool.serve import checks
 from sactool.serve.argv import Command, build_command
 from sactool.serve.errors import EngineMissingError
 from sactool.serve.gpus import resolve_gpus
@@ -155,7 +156,7 @@ def build_launch(profile_path: str, extra_args: Sequence[str] = (), *, python: s
             return [f"numactl: {path}"]
         lines.extend(attempt(numactl) or [])
     lines.extend(attempt(lambda: _pool_here(profile, sysfs_root, strict)) or [])
-    pool = attempt(lambda: capacity.check_pool(profile, SysfsReader(sysfs_root)))
+    pool = attempt(lambda: _check_pool(profile, SysfsReader(sysfs_root)))
     if pool is not None:
         s = pool.sizing
         if s.bytes_per_rank is not None:
@@ -167,6 +168,10 @@ def build_launch(profile_path: str, extra_args: Sequence[str] = (), *, python: s
                          f"{format_bytes(t.available_bytes)} available")
         if pool.note:
             lines.append(pool.note)
+        if pool.plan is not None and profile.pool.placement != "none":
+            from sactool.serve.health import check_health
+
+            lines.extend(attempt(lambda: check_health(profile, SysfsReader(sysfs_root), pool.plan)) or [])
     if cmd.placement == "plugin":
         lines.extend(attempt(lambda: _plugin_lines(profile, pool)) or [])
     if profile.pool.stand_in and cmd.placement != "none":
@@ -238,13 +243,29 @@ def _with_placement(profile: Profile, placement: str | None) -> Profile:
     return validate(replace(profile, pool=replace(profile.pool, placement=placement)))
 
 
+def _check_pool(profile: Profile, reader: SysfsReader) -> capacity.PoolCheck:
+    """The pool's capacity check (:func:`sactool.pool.capacity.check_pool`) for the pool SGLang
+    builds from this profile; a prefill rank builds none, and placement none leaves it in the DRAM
+    SGLang binds each rank to."""
+    from sactool.pool.plan import PoolSpec
+
+    spec = PoolSpec.of(profile)
+    if profile.sglang.role == "prefill":
+        return capacity.PoolCheck(spec.sizing, (), "role prefill: no HiSparse host pool")
+    if profile.pool.placement == "none":
+        return capacity.PoolCheck(spec.sizing, (), "placement none: the pool stays in the GPU-local DRAM SGLang "
+                                  "binds each rank to")
+    return capacity.check_pool(spec, reader)
+
+
 def _plugin_lines(profile: Profile, pool: capacity.PoolCheck | None) -> list[str]:
     """What the plug-in will do in each rank: the rank plan's row when the pool was checked."""
-    from sactool.profile.hostpool import plan_for_rank
+    from sactool.pool.plan import PoolSpec, plan_for_rank
 
+    spec = PoolSpec.of(profile)
     if pool is None or pool.plan is None:
-        return ["plug-in: " + plan_for_rank(profile, r).describe() for r in range(profile.world_size)]
-    out = ["plug-in: " + plan_for_rank(profile, r, pool.facts, pool.plan).describe() for r in range(profile.world_size)]
+        return ["plug-in: " + plan_for_rank(spec, r).describe() for r in range(profile.world_size)]
+    out = ["plug-in: " + plan_for_rank(spec, r, pool.facts, pool.plan).describe() for r in range(profile.world_size)]
     return out + [f"rank plan ({pool.plan.rule}): {n}" for n in pool.plan.notes]
 
 

@@ -159,14 +159,15 @@ def platform_from_profile(profile_path, base: Platform, *, dram_bench: str | Non
 
 def _rank_devices(prof) -> tuple[tuple[int, ...], str | None]:
     """The pool device of each simulated (attention-DP) rank, from the target each GPU rank maps
-    (:func:`sactool.profile.hostpool.rank_target`: ``pool.rank_targets`` when tune resolved them, else
+    (:func:`sactool.pool.plan.rank_target`: ``pool.rank_targets`` when tune resolved them, else
     the profile's rule), numbered over the targets used; ((), note) when the rule needs the machine
     (``locality`` without resolved targets): then ``rank % targets``, said."""
-    from sactool.profile.hostpool import rank_target
+    from sactool.pool.plan import PoolSpec, rank_target
 
     ranks, world = prof.sglang.attn_dp_size, prof.world_size
+    spec = PoolSpec.of(prof)
     try:
-        names = [rank_target(prof, r * world // ranks) for r in range(ranks)]   # DP rank r's first GPU rank
+        names = [rank_target(spec, r * world // ranks) for r in range(ranks)]   # DP rank r's first GPU rank
     except RecordError as e:
         return (), f"which device each rank reads is not in the profile ({e.message}): ranks spread rank % targets"
     used = list(dict.fromkeys(names))

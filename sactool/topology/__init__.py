@@ -24,8 +24,11 @@ __all__ = [
 ]
 
 
-def probe(reader=None) -> Topology:
+def probe(reader=None, *, poison: bool = False) -> Topology:
     """Probe the live system (``reader=None``) or a recorded tree (``SysfsReader(root)``).
+
+    ``poison``: live, ask every memdev for its poison list (writes ``memX/trigger_poison_list``; root) —
+    the only write probe makes, and only when asked; a recording replays the list it captured.
 
     Raises TopologyError (exit code 3) when the tree has no ``devices/system/node``; anything
     else missing or unreadable becomes a warning inside the result.
@@ -64,4 +67,8 @@ def probe(reader=None) -> Topology:
     all_warnings = early + late_warnings(r, draft, early)
     from dataclasses import replace
 
-    return replace(draft, verdict=v, warnings=tuple(all_warnings))
+    from sactool.topology.health import health_warnings, read_health
+
+    health = read_health(r, draft, poison=poison)
+    all_warnings += health_warnings(health)
+    return replace(draft, verdict=v, warnings=tuple(all_warnings), health=health)

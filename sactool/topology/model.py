@@ -12,6 +12,7 @@ from sactool.errors import TopologyError
 from sactool.topology import locality as _locality
 from sactool.topology.hardware import GpuDevice, IomemInfo, PcieLink  # noqa: F401 (re-exported)
 from sactool.topology.origin import Origin
+from sactool.topology.health import MemdevHealth
 from sactool.topology.records import (  # noqa: F401 (re-exported: the model's element types)
     CxlDecoder,
     CxlDport,
@@ -58,6 +59,7 @@ class Topology:
     #                                  there, not unknown (a recording without the PCI tree, a reloaded snapshot)
     iomem: IomemInfo | None = None
     origin: Origin | None = None     # live / recording / generated (topology/origin.py); None: as ``live`` says
+    health: tuple[MemdevHealth, ...] = ()   # per memdev: media, AER, error mode, poison (topology/health.py)
     schema_version: int = field(default=SCHEMA_VERSION)
 
     # ---- look-ups ----------------------------------------------------------------------
@@ -172,6 +174,7 @@ class Topology:
             "dax_devices": [dict(to_data(d), resource=None if d.resource is None else f"{d.resource:#x}",
                                  locality=self.dax_locality(d.name).to_data())
                             for d in self.dax_devices],
+            "health": [h.to_data() for h in self.health],
             "warnings": to_data(self.warnings),
             "verdict": to_data(self.verdict),
         }

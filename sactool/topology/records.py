@@ -25,10 +25,16 @@ from typing import Any
 from sactool.records import Warning
 from sactool.topology.hardware import PcieLink
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """Version of the ``topology`` record (``sactool probe --format json``). 2: a locality's ``node`` and
 ``cpu_node`` (``verdict.pool[]``, ``dax_devices[].locality``) are integers, as ``verdict.pool_nodes``;
-3: so is the machine block's ``numa_nodes[].node`` (``sactool.host.machine``)."""
+3: so is the machine block's ``numa_nodes[].node`` (``sactool.host.machine``); 4: a ``health`` block,
+one entry per memdev (media health, AER, error-handling mode, poison; :mod:`sactool.topology.health`)."""
+
+
+def upgrade_topology_3_to_4(rec: dict[str, Any]) -> dict[str, Any]:
+    """A schema-3 topology record gains ``health``: empty — nothing was read then."""
+    return {**rec, "schema_version": 4, "health": rec.get("health") or []}
 
 KINDS = ("dram", "cxl", "hbm", "pmem", "unknown")
 

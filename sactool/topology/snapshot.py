@@ -179,6 +179,15 @@ def build_archive(reader: SysfsReader) -> bytes:
             if f == IOMEM:
                 content = shareable_iomem(content.decode("latin-1")).encode("latin-1")
             _add_bytes(tar, f, content, now)
+        for rel, content in sorted(reader.captured.items()):   # mailbox replies, traces (topology/health.py)
+            if rel not in col.files:
+                for d in _parents(rel):
+                    if d not in dirs:
+                        dirs.add(d)
+                        ti = tarfile.TarInfo(d)
+                        ti.type, ti.mode, ti.mtime = tarfile.DIRTYPE, 0o755, now
+                        tar.addfile(ti)
+                _add_bytes(tar, rel, content[:MAX_FILE_BYTES], now)
     return buf.getvalue()
 
 

@@ -9,10 +9,10 @@ from typing import Any
 from sactool.profile import (DSA_PAGE_SIZE_CUDA, HiSparseSettings, ModelRef, PoolSettings, Provenance, SglangSettings,
                              new_profile, settings_fields, workload_summary)
 from sactool.tune import search
-from sactool.hisparse.capacity import max_requests_per_rank, pages, rank_plan
+from sactool.hisparse.capacity import max_requests_per_rank, pages, rank_sizing
 from sactool.hisparse.cost import rdma_full_prefix_bytes
 from sactool.hisparse.engine import ENGINE_CONSTRAINTS
-from sactool.hisparse.placement import pool_bytes_per_rank
+from sactool.pool.rankplan import pool_bytes_per_rank
 
 
 
@@ -25,7 +25,7 @@ def build_profile(d, *, chosen, ranked, evals, gather):
     (:class:`sactool.tune.run.DesignPoint`)."""
     c = chosen.candidate
     req = d.dep.requests_per_rank(d.concurrency)
-    plan = rank_plan(req, c.device_buffer_size, c.host_to_device_ratio, layers=d.spec.num_layers,
+    plan = rank_sizing(req, c.device_buffer_size, c.host_to_device_ratio, layers=d.spec.num_layers,
                      record_bytes=d.rec_bytes, indexer_bytes=d.spec.indexer_bytes)
     pool_s, hs, sg = _settings(d, c, plan)
     prov = _provenance(d, c, req, gather)
@@ -37,6 +37,8 @@ def build_profile(d, *, chosen, ranked, evals, gather):
                                        f"host's share ({d.pool.targets[0].capacity_source})")
     predictions = _predictions(d, chosen, ranked, plan, req)
     predictions["per_miss_cost"] = _per_miss(gather)
+    if getattr(d, "sensitivity", None):
+        predictions["miss_sensitivity"] = d.sensitivity
     profile = new_profile(model=ModelRef.of(d.spec), pool=pool_s, hisparse=hs, sglang=sg, machine=d.machine,
                           request=_request(d), predictions=predictions, bench=dict(gather.info), provenance=prov,
                           workload=getattr(d, "workload", None),
@@ -44,6 +46,7 @@ def build_profile(d, *, chosen, ranked, evals, gather):
     summary = _summary(d, c, hs, gather, predictions)
     summary["by_buffer"] = _by_buffer(chosen, evals)
     summary["per_miss_cost"] = _per_miss(gather)
+    summary["miss_sensitivity"] = getattr(d, "sensitivity", None) or []
     return profile, summary, _alternatives(chosen, evals)
 
 

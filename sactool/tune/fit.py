@@ -8,9 +8,9 @@ from typing import Any
 
 from sactool.errors import CapacityError
 from sactool.hisparse.capacity import (Deployment, max_requests_per_rank, min_ratio, pool_bytes_needed,
-                                      rank_plan)
-from sactool.hisparse.placement import candidates as placement_candidates
-from sactool.hisparse.placement import pool_bytes_per_rank, round_robin
+                                      rank_sizing)
+from sactool.pool.rankplan import candidates as placement_candidates
+from sactool.pool.rankplan import pool_bytes_per_rank, round_robin
 from sactool.records import warning
 from sactool.tune.options import SAC_CONCURRENCY
 from sactool.units import format_bytes as _gib
@@ -43,14 +43,14 @@ class Fit:
         layers, rec = spec.num_layers, job.rec_bytes
         need = pool_bytes_needed(conc, ctx, dep, layers=layers, record_bytes=rec)
         req = dep.requests_per_rank(conc)
-        gpu_need = rank_plan(req, top_k, min_ratio(req, top_k, ctx), layers=layers, record_bytes=rec,
+        gpu_need = rank_sizing(req, top_k, min_ratio(req, top_k, ctx), layers=layers, record_bytes=rec,
                              indexer_bytes=spec.indexer_bytes).gpu_bytes
         rep = f" x {dep.replication} TP copies" if dep.replication > 1 else ""
         total_cap = sum(t.capacity_bytes for t in self.pool.targets)
         if self.requests(ctx) == 0:   # not "at most 0 such requests fit": say what one request lacks
             from sactool.hisparse.capacity import fits
 
-            one = rank_plan(1, top_k, min_ratio(1, top_k, ctx), layers=layers, record_bytes=rec,
+            one = rank_sizing(1, top_k, min_ratio(1, top_k, ctx), layers=layers, record_bytes=rec,
                             indexer_bytes=spec.indexer_bytes)
             why = fits(one, gpu_budget_bytes=self.budget.bytes_per_gpu, pool_bytes_per_rank=self.part)
             return CapacityError(f"not one request of {ctx} tokens fits per rank with top_k-slot hot buffers: "

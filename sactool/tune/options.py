@@ -50,6 +50,8 @@ class TuneOptions:
     sysfs_root: Path | None = None
     pool_bytes: int | None = None                       # pins each pool target's capacity (else free memory / DAX size)
     exhaustive: bool = False                            # evaluate every page-aligned buffer size
+    observed: str | None = None                         # --observed FILE|URL: refit the workload to the engine
+    observed_buffer: int | None = None                  # --observed-buffer: the hot buffer the engine ran
     write: bool = True
     given: frozenset[str] = field(default_factory=frozenset)
     pool_source: PoolSource | None = None               # pool and bandwidth from a record instead of this

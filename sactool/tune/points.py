@@ -72,6 +72,8 @@ class PointsStore:
                                       "fleet": o.pool_source.block if o.pool_source else None,
                                       "targets": target_names,
                                       "layer_targets": model_wl.layer_targets,
+                                      **({"rate_scale": model_wl.rate_scale}
+                                         if getattr(model_wl, "rate_scale", 1.0) != 1.0 else {}),
                                       **({"workload": model_wl.name} if getattr(model_wl, "name", None) else {})},
                                      sort_keys=True))[:23]
         self.done: list[dict] = []

@@ -9,7 +9,7 @@ from typing import Any
 
 from sactool.errors import CapacityError, RecordError, TopologyError
 from sactool.hisparse import gpus
-from sactool.hisparse.capacity import Deployment, min_ratio, rank_plan
+from sactool.hisparse.capacity import Deployment, min_ratio, rank_sizing
 from sactool.records import warning
 from sactool.tune import search
 from sactool.tune.fit import Fit
@@ -44,7 +44,7 @@ class DesignPoint:
     rec_bytes: int
     budget: Any                     # hisparse.gpus.GpuBudget
     gpu: Any                        # tune.gpu.GpuChoice: the GPU the budget is planned for, and why
-    pool: Any                       # tune.pool.PoolInfo
+    pool: Any                       # sactool.pool.discover.PoolInfo
     machine: dict
     dep: Deployment
     contexts: tuple[int, ...]       # asked for
@@ -55,6 +55,7 @@ class DesignPoint:
     warnings: list
     page: Any = None                # tune.pagesize.PageChoice: the pool's page kind and its figures
     workload: dict | None = None    # where the hot-buffer misses came from (the profile's workload block)
+    sensitivity: list | None = None  # the choice with the misses x1, x2, x5, x10 (tune.observed.sensitivity)
 
 
 def execute(job: Job) -> TuneResult:
@@ -74,6 +75,7 @@ def execute(job: Job) -> TuneResult:
     machine, pool = _probe_pool(job, warnings, topo, reader)
     fit = Fit(job, budget, pool)
     design, concurrency = fit.design_point(contexts, warnings)
+    model_wl = _refit(job, model_wl, design, replicates, warnings)
     sizing = _gather_size(job, pool, warnings)
     size = sizing.size_bytes if sizing is not None else None
     points = PointsStore(job, [t.name for t in pool.targets], model_wl, size)
@@ -87,6 +89,7 @@ def execute(job: Job) -> TuneResult:
                     page=page, workload=_workload_block(job, model_wl, trace, replicates))
     sims = HotBufferRuns(job, design, replicates, trace, points, model_wl)
     chosen, ranked, evals, space = _search(d, fit.placements, gather, sims)
+    d.sensitivity = _sensitivity(d, fit.placements, gather, sims, chosen, evals)
     profile, summary, alternatives = build_profile(d, chosen=chosen, ranked=ranked, evals=evals, gather=gather)
     written = _write(job, profile)
     return TuneResult(profile=profile, path=written, summary=summary, alternatives=tuple(alternatives),
@@ -149,10 +152,74 @@ def _workload_block(job: Job, model_wl, trace, replicates: int) -> dict[str, Any
             "mode": "colocated"}
 
 
+def _refit(job: Job, model_wl, design, replicates: int, warnings: list):
+    """``--observed``: the workload refit so the simulation reproduces the engine's miss rate at the buffer
+    it ran (:mod:`sactool.tune.observed`); without it, the workload as it is."""
+    o = job.o
+    if getattr(o, "observed", None) is None:
+        return model_wl
+    if job.o.trace is not None:
+        from sactool.errors import UsageError
+
+        raise UsageError("--observed refits the workload model; --trace replays a recorded trace instead",
+                         "drop one of them")
+    from sactool.tune.observed import refit
+    from sactool.watch.observe import load
+
+    obs = load(o.observed)
+    buf = o.observed_buffer or obs.device_buffer_size
+    if buf is None:
+        from sactool.errors import UsageError
+
+        raise UsageError(f"--observed {o.observed}: the engine's metrics do not say the hot-buffer size it ran",
+                         "give --observed-buffer SLOTS (vLLM's default for DeepSeek-V3.2 and SGLang's: 4096), or "
+                         "observe with 'sactool watch --once --format json', whose record names it")
+    wl, rec = refit(model_wl, obs, buf, design, o.steps, [o.seed + r for r in range(replicates)],
+                    job.spec.index_topk, job.progress)
+    warnings.append(warning("workload_refit", f"workload refit to the engine's miss rate {rec['observed_miss_rate']:.2%} "
+                            f"at {buf} slots ({o.observed}; {rec['observed_over_model']:.2f}x the model's "
+                            f"{rec['model_miss_rate']:.2%}): rate_scale {rec['rate_scale']:.3g}, simulated "
+                            f"{rec['refit_miss_rate']:.2%}; {rec['note']}", "fit on this one observation: "
+                            "observe again after serving with the new profile to check it"))
+    return wl
+
+
+def _sensitivity(d: DesignPoint, placements, gather, sims: HotBufferRuns, chosen, evals) -> list:
+    """Tune's choice re-made with every simulated miss count x2, x5, x10 (no new simulation: the
+    buffers the search simulated, their misses scaled; hit rate = 1 - misses / top_k)."""
+    from sactool.tune.observed import sensitivity
+
+    top_k = d.spec.index_topk
+    buffers = sorted({e.candidate.device_buffer_size for e in evals})
+
+    def choice(k: float):
+        misses = {c: [{b: m * k for b, m in per.items()} for per in reps] for c, reps in sims.misses.items()}
+        hits = {c: [{b: max(0.0, 1.0 - m / top_k) for b, m in per.items()} for per in reps]
+                for c, reps in misses.items()}
+        x = search.Inputs(contexts=d.design, concurrency=d.concurrency, deployment=d.dep, targets=d.pool.targets,
+                          layers=d.spec.num_layers, record_bytes=d.rec_bytes, indexer_bytes=d.spec.indexer_bytes,
+                          top_k=top_k, gpu_budget_bytes=d.budget.bytes_per_gpu, misses=misses, hit_rate=hits,
+                          bandwidth=gather.rounds, swap_in=_swap_in(gather), per_miss=search.per_miss_for(gather.info))
+        ev = [search.evaluate(c, x) for c in search.candidates_for(buffers, x, placements)]
+        ch, ranked = search.choose(ev)
+        assert ch is not None   # the same candidates fit whatever the misses: feasibility needs none
+        b0 = chosen.candidate.device_buffer_size
+        if ch.candidate.device_buffer_size == b0:
+            why = "the same buffer: the largest that fits still fetches least"
+        else:
+            same = next((e for e in ranked if e.candidate.device_buffer_size == b0), None)
+            gain = f"{(same.mean_s - ch.mean_s) / same.mean_s:+.1%}" if same is not None and same.mean_s else ""
+            why = (f"{ch.candidate.device_buffer_size} slots: fetch time per token {gain} vs {b0} at these misses"
+                   if gain else f"{ch.candidate.device_buffer_size} slots")
+        return ch, why
+
+    return sensitivity(choice, chosen)
+
+
 def _check_one_request(job: Job, budget, contexts) -> None:
     """The GPU budget must hold one request with top_k hot-buffer slots."""
     top_k = job.spec.index_topk
-    one = rank_plan(1, top_k, min_ratio(1, top_k, min(contexts)), layers=job.spec.num_layers,
+    one = rank_sizing(1, top_k, min_ratio(1, top_k, min(contexts)), layers=job.spec.num_layers,
                     record_bytes=job.rec_bytes, indexer_bytes=job.spec.indexer_bytes)
     if one.gpu_bytes > budget.bytes_per_gpu:
         raise CapacityError(
@@ -185,7 +252,8 @@ def _gpu_choice(job: Job, topo, warnings: list):
 def _probe_pool(job: Job, warnings: list, topo, reader):
     """(machine block, pool info) of this host or of the recording ``--sysfs-root`` names."""
     from sactool.host.machine import machine_block
-    from sactool.tune.pool import gpu_warnings, pool_info
+    from sactool.pool.discover import pool_info
+    from sactool.tune.pool import gpu_warnings
 
     o = job.o
     if o.pool_source is not None:  # tune --fleet: this host's share of a shared pool, from the record

@@ -36,10 +36,11 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
-from sactool.hisparse.capacity import PAGE, Deployment, PoolTarget, RankPlan, fits, min_ratio, rank_plan
+from sactool.hisparse.capacity import PAGE, Deployment, RankSizing, fits, min_ratio, rank_sizing
 from sactool.hisparse.cost import PerMissCost, common_miss_time_per_token, fetch_bytes_per_token, step_time_over_targets
 from sactool.hisparse.engine import DEFAULT_SWAP_IN_BLOCK, SWAP_IN_BLOCK_SIZES  # noqa: F401 (re-exported)
-from sactool.hisparse.placement import Placement, pool_bytes_per_rank
+from sactool.pool.rankplan import Placement, pool_bytes_per_rank
+from sactool.pool.targets import Target
 
 DEFAULT_PREFETCH = True
 
@@ -142,7 +143,7 @@ class Inputs:
     contexts: tuple[int, ...]
     concurrency: int
     deployment: Deployment
-    targets: tuple[PoolTarget, ...]
+    targets: tuple[Target, ...]
     layers: int
     record_bytes: int
     indexer_bytes: int
@@ -186,10 +187,10 @@ class Evaluation:
         return statistics.fmean(self.samples_s) if self.samples_s else math.inf
 
 
-def constraints(c: Candidate, x: Inputs) -> tuple[list[str], RankPlan]:
+def constraints(c: Candidate, x: Inputs) -> tuple[list[str], RankSizing]:
     """Why ``c`` does not fit the design point (empty: it fits), and its rank plan. No misses needed."""
     req = x.deployment.requests_per_rank(x.concurrency)
-    plan = rank_plan(req, c.device_buffer_size, c.host_to_device_ratio, layers=x.layers,
+    plan = rank_sizing(req, c.device_buffer_size, c.host_to_device_ratio, layers=x.layers,
                      record_bytes=x.record_bytes, indexer_bytes=x.indexer_bytes)
     why: list[str] = []
     need_r = min_ratio(req, c.device_buffer_size, max(x.contexts))

@@ -1,6 +1,6 @@
 """The pool plan watch compares the running engine with: which target each rank's pool is on, and
 (devdax) which slice. One function, :func:`plan_rows`, so the plan's owner can move (it reads the
-rank plan the launcher and the plug-in share, :mod:`sactool.profile.hostpool`) without watch
+rank plan the launcher and the plug-in share, :mod:`sactool.pool.plan`) without watch
 changing anywhere else.
 """
 
@@ -36,17 +36,18 @@ def plan_rows(profile: Any, reader: Any) -> tuple[list[PlanRow], str]:
     made over this machine's targets when they can be read (sizes, align: devdax slices); where they
     cannot (a target absent here), the profile's rank rule alone gives each rank its target."""
     from sactool.errors import SactoolError
-    from sactool.hisparse.rankplan import node_of
-    from sactool.profile.hostpool import rank_plan, rank_target
+    from sactool.pool.plan import PoolSpec, rank_plan, rank_target
+    from sactool.pool.targets import node_of
 
     q = profile.pool
+    spec = PoolSpec.of(profile)
     note = ""
     slots: dict[int, Any] = {}
     try:
-        from sactool.placer import HostPoolPlacer
+        from sactool.pool.placer import HostPoolPlacer
 
-        placer = HostPoolPlacer(profile, reader=reader)
-        plan = rank_plan(profile, placer.live_targets(), check_pool=False)
+        placer = HostPoolPlacer(spec, reader=reader)
+        plan = rank_plan(spec, placer.live_targets(), check_pool=False)
         slots = {s.rank: s for s in plan.slots}
     except (SactoolError, OSError, ValueError) as e:
         note = f"the rank plan over this machine's targets could not be made ({getattr(e, 'message', e)}): " \
@@ -54,7 +55,7 @@ def plan_rows(profile: Any, reader: Any) -> tuple[list[PlanRow], str]:
     rows = []
     for r in range(profile.world_size):
         s = slots.get(r)
-        target = s.target if s is not None else rank_target(profile, r)
+        target = s.target if s is not None else rank_target(spec, r)
         rows.append(PlanRow(r, target, q.mode, node_of(target), q.policy,
                             s.offset_bytes if s is not None else None, s.size_bytes if s is not None else None,
                             q.stand_in))

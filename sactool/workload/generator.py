@@ -287,6 +287,7 @@ def generate_topk(context_tokens: int, steps: int, layers: int, top_k: int, *, s
                                        params=p)) * scale
     else:
         factors = layer_factors(layers, p.layer_spread, seed) * scale
+    factors = factors * p.rate_scale
     seed = int(seed) & 0x7FFFFFFFFFFFFFFF
 
     def one(layer: int) -> int:

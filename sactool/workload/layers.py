@@ -11,7 +11,7 @@ log-normal layer spread (GLM-5/5.1: no per-layer profile is published). ``sactoo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sactool.workload.layerfit import (  # noqa: F401 (the data fit, re-exported: workload.layers.layer_targets …)
@@ -45,13 +45,16 @@ class ModelWorkload:
     layers: int
     top_k: int
     layer_targets: str | None           # the per-layer profile used, or None (random spread)
+    rate_scale: float = 1.0             # refit by tune --observed (WorkloadParams.rate_scale); 1: as calibrated
+    refit: Any = field(default=None, compare=False, hash=False)   # what the refit was made on (its record)
 
     @property
     def params(self):
-        """The generator knobs: the calibrated defaults with this model's per-layer targets."""
+        """The generator knobs: the calibrated defaults with this model's per-layer targets (and the
+        rate scale a ``tune --observed`` refit set)."""
         from sactool.workload.params import WorkloadParams
 
-        return WorkloadParams(layer_targets=self.layer_targets)
+        return WorkloadParams(layer_targets=self.layer_targets, rate_scale=self.rate_scale)
 
     def generate(self, context_tokens: int, steps: int, *, seed: int = 0):
         """int32 ``[steps, layers, top_k]`` top-k trace of this model's workload."""
@@ -75,7 +78,8 @@ class ModelWorkload:
                            f"profiled: {', '.join(DATASETS)}): each layer's rate is drawn from the log-normal "
                            "spread layer_spread, fitted to DeepSeek-V3.2's summary statistics"),
                 "assumptions": "revisit, revisit_window and the region geometry are stated structural choices, "
-                               "not fitted (sactool.workload.params): hit rates are model outputs"}
+                               "not fitted (sactool.workload.params): hit rates are model outputs",
+                **({"refit": self.refit} if self.refit is not None else {})}
 
 
 def model_workload(model: str, layers: int, top_k: int) -> ModelWorkload:

@@ -126,6 +126,14 @@ class WorkloadParams:
     each layer's rate factor is then derived from its published union at the context, so layers
     keep their identity; None: the random log-normal spread of ``layer_spread``."""
 
+    rate_scale: float = 1.0
+    """Multiplies every layer's rate factor after it is set (from its published union with
+    ``layer_targets``, else from ``layer_spread``): the fresh-token and relocation rates, hence the
+    hot-buffer misses at any buffer larger than top_k. 1 is the calibrated model; ``sactool tune
+    --observed`` refits it so the simulation reproduces a running engine's miss rate at its buffer
+    size (the unions then follow the observation, no longer the published statistics, and the
+    profile's ``workload.refit`` says so)."""
+
     importance_shape: float = 1.18
     """Gamma shape of the token-importance field shared by all layers (mean 1): smaller → more
     tokens no layer selects. Fitted to the all-layers union (100/99.6/95.2/90.6%)."""
@@ -154,5 +162,7 @@ class WorkloadParams:
             v = getattr(self, name)
             if not 0.0 <= v <= hi:
                 raise UsageError(f"workload knob {name}={v} must be within [0, {hi}]")
+        if not 0 < self.rate_scale <= 1000:
+            raise UsageError(f"workload knob rate_scale={self.rate_scale} must be within (0, 1000]")
         if self.churn < 0 or self.layer_spread < 0 or self.importance_shape <= 0:
             raise UsageError("churn and layer_spread must be ≥ 0 and importance_shape > 0")

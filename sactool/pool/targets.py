@@ -1,9 +1,11 @@
-"""Pool targets with the facts the rank plan needs, read from a topology (live or recorded).
+"""Pool targets: the NUMA nodes or DAX devices that hold the KV host pool, with the facts the rank
+plan needs, read from a topology (live or recorded). One type, :class:`Target`, for tune, serve,
+fleet and the plug-ins.
 
-* capacity: a NUMA node's free memory plus its reclaimable page cache
-  (:func:`sactool.memory.nodes.free_estimate`, per-node meminfo), minus the safety margin kept
-  back there; a devdax device's ``daxX.Y/size``; or what ``pool.capacity_bytes`` /
-  ``--pool-bytes`` pins (never more than a device holds);
+* capacity: a NUMA node's room (:func:`sactool.pool.readings.node_room`: free memory plus
+  reclaimable page cache minus the margin kept back — a momentary reading); a devdax device's
+  ``daxX.Y/size``; or what ``pool.capacity_bytes`` / ``--pool-bytes`` pins (never more than a
+  device holds);
 * ``align``: ``daxX.Y/align``;
 * the CPU node (socket) of a target: the probe's own answer, :meth:`Topology.locality` for a
   node and :meth:`Topology.dax_locality` for a DAX device (the CXL device's affinity first),
@@ -15,11 +17,44 @@ can be planned from its snapshot.
 
 from __future__ import annotations
 
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Any, Sequence
 
 from sactool.errors import TopologyError
-from sactool.units import format_bytes
-from sactool.hisparse.rankplan import Target
+
+
+@dataclass(frozen=True)
+class Target:
+    """One pool target with the facts the plan needs.
+
+    ``name``: ``node2`` or ``dax0.0`` (the kernel's names); ``kind``: ``numa`` | ``devdax``;
+    ``capacity_bytes``: what the pool may take there (None: unknown) and ``capacity_source``
+    (where it was read or who pinned it); ``align_bytes``: ``daxX.Y/align`` (devdax; slices start
+    and end on it); ``cpu_node``: the CPU node (socket) the target hangs off, with
+    ``cpu_node_evidence``; ``node``: the NUMA node its memory is (``nodeN``: N; a DAX device:
+    its ``target_node`` where known) — what a bench record measured.
+    """
+
+    name: str
+    kind: str
+    capacity_bytes: int | None = None
+    capacity_source: str = ""
+    align_bytes: int | None = None
+    cpu_node: int | None = None
+    cpu_node_evidence: str = ""
+    node: int | None = None
+
+
+def node_of(name: str) -> int | None:
+    """The NUMA node a pool target's name is (``node2`` → 2), None for a DAX device (``dax0.0``):
+    the one place the target-name spelling is read back."""
+    return int(name[4:]) if name.startswith("node") and name[4:].isdigit() else None
+
+
+def target_names(settings: Any) -> list[str]:
+    """The targets pool settings name, in kernel names: ``node2`` … (mode numa, ``nodes``) or
+    ``dax0.0`` … (mode devdax, ``dax_devices``); ``settings``: :class:`sactool.profile.PoolSettings`."""
+    return [f"node{n}" for n in settings.nodes] if settings.mode == "numa" else list(settings.dax_devices)
 
 
 def dax_cpu_node(topo, dev) -> tuple[int | None, str]:
@@ -37,10 +72,10 @@ def numa_cpu_node(topo, nid: int) -> tuple[int | None, str]:
     return loc.cpu_node, f"{loc.source}: {loc.evidence}"
 
 
-def pool_targets(topo, reader, names: Sequence[str], *, capacity_bytes: int | None = None,
+def target_facts(topo, reader, names: Sequence[str], *, capacity_bytes: int | None = None,
                  pinned_source: str = "pool.capacity_bytes") -> list[Target]:
-    """``Target`` facts for ``names`` (``nodeN`` / ``daxX.Y``); TopologyError for an absent one."""
-    from sactool.memory import nodes as memnodes
+    """:class:`Target` facts for ``names`` (``nodeN`` / ``daxX.Y``); TopologyError for an absent one."""
+    from sactool.pool.readings import node_room
 
     out = []
     for name in names:
@@ -53,14 +88,12 @@ def pool_targets(topo, reader, names: Sequence[str], *, capacity_bytes: int | No
             if node.has_memory is False or not node.mem_total_bytes:
                 raise TopologyError(f"node{nid} has no memory " + ("here" if topo.live else "in the recording"),
                                     "fix pool.nodes in the profile (see 'sactool probe')")
-            f = memnodes.free_estimate(topo, reader, nid)
-            cap, src = None, f.source
-            if f.bytes is not None:
-                cap, src = f.room_bytes, f"{f.source}, minus {format_bytes(f.margin_bytes)} kept back"
+            room = node_room(topo, reader, nid)
+            cap, src = room.bytes, room.source
             if capacity_bytes is not None:
                 cap, src = capacity_bytes, pinned_source
             cpu, ev = numa_cpu_node(topo, nid)
-            out.append(Target(name, "numa", cap, src, None, cpu, ev))
+            out.append(Target(name, "numa", cap, src, None, cpu, ev, nid))
             continue
         dev = next((d for d in topo.dax_devices if d.name == name), None)
         if dev is None:
@@ -83,5 +116,18 @@ def pool_targets(topo, reader, names: Sequence[str], *, capacity_bytes: int | No
         if capacity_bytes is not None and cap is not None:
             cap, src = min(cap, capacity_bytes), pinned_source + (f" (capped at {name}'s size)" if capacity_bytes > cap else "")
         cpu, ev = dax_cpu_node(topo, dev)
-        out.append(Target(name, "devdax", cap, src, dev.align_bytes, cpu, ev))
+        out.append(Target(name, "devdax", cap, src, dev.align_bytes, cpu, ev, dev.target_node))
     return out
+
+
+def pinned(targets: Sequence[Target], capacity_bytes: int | None) -> list[Target]:
+    """``targets`` with ``pool.capacity_bytes`` pinned: a node takes the pinned figure, a device
+    ``min(its size, pinned)`` (never more than it holds); unchanged when nothing is pinned."""
+    import dataclasses
+
+    if capacity_bytes is None:
+        return list(targets)
+    return [dataclasses.replace(t, capacity_bytes=capacity_bytes if t.capacity_bytes is None or t.kind == "numa"
+                                else min(t.capacity_bytes, capacity_bytes),
+                                capacity_source=t.capacity_source if "pool.capacity_bytes" in t.capacity_source
+                                else f"pool.capacity_bytes ({t.capacity_source})") for t in targets]

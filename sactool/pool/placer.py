@@ -1,13 +1,14 @@
-"""Engine-neutral placement of a rank's HiSparse host pool, as its profile says: which target the
+"""Engine-neutral placement of a rank's KV host pool, as the pool's spec says: which target the
 rank maps on this machine (the rank plan over the live targets), how much it may take there, and
-the allocation itself (:mod:`sactool.memory`: mbind with the profile's policy, huge pages,
+the allocation itself (:mod:`sactool.memory`: mbind with the settings' policy, huge pages,
 pre-faulting near the node, move_pages verification; or the rank's slice of its DAX device).
 
-One :class:`HostPoolPlacer` per process holds the profile, the machine probed once (targets,
-budgets, prefault CPUs; each allocation's free-memory check still reads the node's free memory as
-it is then) and the plan, and what it placed. The SGLang hooks (:mod:`sactool.sglang_plugin`) ask it for a budget and a
-buffer; another engine's plug-in would ask it the same. No torch, no SGLang here: testable on
-node 0.
+One :class:`HostPoolPlacer` per process holds the :class:`~sactool.pool.plan.PoolSpec` (pool
+settings, world size, byte budget — never a profile), the machine's structure probed once
+(targets, prefault CPUs), the plan, and what it placed; momentary figures (a node's free memory)
+are read again at each allocation (:mod:`sactool.pool.readings`). An engine's hooks
+(:mod:`sactool.plugins`) ask it for a budget and a buffer, and name the engine
+(``engine``) for its messages. No torch, no engine here: testable on node 0.
 """
 
 from __future__ import annotations
@@ -18,9 +19,12 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-logger = logging.getLogger("sactool.sglang_plugin")   # the plug-in's log lines, whichever engine
+from sactool.pool.plan import PoolSpec
 
-STANDIN_ENV = "SACTOOL_DEVDAX_STANDIN"
+from sactool.pool.contract import STANDIN_ENV, standin_devices
+
+logger = logging.getLogger("sactool.pool")   # the plug-ins log under sactool.plugins.<engine>
+
 VERIFY_ALL_PAGES_UP_TO = 1 << 20
 """Pages checked with move_pages: every page up to this many (4 GiB of 4 KiB pages), else an even
 sample of this many — a bound on the time a 40 GB pool's verification takes, stated in the log."""
@@ -36,9 +40,14 @@ def stop(msg: str) -> None:
     raise PlacementStop(f"sactool_cxl: {msg}")
 
 
-def fallback(msg: str) -> None:
-    """Log that the engine's own allocator is used."""
-    logger.warning("sactool_cxl: %s; SGLang's own allocator is used", msg)
+def fallback(msg: str, engine: str = "the engine") -> None:
+    """Log that the engine's own allocator is used (``engine``: its name, for the message)."""
+    logger.warning("sactool_cxl: %s; %s own allocator is used", msg, possessive(engine))
+
+
+def possessive(engine: str) -> str:
+    """``SGLang`` -> ``SGLang's``, ``the engine`` -> ``the engine's``."""
+    return engine + "'s"
 
 
 @dataclass(frozen=True)
@@ -56,32 +65,20 @@ class PoolResult:
     address: int = 0
     offset_bytes: int = 0           # devdax: the slice's offset in the device
     path: str | None = None         # devdax: the device (or the file standing in for it)
-    budget_answer: int | None = None  # what the plug-in answered SGLang's host-memory check
-
-
-def standin_devices() -> dict[str, dict]:
-    """``$SACTOOL_DEVDAX_STANDIN``: DAX device name -> {"path", "align_bytes"} of a file standing in."""
-    import json
-
-    raw = os.environ.get(STANDIN_ENV, "")
-    if not raw:
-        return {}
-    try:
-        data = json.loads(raw)
-        return {str(k): {"path": str(v["path"]), "align_bytes": int(v["align_bytes"])} for k, v in data.items()}
-    except (ValueError, TypeError, KeyError, AttributeError) as e:
-        raise ValueError(f"${STANDIN_ENV} is not a JSON mapping name -> {{path, align_bytes}}: {e}") from None
+    budget_answer: int | None = None  # what the plug-in answered the engine's host-memory check
 
 
 class HostPoolPlacer:
-    """The placement half of the plug-in for one process: ``profile`` (a
-    :class:`sactool.profile.Profile`), ``strict`` (stop instead of falling back), ``reader`` (the
-    machine, or a recorded tree in tests). The topology is probed once and the rank plan made once."""
+    """The placement half of a plug-in for one process: ``spec`` (a
+    :class:`~sactool.pool.plan.PoolSpec`), ``strict`` (stop instead of falling back), ``reader``
+    (the machine, or a recorded tree in tests), ``engine`` (the engine's name in messages). The
+    topology is probed once and the rank plan made once."""
 
-    def __init__(self, profile: Any, *, strict: bool = False, reader: Any = None):
+    def __init__(self, spec: PoolSpec, *, strict: bool = False, reader: Any = None, engine: str = "the engine"):
         from sactool.host.sysfs import SysfsReader
 
-        self.profile = profile
+        self.spec = spec
+        self.engine = engine
         self.strict = strict
         self.reader = reader or SysfsReader()
         self.placed: list[PoolResult] = []      # what was placed, in order
@@ -105,15 +102,12 @@ class HostPoolPlacer:
         self._keep.clear()
 
     def live_targets(self) -> list[Any]:
-        """The profile's pool targets with the facts of this machine (sizes, align, CPU node), or of
-        the files standing in for DAX devices (``$SACTOOL_DEVDAX_STANDIN``)."""
-        from sactool.profile.hostpool import pool_targets as names_of
-        from sactool.hisparse.rankplan import Target
-        from sactool.hisparse.targets import pool_targets
+        """The pool's targets with the facts of this machine (sizes, align, CPU node), or of the
+        files standing in for DAX devices (``$SACTOOL_DEVDAX_STANDIN``)."""
+        from sactool.pool.targets import Target, target_facts, target_names
 
-        profile = self.profile
-        q = profile.pool
-        names = names_of(profile)
+        q = self.spec.settings
+        names = target_names(q)
         stand = standin_devices() if q.mode == "devdax" else {}
         out = {}
         for n in names:
@@ -125,39 +119,43 @@ class HostPoolPlacer:
                                 stand[n]["align_bytes"], None, "a file standing in: no socket")
         rest = [n for n in names if n not in out]
         if rest:
-            for t in pool_targets(self.topology(), self.reader, rest, capacity_bytes=q.capacity_bytes):
+            for t in target_facts(self.topology(), self.reader, rest, capacity_bytes=q.capacity_bytes):
                 out[t.name] = t
         return [out[n] for n in names]
 
 
     def plan_for(self, rank: int) -> Any:
         """This rank's PoolPlan (the rank plan over this machine's targets, computed once)."""
-        from sactool.profile.hostpool import plan_for_rank, rank_plan
+        from sactool.pool.plan import plan_for_rank, rank_plan
 
-        profile = self.profile
+        spec = self.spec
         if self._plans is None:
             targets = self.live_targets()
-            self._plans = (targets, rank_plan(profile, targets, check_pool=False))
+            self._plans = (targets, rank_plan(spec, targets, check_pool=False))
         targets, plan = self._plans
         if not 0 <= rank < len(plan.slots):
             from sactool.errors import RecordError
 
-            raise RecordError(f"rank {rank} is outside the profile's {len(plan.slots)} ranks (sglang.tp_size)",
-                              "the profile's sglang.tp_size must match the --tp-size SGLang runs with")
-        return plan_for_rank(profile, rank, targets, plan)
+            raise RecordError(f"rank {rank} is outside the profile's {len(plan.slots)} ranks",
+                              f"the profile's rank count (SGLang: sglang.tp_size) must match what {self.engine} "
+                              "runs with")
+        return plan_for_rank(spec, rank, targets, plan)
 
 
     def place(self, rank: int | None, n_bytes: int, *, rank_source: str = "", slice_used: int = 0) -> Any:
-        """Allocate the pool of ``rank`` as the profile says; return the PlacedBuffer (kept alive) or
-        None after logging why SGLang's allocator must be used (PlacementStop when ``strict``).
+        """Allocate the pool of ``rank`` as the spec says; return the PlacedBuffer (kept alive) or
+        None after logging why the engine's allocator must be used (PlacementStop when ``strict``).
         ``slice_used``: bytes of the rank's devdax slice earlier allocations of the same pool took (the
         next one maps right after them)."""
         from sactool.errors import SactoolError
 
         strict = self.strict
-        fail = stop if strict else fallback
+
+        def fail(msg: str) -> None:
+            stop(msg) if strict else fallback(msg, self.engine)
+
         if rank is None:
-            fail("cannot tell this process's rank (no SGLang TP group, no $SACTOOL_RANK/$RANK)")
+            fail(f"cannot tell this process's rank (no {self.engine} rank, no $SACTOOL_RANK/$RANK)")
             return None
         try:
             plan = self.plan_for(rank)
@@ -172,7 +170,7 @@ class HostPoolPlacer:
             fail(f"rank {rank}: placing {format_bytes(n_bytes)} on {plan.target} failed: {getattr(e, 'message', e)}")
             return None
         res = self.describe(plan, buf, rank_source)
-        logger.warning(res.line)      # WARNING so it shows at SGLang's default log level
+        logger.warning(res.line)      # WARNING so it shows at the engines' default log level
         if plan.mode == "numa" and res.verified_fraction < 1.0 and plan.policy == "bind":
             msg = f"rank {rank}: only {res.verified_fraction:.1%} of the checked pages are on {plan.target}"
             if strict:
@@ -193,25 +191,25 @@ class HostPoolPlacer:
                                           f"(rank plan, align {plan.align_bytes})")
         if plan.policy == "weighted_interleave" or plan.node is None:
             return None, ""
-        from sactool.memory import nodes as memnodes
+        from sactool.pool.readings import node_room
 
-        f = memnodes.free_estimate(self.topology(), self.reader, plan.node)
-        if f.bytes is None:
+        now = node_room(self.topology(), self.reader, plan.node)   # a momentary reading, taken now
+        if now.bytes is None:
             return None, ""
         from sactool.units import format_bytes
 
-        margin, room = f.margin_bytes, f.room_bytes or 0   # known: f.bytes is not None
+        room = now.bytes
         share = self._pinned_share(plan)
         if share is not None and share < room:   # pool.capacity_bytes pins what this rank's pool may take
             return share, (f"rank {plan.rank}'s share of {plan.target}'s pinned capacity: {format_bytes(share)} "
                            f"(pool.capacity_bytes over {len(plan.shared_with) + 1} rank(s))")
-        return room, f"free memory of {plan.target}: {f.source}, minus {format_bytes(margin)} kept back"
+        return room, f"free memory of {plan.target}: {now.source}"
 
 
     def _pinned_share(self, plan: Any) -> int | None:
         """NUMA mode with ``pool.capacity_bytes``: this rank's share of the pinned capacity (the rank plan's
         slot); None when the capacity is not pinned (the node's free memory decides)."""
-        if plan.mode != "numa" or self.profile.pool.capacity_bytes is None:
+        if plan.mode != "numa" or self.spec.settings.capacity_bytes is None:
             return None
         return plan.slot.size_bytes if plan.slot is not None else None
 
@@ -238,7 +236,7 @@ class HostPoolPlacer:
             align = (stand["align_bytes"] if stand else plan.align_bytes) or 1
             need = -(-n_bytes // align) * align
             if slice_used + need > slot.size_bytes:
-                raise ValueError(f"SGLang asks for {n_bytes} bytes" + (f" more ({slice_used} of the slice already hold "
+                raise ValueError(f"{self.engine} asks for {n_bytes} bytes" + (f" more ({slice_used} of the slice already hold "
                                  "earlier allocations of this pool)" if slice_used else "")
                                  + f", rank {plan.rank}'s slice of {plan.target} holds {slot.size_bytes} (rank plan)")
             offset = (slot.offset_bytes or 0) + slice_used
@@ -256,7 +254,7 @@ class HostPoolPlacer:
         if share is not None and slice_used + n_bytes > share:
             from sactool.units import format_bytes
 
-            raise ValueError(f"SGLang asks for {format_bytes(n_bytes)}" + (f" more ({format_bytes(slice_used)} already "
+            raise ValueError(f"{self.engine} asks for {format_bytes(n_bytes)}" + (f" more ({format_bytes(slice_used)} already "
                              "placed for this pool)" if slice_used else "") + f", rank {plan.rank}'s share of "
                              f"{plan.target}'s pinned capacity holds {format_bytes(share)} (pool.capacity_bytes over "
                              f"{len(plan.shared_with) + 1} rank(s))")
