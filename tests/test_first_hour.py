@@ -181,7 +181,7 @@ def test_pool_targets_of_another_size_or_not_cxl_are_named(machine, server_tree)
 
     from sactool.errors import TopologyError
     from sactool.host.sysfs import SysfsReader
-    from sactool.serve.poolmatch import check_targets
+    from sactool.pool.match import check_targets
     from sactool.topology import probe
 
     dax = probe(SysfsReader(server_tree("devdax")))

@@ -181,9 +181,9 @@ def build_launch(profile_path: str, extra_args: Sequence[str] = (), *, python: s
 
 def _pool_here(profile: Profile, sysfs_root: str | None, strict: bool) -> list[str]:
     """The profile's pool targets checked against this machine's probe (CXL, CPU-less, size) and its
-    machine block against this machine's (:mod:`sactool.serve.poolmatch`)."""
+    machine block against this machine's (:mod:`sactool.pool.match`)."""
     from sactool.host.machine import machine_block
-    from sactool.serve import poolmatch
+    from sactool.pool import match as poolmatch
     from sactool.topology import probe
 
     reader = SysfsReader(sysfs_root)

@@ -16,7 +16,7 @@ against this machine's probe:
   (RecordError, exit 4).
 
 Engine-neutral: pool settings, the profile's record of where it was tuned, a probed topology and this
-machine's block in; check lines out. It imports no engine and no serve module.
+machine's block in; check lines out (serve prints them). It imports no engine, serve, tune or simulate.
 """
 
 from __future__ import annotations
