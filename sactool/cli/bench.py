@@ -223,6 +223,35 @@ def _bench(test: str, kw: dict) -> None:
     run_command(test, **kw)
 
 
+TEST_OPTIONS = {
+    # what each test reads beyond node, cpus, size, hugepages, preset, out, force, format (runner.py, suite.py):
+    # the chains' seed (latency, mlp, loaded), thread counts (bandwidth, gather, convert), the gather's records
+    # and indices, convert's record sizes and seed, and --plot (loaded latency and gather curves)
+    "latency": {"seed"},
+    "mlp": {"seed"},
+    "loaded": {"seed", "plot"},
+    "bandwidth": {"threads"},
+    "gather": {"threads", "record_bytes", "topk", "prefetch", "pattern", "trace", "seed", "plot"},
+    "convert": {"threads", "record_bytes", "seed"},
+}
+"""The test-specific options each ``bench <test>`` uses; the others are not in its --help and are refused."""
+SPECIFIC = set().union(*TEST_OPTIONS.values())
+_PARAMS = ("node", "cpus", "size", "threads", "record_bytes", "topk", "prefetch", "pattern", "trace", "hugepages",
+           "preset", "seed", "out", "force", "fmt", "plot", "quiet", "sysfs_root")
+
+
+def _unused(test: str, given: dict) -> None:
+    """Refuse an option ``bench <test>`` would ignore (given after the subcommand or before it)."""
+    if test == "all":
+        return
+    bad = sorted(k for k in given if k in SPECIFIC and k not in TEST_OPTIONS[test])
+    if bad:
+        opt = "--" + bad[0].replace("_", "-")
+        users = sorted(t for t, used in TEST_OPTIONS.items() if bad[0] in used)
+        raise UsageError(f"{opt} does nothing for 'bench {test}': it is read by bench {', '.join(users)}",
+                         f"drop {opt}, or run one of those tests (bench all runs every test)")
+
+
 def _bench_cmd(test: str, doc: str, ex: str):
     def cmd(ctx: typer.Context, node: Optional[str] = _B_NODE, cpus: Optional[str] = _B_CPUS,
             size: Optional[str] = _B_SIZE, threads: Optional[str] = _B_THREADS,
@@ -234,9 +263,20 @@ def _bench_cmd(test: str, doc: str, ex: str):
         kw = dict(node=node, cpus=cpus, size=size, threads=threads, record_bytes=record_bytes, topk=topk,
                   prefetch=prefetch, pattern=pattern, trace=trace, hugepages=hugepages, preset=preset, seed=seed,
                   out=out, force=force, fmt=fmt, plot=plot, sysfs_root=sysfs_root)
+        _unused(test, {**(ctx.obj or {}).get("bench_options", {}), **_given(ctx, kw)})
         _bench(test, _merge(ctx, test, kw))
 
     cmd.__doc__ = doc
+    if test in TEST_OPTIONS:   # --help lists what this test reads: the other tests' options are hidden
+        import copy
+
+        hidden = []
+        for name, default in zip(_PARAMS, cmd.__defaults__ or ()):
+            if name in SPECIFIC and name not in TEST_OPTIONS[test]:
+                default = copy.copy(default)
+                default.hidden = True
+            hidden.append(default)
+        cmd.__defaults__ = tuple(hidden)
     bench_app.command(name=test, epilog=example(ex))(cmd)
 
 
