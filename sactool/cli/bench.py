@@ -289,6 +289,9 @@ def _bench_cmd(test: str, doc: str, ex: str):
             if name in SPECIFIC and name not in TEST_OPTIONS[test]:
                 default = copy.copy(default)
                 default.hidden = True
+            elif name == "force" and "plot" not in TEST_OPTIONS[test]:
+                default = copy.copy(default)
+                default.help = "Overwrite --out."
             hidden.append(default)
         cmd.__defaults__ = tuple(hidden)
     bench_app.command(name=test, epilog=example(ex))(cmd)
