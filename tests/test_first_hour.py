@@ -509,3 +509,18 @@ def test_timing_claims_beside_commands_name_the_machine_and_load():
             if duration.search(comment) and not re.search(r"\bload\b|CPU time|estimate", comment):
                 bad.append(f"{p.relative_to(REPO)}:{n}: {line.strip()}")
     assert bad == [], "\n".join(bad)
+
+
+# ---- N23: tune's fits column says why a size does not fit ------------------------------------------
+
+def test_tune_fits_column_says_why_not(tmp_path, machine, capsys):
+    rc = main(["tune", "--sysfs-root", str(machine("this-machine")), "--bench",
+               str(REPO / "tests/fixtures/bench/node0-gather.json"), "--context", "16k,32k", "--tp", "1",
+               "--gpu-kv-budget", "3GiB", "--concurrency", "8", "--steps", "4", "--replicates", "1",
+               "--out", str(tmp_path / "p.yaml"), "-q"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    rows = [ln for ln in out.splitlines() if ln.rstrip().endswith(("yes", "no: GPU", "no: pool", "no: ratio"))]
+    assert any(r.rstrip().endswith("no: GPU") for r in rows), out
+    why = [ln for ln in out.splitlines() if ln.startswith("fits no: GPU — at ")]
+    assert len(why) == 1 and "slots, GPU: needs" in why[0] and "budget 3.00 GiB" in " ".join(out.split())
