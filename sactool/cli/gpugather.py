@@ -77,8 +77,7 @@ def gpu_gather(
 
     gpu_runtime()  # no GPU: one line, exit 3, before the topology, the buffer or any index
     opts = _simulator_sweep(opts, {"blocks": "blocks", "threads": "threads", "record_bytes": "record_bytes",
-                                   "topk": "topk", "patterns": "pattern", "context_tokens": "context",
-                                   "full_prefix": "full_prefix"}, ctx)
+                                   "topk": "topk", "patterns": "pattern", "context_tokens": "context"}, ctx)
     if cpus is not None:
         from dataclasses import replace
 
