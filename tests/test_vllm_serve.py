@@ -171,3 +171,18 @@ def test_the_hook_check_runs_in_the_target_python_before_the_launch():
     with pytest.raises(EngineVersionError) as e:
         check_hooks_in(sys.executable, "0.35.0")
     assert "has no hook table (verified: 0.34.x)" in e.value.message and int(e.value.exit_code) == 9
+
+
+def test_profile_show_lists_vllms_settings_not_sglangs(capsys):
+    assert main(["profile", "show", str(TP8)]) == 0
+    out = capsys.readouterr().out
+    assert "vllm.host_pool_gib" in out and "vllm.shared_host_pool" in out and "hisparse.device_buffer_size" in out
+    assert "sglang.tp_size" not in out and "hisparse.host_to_device_ratio" not in out
+
+
+def test_simulate_refuses_a_vllm_profile(tmp_path, capsys):
+    """simulate models SGLang's HiSparse: a vLLM profile is refused, not run with SGLang's defaults."""
+    p = load_profile(TP8)
+    path = save_profile(dataclasses.replace(p, bench={"source": "test"}), tmp_path / "v.yaml")
+    assert main(["simulate", "--profile", str(path), "--context", "16k", "--concurrency", "8"]) == 4
+    assert "is for vllm: simulate models SGLang 0.5.23's HiSparse" in capsys.readouterr().err

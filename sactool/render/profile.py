@@ -23,21 +23,22 @@ def render_profile(p, path) -> None:
     con.print(gpu_line(req.get("gpu"), req.get("gpu_from"), (req.get("gpu_kv_budget") or {}).get("bytes_per_gpu"),
                        req.get("gpu_kv_budget")) if req.get("gpu") else
               "GPU: not recorded (an example, or a profile from before tune recorded it)", markup=False)
+    from sactool.profile import settings_fields
+
     # one block per setting, not a table: a 4-column table left the detail a strip 27 characters wide at
     # 100 columns (227 lines for 34 settings at 80, digests and paths split mid-token). The name is what one
-    # types to change it, whole at the line's start; the detail wraps at spaces under it.
-    for sect in ("pool", "hisparse", "sglang"):
-        obj = getattr(p, sect)
-        for name in obj.__dataclass_fields__:
-            key = f"{sect}.{name}"
-            prov = p.provenance.get(key)
-            head = Text(key, style="bold")
-            head.append(f" = {_yaml_value(name, getattr(obj, name))}", style="")
-            head.append(f"  ({prov.source if prov else 'no provenance'})", style="dim")
-            con.print(head)
-            if prov and prov.detail:
-                for line in textwrap.wrap(prov.detail, width=max(20, con.width - 4), break_on_hyphens=False):
-                    con.print("    " + line, markup=False, highlight=False)
+    # types to change it, whole at the line's start; the detail wraps at spaces under it. A vLLM profile:
+    # pool, hisparse's top_k and buffer, vllm.
+    for key in settings_fields(p.engine):
+        sect, name = key.split(".", 1)
+        prov = p.provenance.get(key)
+        head = Text(key, style="bold")
+        head.append(f" = {_yaml_value(name, getattr(getattr(p, sect), name))}", style="")
+        head.append(f"  ({prov.source if prov else 'no provenance'})", style="dim")
+        con.print(head)
+        if prov and prov.detail:
+            for line in textwrap.wrap(prov.detail, width=max(20, con.width - 4), break_on_hyphens=False):
+                con.print("    " + line, markup=False, highlight=False)
     pr = p.predictions or {}
     if pr.get("fetch_time_per_token_s") is not None:
         from sactool.render.tune import _t as fetch_time  # the same figure as tune's summary, spelled alike
