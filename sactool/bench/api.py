@@ -322,8 +322,8 @@ def plan_bench(opts: BenchOptions, *, reader: SysfsReader | None = None) -> dict
                                 f"{CACHE_MULTIPLE}x the {format_bytes(llc)} last-level cache",
                                 f"drop {opts.size_option}: the default is sized from the machine"))
     # a devdax device's memory is no node (its target_node is where it would go once onlined): name the device
-    where = (f"DAX device {opts.dax.rsplit('/', 1)[-1]} (devdax, {format_bytes(dev.size_bytes or 0)})" if opts.dax
-             else f"memory node{mem}")
+    where = (f"DAX device {opts.dax.rsplit('/', 1)[-1]} (devdax, {format_bytes(dev.size_bytes or 0)})"
+             if opts.dax and dev is not None else f"memory node{mem}")
     threads = _thread_sweep(opts, len(cpus))
     text = (f"{where} from CPUs {format_cpulist(cpus)} (node{cpu_node}): {'/'.join(opts.tests)} with "
             f"{', '.join(map(str, threads))} thread{'s' if threads != [1] else ''} over a buffer of {rule.rule}")
