@@ -134,7 +134,11 @@ def build_launch(profile_path: str, extra_args: Sequence[str] = (), *, python: s
             found["script"] = info.console_script
         return out
 
-    lines.extend(attempt(engine) or [])
+    engine_lines = attempt(engine)
+    lines.extend(engine_lines or [])
+    if engine_lines is not None and cmd.placement == "plugin" and profile.sglang.role != "prefill":
+        lines.extend(attempt(lambda: checks.check_hooks(profile, checks.probe_hooks(python), python=python,
+                                                        allow_untested=allow_untested)) or [])
     if ep == "serve" and "script" in found:
         cmd = build_command(profile, profile_path=profile_path, extra_args=extra, python=python,
                             entrypoint=entrypoint, environ=environ, sglang_script=found["script"],
