@@ -33,6 +33,17 @@ def _checkout_profiles() -> dict[str, tuple[int, int]]:
     return out
 
 
+def pytest_collection_modifyitems(config, items):
+    """``live_cxl`` tests boot the QEMU CXL machine (scripts/live-cxl: minutes, packages from the Debian
+    mirror): they run only when selected (``pytest -m live_cxl``), never in the plain ``pytest -q``."""
+    if "live_cxl" in (config.getoption("-m") or ""):
+        return
+    skip = pytest.mark.skip(reason="boots a QEMU machine with CXL devices (scripts/live-cxl): run with -m live_cxl")
+    for item in items:
+        if "live_cxl" in item.keywords:
+            item.add_marker(skip)
+
+
 def pytest_sessionstart(session):
     session.config._sactool_profiles = _checkout_profiles()
 

@@ -23,10 +23,11 @@ REPO = Path(__file__).resolve().parent.parent
 MiB = 1 << 20
 SAC = REPO / "profiles" / "examples" / "sac-8rank-devdax.yaml"
 
-# one cxl_poison event as drivers/cxl/core/trace.h prints it on 6.12 (TP_printk of cxl_poison)
-TRACE = ("   kworker/u8:1-57    [000] .....   301.5: cxl_poison: memdev=mem1 host=0000:0d:00.0 serial=12289 "
+# one cxl_poison event exactly as the live 6.12 kernel printed it (scripts/live-cxl: QEMU Type-3 device,
+# debugfs inject_poison at DPA 0x10001000 of mem1; the trace the snapshot captured)
+TRACE = ("           <...>-192     [001] .....   460.795772: cxl_poison: memdev=mem1 host=0000:0d:00.0 serial=12289 "
          "trace_type=List region=region0 region_uuid=00000000-0000-0000-0000-000000000000 "
-         "hpa=0x{hpa:x} dpa=0x{dpa:x} dpa_len=0x40 source=Injected flags= overflow_time=0\n")
+         "hpa=0x{hpa:x} dpa=0x{dpa:x} dpa_length=0x40 source=Injected flags= overflow_time=0\n")
 
 
 def payload(health=0, media=0, life=3, temp=35, dirty=2, vol=5, pers=0) -> bytes:
@@ -205,3 +206,22 @@ def test_topology_record_3_upgrades_with_an_empty_health_block():
     assert upgrade_topology_3_to_4({"schema_version": 3, "x": 1}) == {"schema_version": 4, "x": 1, "health": []}
     rec = UPGRADES[2]({"hosts": [{"topology": {"schema_version": 3}}]})
     assert rec["hosts"][0]["topology"] == {"schema_version": 4, "health": []}
+
+
+def test_the_live_recording_of_injected_poison(tmp_path):
+    """sac2s-live__20-poison: what probe --poison --snapshot captured on the real kernel (scripts/live-cxl):
+    the poison injected at mem1's DPA 0x10001000 comes back at region0 HPA 0x1a0001000 (the kernel's
+    figure, equal to the one computed from the decoders), dax0.0 + 256 MiB + 4 KiB, rank 2's pool + 4 KiB
+    in the 4-rank plan; media health is stated as not implemented by this device; AER read, OS-first."""
+    from sactool.cli.probe import with_ranks
+
+    reader = SysfsReader(unpack("sac2s-live__20-poison", tmp_path / "t"))
+    topo = with_ranks(probe(reader), reader, _profile())
+    h = {x.memdev: x for x in topo.health}
+    (p,) = h["mem1"].poison
+    assert (p.dpa, p.length_bytes, p.source, p.region, p.hpa) == (0x10001000, 64, "Injected", "region0", 0x1A0001000)
+    assert H.dpa_to_hpa(topo, "mem1", p.dpa)[1] == p.hpa
+    assert (p.dax_device, p.dax_offset_bytes, p.rank, p.pool_offset_bytes) == ("dax0.0", 256 * MiB + 0x1000, 2, 0x1000)
+    assert h["mem0"].poison == ()
+    assert h["mem1"].media is None and "does not implement" in h["mem1"].media_reason
+    assert h["mem1"].aer is not None and h["mem1"].aer.fatal == 0 and h["mem1"].error_mode == "os-first"

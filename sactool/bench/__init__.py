@@ -66,6 +66,9 @@ def run_quick_gather(node: int | None, record_bytes: int, topk: int, threads: in
         _, cpus = resolve_cpus(topo, mem, None)
         opts = replace(opts, threads=(len(cpus),))
     rec = _run(opts, reader=reader)
+    from sactool.errors import unsettle
+
+    unsettle()   # the caller (tune) goes on working: interruptible again, a signal that came meanwhile raised here
     if not rec.complete:
         # run_bench keeps a partial record for 'sactool bench' to write; a quick figure built
         # from it ("median of 1 samples") would be silently wrong, so the interrupt goes on

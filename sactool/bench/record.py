@@ -31,9 +31,10 @@ from sactool.units import node_name, node_number
 
 KIND = "bench"
 SCHEMA_VERSION = 2
-"""2: every NUMA node is its number — ``memory_node``, ``cpu_node``, ``stand_in.node``, each
-result's and matrix pair's ``memory_node``/``cpu_node``, ``buffer.memory_nodes``, ``gpu.numa_node``,
-the fleet block's hosts' and ranks' nodes and ``machine.numa_nodes[].node`` (1 wrote ``"node2"``)."""
+"""Version of the ``bench`` record; its history (upgrades: :data:`UPGRADES`):
+
+1 — the first format (GPU gather and convert results are ``test`` values in it; the ``fleet`` block optional).
+2 — every NUMA node is its number (``memory_node``, ``cpu_node``, ``stand_in.node``, results', pairs', buffer's, GPU's, fleet's and machine's nodes; 1 wrote ``"node2"``)."""
 
 
 def _nodes_to_numbers(d: Any, keys: tuple[str, ...]) -> Any:
@@ -195,6 +196,13 @@ _POSITIVE = {"gather": (("record_bytes", "threads"), ("bandwidth_bytes_per_s", "
 must be positive numbers (what gather_figure, gpufigure and tune divide by)."""
 
 
+def _fraction(v: Any) -> float | None:
+    # on-CPU time over sample time: thread and wall clocks tick apart, so a hair above 1 is real
+    if v is not None and (not _number(v) or v < 0):
+        _fail("field", f"on_cpu_fraction is {v!r}, not a number >= 0")
+    return v
+
+
 class _Result(BaseModel):
     """One result (one configuration): what the renderers and tune read must be there and be numbers
     (a KeyError or TypeError there would be a traceback); the rest is kept as stored."""
@@ -204,6 +212,7 @@ class _Result(BaseModel):
     params: Annotated[dict[str, Any], _mapping("params")]
     stats: _Stats
     derived: Annotated[dict[str, Any], _mapping("derived")]
+    on_cpu_fraction: Annotated[float | None, PlainValidator(_fraction)] = None   # bench/trust.py compares it
 
     @model_validator(mode="after")
     def _figures(self) -> "_Result":
@@ -235,6 +244,26 @@ def _results(v: Any) -> Any:
     return v
 
 
+def _short(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _warnings(v: Any) -> Any:
+    ok = isinstance(v, list) and all(isinstance(w, dict) and isinstance(w.get("code"), str)
+                                     and isinstance(w.get("message"), str)
+                                     and isinstance(w.get("hint"), (str, type(None))) for w in v)
+    if v is not None and not ok:
+        _fail("top", f"warnings is {_short(v)}, not a list of {{code, message, hint}} mappings")
+    return v
+
+
+def _buffer(v: Any) -> Any:
+    if v is not None and not isinstance(v, dict):
+        _fail("top", f"buffer is {_short(v)}, not a mapping")
+    return v
+
+
 class _Record(BaseModel):
     """The parts of a bench record sactool reads back (:class:`BenchRecord`); other keys are kept."""
 
@@ -242,6 +271,8 @@ class _Record(BaseModel):
     results: Annotated[list[_Result], BeforeValidator(_results)]
     cpus: list[Annotated[int, PlainValidator(_cpu)]] | None = None
     complete: Any = True
+    warnings: Annotated[Any, PlainValidator(_warnings)] = None   # rendered and merged as {code, message, hint}
+    buffer: Annotated[Any, PlainValidator(_buffer)] = None       # BenchRecord.buffer is a mapping
 
 
 def _refusal(e: ValidationError, data: dict[str, Any], source: str) -> RecordError:

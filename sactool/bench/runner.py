@@ -8,6 +8,7 @@ from sactool.bench import suite
 from sactool.bench.catalog import TESTS
 from sactool.bench.protocol import Protocol, run_protocol
 from sactool.bench.stats import stats_dict, summarize
+from sactool.errors import settle, unsettle
 
 
 def result_of(m: suite.Measure) -> dict | None:
@@ -69,13 +70,16 @@ def walker_slots() -> tuple[int, dict[int, int], int]:
 
 def measure_all(buf, opts, proto: Protocol, cpus, threads, llc: int, gather_idx, results: list, warnings: list,
                 *, progress=None, clock=None) -> bool:
-    """Run the requested tests in :data:`sactool.bench.catalog.TESTS` order; False when interrupted."""
+    """Run the requested tests in :data:`sactool.bench.catalog.TESTS` order; False when interrupted.
+    Returns settled (:func:`sactool.errors.settle`): a signal from then on finds the results finished
+    and is only recorded; a caller that goes on with other work calls :func:`sactool.errors.unsettle`."""
     words = buf.array("uint64")
     half_lines = words.size // suite.WPL // 2
     chains: dict[str, np.ndarray] = {}
     ms: list[suite.Measure] = []
     src: np.ndarray | None = None
     try:
+        unsettle()   # a measurement after an earlier one (bench --node all's next pair): a signal that came between stops it here
         if any(t in opts.tests for t in ("latency", "mlp", "loaded")):
             if progress:
                 progress("building pointer-chase chains", 0, 1)
@@ -120,6 +124,7 @@ def measure_all(buf, opts, proto: Protocol, cpus, threads, llc: int, gather_idx,
                 ms = [suite.sequential(words, list(cpus), t, op) for op in ("read", "write", "copy") for t in threads]
             if not _run(ms, proto, results, progress, clock, test):
                 return False
+        settle()   # the last statement the interrupt can stop: a signal from here on finds the record finished
         return True
     except KeyboardInterrupt:
         return False

@@ -138,7 +138,7 @@ def run_command(test: str, *, node, cpus, size, threads, record_bytes, topk, pre
 
         render_warnings(rec)
         emit_data(rec.data, fmt)
-    failed = None
+    failed: list[tuple[str, Exception]] = []
     if out is not None:
         kind = "yaml" if out.suffix in (".yaml", ".yml") else "json"
         try:
@@ -146,20 +146,34 @@ def run_command(test: str, *, node, cpus, size, threads, record_bytes, topk, pre
                          fallback_stdout=None if fmt != "table" else (lambda: emit_data(rec.data, "json")),
                          on_stdout=fmt != "table")
         except Exception as e:  # noqa: BLE001 - SactoolError; re-raised below, after the plot
-            failed = e
+            failed.append(("record", e))
     if plot is not None:
         try:
             write_result(plot, plot_bench(rec), force=force, kind="bench-plot", suffix=".png")
             note(f"plot: {plot}")
         except Exception as e:  # noqa: BLE001
-            failed = failed or e
-    if failed is not None:
-        raise failed
+            failed.append(("plot", e))
+    if failed:
+        raise _both(failed)
     if not rec.complete:
         kept = len(rec.results)
         raise Interrupted(f"interrupted: {kept} finished result{'s' if kept != 1 else ''} kept"
                           + (f" in {out}" if out else ""), "rerun to complete the measurement")
     return 0
+
+
+def _both(failed: list[tuple[str, Exception]]) -> Exception:
+    """The error to raise when the record, the plot or both could not be written where asked: the
+    first one, naming every fallback file (issue 27, R6: the plot's was left unsaid)."""
+    from sactool.errors import SactoolError
+
+    first = failed[0][1]
+    if len(failed) == 1 or not all(isinstance(e, SactoolError) for _, e in failed):
+        return first
+    assert isinstance(first, SactoolError)   # checked just above
+    first.message = "; ".join(f"{what}: {e}" for what, e in failed)
+    first.hint = "; ".join(f"{what}: {e.hint}" for what, e in failed if isinstance(e, SactoolError) and e.hint)
+    return first
 
 
 bench_app = typer.Typer(

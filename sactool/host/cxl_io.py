@@ -31,6 +31,11 @@ def mailbox_health_info(devpath: str, command_id: int, out_bytes: int) -> tuple[
     try:
         fcntl.ioctl(fd, CXL_MEM_SEND_COMMAND, buf, True)
     except OSError as e:
+        import errno
+
+        if e.errno == errno.ENOTTY:   # drivers/cxl/core/mbox.c: not in the device's enabled commands
+            return None, (f"the device does not implement mailbox command {command_id} (the kernel refuses "
+                          f"commands missing from its Command Effects Log: ENOTTY on {devpath})")
         return None, f"CXL_MEM_SEND_COMMAND(command {command_id}) on {devpath}: {e.strerror}"
     finally:
         os.close(fd)

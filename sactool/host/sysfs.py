@@ -142,6 +142,8 @@ class SysfsReader:
         self.live = self.root == Path("/")
         self.reasons: dict[str, str] = {}
         self.touched: set[str] = set()
+        self.seen: dict[str, bytes] = {}       # live: what each file held when it was read, so a snapshot
+        # stores the very bytes the answer came from (free memory moves between the probe and the archive)
         self.captured: dict[str, bytes] = {}   # facts read by other means than a file (a mailbox
         # reply, a trace), kept under the path a recording holds them at (sactool/capture/…), so that
         # ``probe --snapshot`` stores them and a replay reads them back (sactool.topology.health)
@@ -233,6 +235,8 @@ class SysfsReader:
         except NotRead as e:
             self._miss(rel, e.reason)
             return None
+        if self.live:
+            self.seen[rel.lstrip("/")] = data
         try:
             s = data.decode("utf-8")
         except UnicodeDecodeError:

@@ -273,12 +273,13 @@ class HostPoolPlacer:
         where = ", ".join(f"node{k}: {v}" if k >= 0 else f"errno{-k}: {v}" for k, v in sorted(r.node_pages.items()))
         checked = "all" if r.pages_checked >= r.pages_total else f"a sample of {r.pages_checked} of {r.pages_total}"
         stand = " (a DRAM node stood in for CXL: pool.stand_in)" if plan.stand_in and plan.mode == "numa" else ""
-        if plan.mode == "devdax":
-            expect = (f"{r.verified_fraction:.1%} of {checked} pages on "
-                      f"{', '.join(f'node{n}' for n in r.expected_nodes)}" if r.expected_nodes
-                      else f"{checked} pages asked for (no target node known)")
+        if plan.mode == "devdax":   # placement = the mapping (/proc/self/maps); move_pages says ENOENT there
+            m = buf.mapping
+            expect = ("mapping verified (/proc/self/maps: the device at the slice's offset, on its align)"
+                      if m is not None and m.verified else
+                      f"mapping NOT as planned: {m.reason if m is not None else 'not checked'}")
             line = (f"sactool_cxl: rank {plan.rank} ({rank_source or 'given'}) HiSparse host pool {buf.size_bytes} bytes "
-                    f"on {plan.target}, {buf.hugepages}: move_pages {expect} [{where}], zero-filled in "
+                    f"on {plan.target}, {buf.hugepages}: {expect}, zero-filled in "
                     f"{buf.prefault_seconds:.2f} s by {plan.prefault_threads} threads")
         else:
             line = (f"sactool_cxl: rank {plan.rank} ({rank_source or 'given'}) HiSparse host pool {buf.size_bytes} bytes "
@@ -290,9 +291,8 @@ class HostPoolPlacer:
             gpu = f" (GPU {plan.slot.gpu})" if plan.slot is not None else ""
             line += (f"; devdax slice{gpu} at offset {buf.offset_bytes} of {buf.path}"
                      + (" (a file standing in for the device)" if any("standing in" in n for n in buf.notes) else "")
-                     + f", {len(plan.shared_with) + 1} rank(s) share {plan.target}; "
-                     "move_pages may not report device-DAX pages (cudaHostRegister of such memory is unverified "
-                     "here, docs/sources.md, SGLang §6.5)")
+                     + f", {len(plan.shared_with) + 1} rank(s) share {plan.target} (cudaHostRegister of device-DAX "
+                     "memory is unverified here, docs/sources.md, SGLang §6.5)")
         return PoolResult(plan.rank, plan.target, buf.size_bytes, r.verified_fraction, r.pages_checked,
                           dict(r.node_pages), r.hugepage_bytes, line, address=buf.address,
                           offset_bytes=buf.offset_bytes, path=buf.path, budget_answer=self.budget_answer)

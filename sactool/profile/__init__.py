@@ -42,8 +42,11 @@ from sactool.records import atomic_write, dumps, header, load_structured, upgrad
 
 KIND = "profile"
 SCHEMA_VERSION = 3
-"""2: the ``workload`` block (where the hot-buffer figures came from); a schema-1 profile is
-upgraded with ``workload: null`` (not recorded)."""
+"""Version of the profile; its history (upgrades: ``_UPGRADES``):
+
+1 — the first format.
+2 — the ``workload`` block (where the hot-buffer figures came from; a schema-1 profile gets ``workload: null``).
+3 — the ``machine`` block's ``numa_nodes[].node`` is a number (the bench and fleet blocks' pool targets stay names)."""
 
 PLACEMENTS = ("plugin", "numactl", "none")
 POOL_MODES = ("numa", "devdax")
@@ -346,7 +349,7 @@ def default_profile_path(model_name: str, hostname: str | None = None,
     when given; for a recording (``sysfs_root``) the hostname it recorded, else its directory's
     name — never this machine's; live, this machine's hostname. A name that is not one (the
     kernel's ``(none)`` of a host never named, empty) is ``localhost``; characters a file name
-    should not carry become ``-``."""
+    should not carry become ``_`` (as a fleet's host names do, ``fleet.split.host_file_name``)."""
     if hostname is None and sysfs_root is not None:
         from sactool.host.sysfs import SysfsReader
 
@@ -363,5 +366,5 @@ def _host_name(name: str | None) -> str | None:
     """``name`` made a file name: None for no name (None, empty, the kernel's ``(none)``)."""
     if not name or name.strip() in ("(none)", "(unknown)"):
         return None
-    clean = re.sub(r"[^A-Za-z0-9._-]+", "-", name.strip()).strip("-.")
+    clean = re.sub(r"[^A-Za-z0-9._-]", "_", name.strip()).strip(".")
     return clean[:64] or None

@@ -179,17 +179,22 @@ def parse_health_info(payload: bytes, source: str) -> MediaHealth:
 
 
 def read_media(r: SysfsReader, memdev: str) -> tuple[MediaHealth | None, str]:
+    """The Get Health Info reply: live through the mailbox (reply or failure captured for a snapshot),
+    from a recording as captured."""
     rel = f"{CAPTURE}/{memdev}/get-health-info"
     if not r.live:
         txt = r.text(rel)
         if txt is None:
             return None, "not in the recording (recorded without the mailbox, or by an older sactool)"
+        if txt.startswith("error: "):
+            return None, txt[len("error: "):].strip()
         try:
             return parse_health_info(bytes.fromhex(txt.strip()), "recorded reply of Get Health Info (mailbox ioctl)"), ""
         except ValueError as e:
             return None, f"{rel}: {e}"
     payload, why = mailbox_health_info(f"/dev/cxl/{memdev}", GET_HEALTH_INFO, HEALTH_INFO_BYTES)
     if payload is None:
+        r.captured[rel] = f"error: {why}\n".encode()
         return None, why
     r.captured[rel] = (payload.hex() + "\n").encode()
     return parse_health_info(payload, f"mailbox ioctl on /dev/cxl/{memdev} (Get Health Info, opcode 4200h)"), ""
@@ -284,17 +289,18 @@ def _raw(r: SysfsReader, rel: str) -> bytes | None:
 # ------------------------------------------------------------------------------------------
 
 POISON_TRACE = f"{CAPTURE}/cxl_poison.trace"
+NOT_ASKED = "not read: 'sactool probe --poison' asks each device for its list (root; writes trigger_poison_list)"
 _POISON_RE = re.compile(r"cxl_poison:\s+memdev=(?P<memdev>\S+)\s.*?\bregion=(?P<region>\S*)\s.*?"
-                        r"\bhpa=(?P<hpa>0x[0-9a-fA-F]+)\s+dpa=(?P<dpa>0x[0-9a-fA-F]+)\s+dpa_len=(?P<len>0x[0-9a-fA-F]+|\d+)"
+                        r"\bhpa=(?P<hpa>0x[0-9a-fA-F]+)\s+dpa=(?P<dpa>0x[0-9a-fA-F]+)\s+dpa_len(?:gth)?=(?P<len>0x[0-9a-fA-F]+|\d+)"
                         r"\s+source=(?P<source>\S+)")
 
 
 def parse_poison_trace(text: str) -> list[dict[str, Any]]:
     """The ``cxl_poison`` events of a trace (``trace_type=List`` lines; other events ignored):
     memdev, region (None when unmapped), hpa (None for all-ones), dpa, length in bytes, source.
-    ``dpa_len`` is printed in 64-byte units on some kernels and bytes on others: 6.12 prints bytes
-    (``dpa_len=0x40`` for one cache line, drivers/cxl/core/trace.h ``__entry->dpa_len = len`` …
-    ``cxl_poison_record_length(record) * CXL_POISON_LEN_MULT``)."""
+    The length is in bytes: 6.12 prints ``dpa_length=0x40`` for one 64-byte record (seen live, QEMU
+    Type-3 device, debugfs inject_poison; drivers/cxl/core/trace.h multiplies the record's length by
+    CXL_POISON_LEN_MULT); ``dpa_len=`` is read the same way."""
     out = []
     for line in text.splitlines():
         if "trace_type=Inject" in line or "trace_type=Clear" in line:
@@ -315,10 +321,10 @@ def read_poison(r: SysfsReader, memdevs: Sequence[str], ask: bool) -> tuple[list
     if not r.live:
         txt = r.text(POISON_TRACE)
         if txt is None:
-            return None, "not in the recording (recorded without 'probe --poison')"
+            return None, NOT_ASKED
         return parse_poison_trace(txt), ""
     if not ask:
-        return None, "not read: 'sactool probe --poison' asks each device for its list (root; writes trigger_poison_list)"
+        return None, NOT_ASKED
     txt, why = read_poison_live(memdevs)
     if txt is None:
         return None, why

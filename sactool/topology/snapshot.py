@@ -171,9 +171,15 @@ def build_archive(reader: SysfsReader) -> bytes:
             ti = tarfile.TarInfo(link)
             ti.type, ti.linkname, ti.mode, ti.mtime = tarfile.SYMTYPE, target, 0o777, now
             tar.addfile(ti)
+        seen = {}
+        for rel, data in reader.seen.items():   # live: the bytes probe read, not what the file holds now
+            try:
+                seen[col.tree.canonical(rel)[0]] = data
+            except NotRead:
+                pass
         for f in sorted(col.files):
             try:
-                content = col.tree.read(f, MAX_FILE_BYTES)
+                content = seen[f][:MAX_FILE_BYTES] if f in seen else col.tree.read(f, MAX_FILE_BYTES)
             except NotRead:
                 continue  # unreadable, not a regular file, hard-linked or outside: absent in the snapshot too
             if f == IOMEM:

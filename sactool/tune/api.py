@@ -9,6 +9,7 @@ file as they complete, so Ctrl-C loses nothing and ``--resume`` continues.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -81,6 +82,8 @@ def _check_options(o: TuneOptions, spec) -> tuple[str, int, int]:
 def _check_output(path: Path, o: TuneOptions) -> Path:
     points = path.with_name(path.name + ".points.jsonl")
     refuse_existing(path, o.force)
+    if os.path.lexists(points):   # a link or a device where the journal goes: refused, never written through
+        refuse_existing(points, True, "remove it, or choose another --out")
     # a directory that takes no file, a read-only or full file system; only the default
     # profiles/<model>/ is created when missing
     check_writable(path, make_parents=not o.out)

@@ -60,8 +60,10 @@ class DesignPoint:
 def execute(job: Job) -> TuneResult:
     """Budget → workload → pool → design point → gather figures → hot-buffer simulation →
     search → profile (written unless ``o.write`` is false)."""
+    from sactool.errors import settle, unsettle
     from sactool.tune.build import build_profile
 
+    unsettle()   # the next host of a fleet after one whose profile is written: a signal that came between stops here
     warnings: list[dict[str, str]] = []
     budget = gpus.kv_budget(model_name=job.spec.name, tp=job.o.tp, gpu=job.o.gpu,
                             budget_bytes=job.o.gpu_kv_budget_bytes, weights_bytes=job.o.weights_bytes,
@@ -88,6 +90,7 @@ def execute(job: Job) -> TuneResult:
     chosen, ranked, evals, space = _search(d, fit.placements, gather, sims)
     d.sensitivity = _sensitivity(d, fit.placements, gather, sims, chosen, evals)
     profile, summary, alternatives = build_profile(d, chosen=chosen, ranked=ranked, evals=evals, gather=gather)
+    settle()   # inside tune()'s interrupt handler, its last stop: from here a signal finds the profile finished
     written = _write(job, profile)
     return TuneResult(profile=profile, path=written, summary=summary, alternatives=tuple(alternatives),
                       evaluated=len(evals), space=space, warnings=tuple(warnings),
