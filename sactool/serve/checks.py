@@ -355,7 +355,7 @@ def probe_hooks(python: str, *, timeout_s: float = 300.0) -> dict:
     """What :data:`HOOK_PROBE` reports in ``python`` (it imports SGLang's modules there: seconds to
     a minute, as it imports torch), or ``{"error": why}`` where it cannot be asked."""
     try:
-        out, err = _run_probe([python, "-c", HOOK_PROBE], timeout_s)
+        out, err = _run_probe(probe_argv(python, HOOK_PROBE), timeout_s)
     except (OSError, subprocess.TimeoutExpired) as e:
         return {"error": f"{type(e).__name__}: {e}"}
     try:
