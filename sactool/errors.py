@@ -28,6 +28,7 @@ class ExitCode(enum.IntEnum):
     ENGINE_MISSING = 8   # serve: SGLang, its entry point, the sactool_cxl plug-in or numactl not installed
     ENGINE_VERSION = 9   # serve: installed SGLang outside the profile's tested range
     CONFLICT = 10        # serve: an extra SGLang flag contradicts the profile
+    BUSY = 11            # another sactool measurement holds the machine and --no-wait was given
     INTERRUPTED = 130    # Ctrl-C (128 + SIGINT)
     TERMINATED = 143     # SIGTERM (128 + SIGTERM), handled like Ctrl-C: finished work is kept
 

@@ -1,4 +1,4 @@
-"""The ``bench`` record (schema 2): what was measured, where, how, and how sure we are.
+"""The ``bench`` record (schema 3): what was measured, where, how, and how sure we are.
 
 Top level: ``records.header("bench", 2)`` + ``machine`` + ``command``, ``protocol``,
 ``memory_node``, ``cpu_node``, ``cpus`` (separate: CXL nodes have no CPUs), ``stand_in``,
@@ -30,11 +30,12 @@ from sactool.host.machine import upgrade_machine
 from sactool.units import node_name, node_number
 
 KIND = "bench"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Version of the ``bench`` record; its history (upgrades: :data:`UPGRADES`):
 
 1 — the first format (GPU gather and convert results are ``test`` values in it; the ``fleet`` block optional).
-2 — every NUMA node is its number (``memory_node``, ``cpu_node``, ``stand_in.node``, results', pairs', buffer's, GPU's, fleet's and machine's nodes; 1 wrote ``"node2"``)."""
+2 — every NUMA node is its number (``memory_node``, ``cpu_node``, ``stand_in.node``, results', pairs', buffer's, GPU's, fleet's and machine's nodes; 1 wrote ``"node2"``).
+3 — every gather result states its working set (``params.footprint_bytes``, ``params.index_shift``: ``"per pass"`` for the generated stream, ``"none"`` for a stored one repeated as 2 measured it, with ``footprint_source``); results carry ``other_cpu_busy`` (what else ran while they were measured, None: not recorded); the record carries ``measurement_lock`` and ``measured`` (the locked window)."""
 
 
 def _nodes_to_numbers(d: Any, keys: tuple[str, ...]) -> Any:
@@ -87,7 +88,43 @@ def _fleet_entry(e: Any) -> Any:
     return e
 
 
-UPGRADES: dict = {1: _upgrade_1_to_2}  # schema n -> n+1 steps, applied in order
+def expected_footprint(indices: int, records: int, record_bytes: int) -> int:
+    """Bytes of the distinct records ``indices`` uniform draws over ``records`` records touch, expected:
+    ``records × (1 − e^(−indices/records)) × R`` (a schema-2 gather's stored stream, repeated pass after pass)."""
+    return int(records * (1 - math.exp(-indices / max(1, records))) * record_bytes)
+
+
+def _upgrade_2_to_3(rec: dict[str, Any]) -> dict[str, Any]:
+    """Schema 2 gathers repeated one stored stream unshifted: their working set was the stream's distinct
+    records (``footprint_bytes`` since sactool 0.1.1, else estimated here and said so); nothing recorded
+    what else ran, nor a lock (null)."""
+    buf = (rec.get("buffer") or {}).get("size_bytes") if isinstance(rec.get("buffer"), dict) else None
+    if isinstance(rec.get("results"), list):
+        out = []
+        for r in rec["results"]:
+            if isinstance(r, dict):
+                r = dict(r)
+                p = r.get("params")
+                if r.get("test") == "gather" and isinstance(p, dict):
+                    p = dict(p)
+                    p.setdefault("index_shift", "none")
+                    if "footprint_bytes" in p:
+                        p.setdefault("footprint_source", "the stream's distinct records, counted when measured")
+                    elif _number(p.get("indices")) and _number(p.get("record_bytes")) and _number(buf) and p["record_bytes"] > 0:
+                        p["footprint_bytes"] = expected_footprint(int(p["indices"]), int(buf // p["record_bytes"]),
+                                                                  int(p["record_bytes"]))
+                        p["footprint_source"] = ("estimated on upgrade from schema 2: the expected distinct records "
+                                                 "of its uniform stream")
+                    r["params"] = p
+                r.setdefault("other_cpu_busy", None)
+            out.append(r)
+        rec["results"] = out
+    rec.setdefault("measurement_lock", None)
+    rec.setdefault("measured", None)
+    return rec
+
+
+UPGRADES: dict = {1: _upgrade_1_to_2, 2: _upgrade_2_to_3}  # schema n -> n+1 steps, applied in order
 
 
 @dataclass(frozen=True)

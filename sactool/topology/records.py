@@ -359,6 +359,8 @@ class Verdict:
     reason: str
     cpu_node: int | None = None      # the first pool node's CPU node (see ``pool`` for each)
     pool: tuple[Locality, ...] = ()
+    devdax_pool: tuple[str, ...] = ()   # stand-in verdict beside devdax devices (the SAC shape): the devices
+    devdax_note: str = ""               # tune and serve put the pool on, and why (the table prints the same)
 
     def cpu_node_of(self, node_id: int) -> int | None:
         """The CPU node of pool node ``node_id`` (None when it is not a pool node)."""

@@ -47,7 +47,16 @@ def _check_options(o: TuneOptions, spec) -> tuple[str, int, int]:
     kv = normalize_kv_dtype(o.kv_dtype)
     if o.tp < 1:
         raise UsageError(f"--tp {o.tp} must be >= 1")
-    dp = o.attn_dp if o.attn_dp is not None else o.tp
+    if o.engine not in ("sglang", "vllm"):
+        raise UsageError(f"--engine {o.engine!r}", "use sglang or vllm")
+    if o.engine == "vllm":
+        from sactool.hisparse.vllm import REFUSED_ARCHITECTURES
+
+        if spec.architecture in REFUSED_ARCHITECTURES:
+            raise UsageError(f"{spec.name}: {REFUSED_ARCHITECTURES[spec.architecture]}",
+                             "tune it for SGLang (drop --engine vllm)")
+    # vLLM's own DeepSeek-V3.2 layout is one TP replica (one shared pool); SGLang's default is DP attention
+    dp = o.attn_dp if o.attn_dp is not None else (1 if o.engine == "vllm" else o.tp)
     if dp < 1 or o.tp % dp:
         raise UsageError(f"--attn-dp {dp} must divide --tp {o.tp}", "e.g. --tp 8 --attn-dp 8 (DP attention) or 1")
     if o.concurrency is not None and o.concurrency < 1:

@@ -54,6 +54,7 @@ class DesignPoint:
     warnings: list
     page: Any = None                # tune.pagesize.PageChoice: the pool's page kind and its figures
     workload: dict | None = None    # where the hot-buffer misses came from (the profile's workload block)
+    real_pool: Any = None           # tune --engine vllm: the pool as it is (``pool`` is the search's view)
     sensitivity: list | None = None  # the choice with the misses x1, x2, x5, x10 (tune.observed.sensitivity)
 
 
@@ -72,6 +73,11 @@ def execute(job: Job) -> TuneResult:
     model_wl = _model_workload(job)
     _check_one_request(job, budget, contexts)
     machine, pool = _probe_pool(job, warnings)
+    real_pool = pool
+    if job.o.engine == "vllm":
+        from sactool.tune.vllm import as_search_pool
+
+        pool = as_search_pool(pool, job.o.tp // job.attn_dp)
     fit = Fit(job, budget, pool)
     design, concurrency = fit.design_point(contexts, warnings)
     model_wl = _refit(job, model_wl, design, replicates, warnings)
@@ -85,11 +91,15 @@ def execute(job: Job) -> TuneResult:
     d = DesignPoint(o=job.o, spec=job.spec, kv=job.kv, attn_dp=job.attn_dp, rec_bytes=job.rec_bytes, budget=budget,
                     pool=pool, machine=machine, dep=fit.dep, contexts=contexts, design=design,
                     concurrency=concurrency, cap_kw=fit.cap_kw, replicates=replicates, warnings=warnings,
-                    page=page, workload=_workload_block(job, model_wl, trace, replicates))
+                    page=page, workload=_workload_block(job, model_wl, trace, replicates), real_pool=real_pool)
     sims = HotBufferRuns(job, design, replicates, trace, points, model_wl)
     chosen, ranked, evals, space = _search(d, fit.placements, gather, sims)
     d.sensitivity = _sensitivity(d, fit.placements, gather, sims, chosen, evals)
     profile, summary, alternatives = build_profile(d, chosen=chosen, ranked=ranked, evals=evals, gather=gather)
+    if job.o.engine == "vllm":
+        from sactool.tune.vllm import to_vllm
+
+        profile, summary = to_vllm(d, profile, summary, warnings)
     settle()   # inside tune()'s interrupt handler, its last stop: from here a signal finds the profile finished
     written = _write(job, profile)
     return TuneResult(profile=profile, path=written, summary=summary, alternatives=tuple(alternatives),
