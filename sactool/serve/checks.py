@@ -322,7 +322,9 @@ def check_engine(profile: Profile, info: EngineInfo, *, entrypoint: str, plugin:
             raise EngineVersionError(msg, f"install a tested version (pip install 'sglang{tested}'), or check it with "
                                           "tests/test_sglang_compat.py and widen sglang.tested in the profile, "
                                           "or pass --allow-untested-sglang")
-        lines.append("warning: " + msg + " (--allow-untested-sglang)")
+        from sactool.records import WarningLine
+
+        lines.append(WarningLine("sglang-untested", msg, "--allow-untested-sglang"))
     if entrypoint == "launch_server" and not info.launch_server:
         raise EngineMissingError(f"sglang.launch_server is missing from SGLang {info.sglang}",
                                  "use --entrypoint serve, or reinstall SGLang")

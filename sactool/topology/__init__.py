@@ -40,7 +40,7 @@ def probe(reader=None, *, poison: bool = False) -> Topology:
     from sactool.topology.classify import classify, verdict
     from sactool.topology.cxl import read_cxl
     from sactool.topology.dax import read_dax
-    from sactool.topology.gpus import read_gpus
+    from sactool.topology.gpus import PCI_DEVICES, read_gpus
     from sactool.topology.nodes import read_nodes
     from sactool.topology.origin import read_origin
     from sactool.topology.warn import iomem_info, late_warnings
@@ -58,7 +58,7 @@ def probe(reader=None, *, poison: bool = False) -> Topology:
         live=r.live, sysfs_root=str(r.root), created_at=created, machine=machine, nodes=tuple(nodes),
         memdevs=tuple(memdevs), decoders=tuple(decoders), regions=tuple(regions), dax_devices=tuple(dax),
         demotion_enabled=demotion, verdict=Verdict((), False, ""), cxl_bus=cxl_present, ports=tuple(ports),
-        gpus=tuple(gpus), gpu_scan=gpu_scan, iomem=iomem_info(ranges, iomem_reason), origin=read_origin(r),
+        gpus=tuple(gpus), gpu_scan=gpu_scan, gpus_scanned=r.is_dir(PCI_DEVICES), iomem=iomem_info(ranges, iomem_reason), origin=read_origin(r),
     )
     from sactool.topology.hints import auto_online_policy
 
