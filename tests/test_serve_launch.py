@@ -205,13 +205,14 @@ def _site_without(tmp_path, rel: str, old: str, new: str):
     return site
 
 
-def test_dry_run_checks_the_plugins_hook_targets_in_sglangs_python(node0_pinned, tmp_path, standin_env, monkeypatch,
-                                                                    capsys):
+def test_dry_run_checks_the_plugins_hook_targets_in_sglangs_python(node0_pinned, tmp_path, standin_env, gpu_root,
+                                                                    monkeypatch, capsys):
     """serve asks SGLang's Python (the plug-in's own check, sactool.plugins.sglang.check_engine) before
-    the launch: all there -> a check line; a hook target gone -> refused (exit 8) naming the symbol and
+    the launch: all there -> a check line; a hook target gone -> refused (exit 9) naming the symbol and
     the version, even for a non-strict profile; --allow-untested-sglang -> launched with a warning line."""
     prof = node0_pinned()
-    args = ["serve", "--profile", str(prof), "--dry-run", "--python", sys.executable, "--format", "json"]
+    args = ["serve", "--profile", str(prof), "--dry-run", "--python", sys.executable, "--format", "json",
+            "--sysfs-root", str(gpu_root(1))]
     assert main(args) == 0
     out = json.loads(capsys.readouterr().out)
     assert [c for c in out["checks"] if c.startswith("hook targets:")] == [
@@ -232,11 +233,12 @@ def test_dry_run_checks_the_plugins_hook_targets_in_sglangs_python(node0_pinned,
     assert any(c.startswith("warning: hook target sglang.srt.model_executor") for c in out["checks"])
 
 
-def test_dry_run_refuses_a_changed_signature(node0_pinned, tmp_path, standin_env, monkeypatch, capsys):
+def test_dry_run_refuses_a_changed_signature(node0_pinned, tmp_path, standin_env, gpu_root, monkeypatch, capsys):
     monkeypatch.setenv("PYTHONPATH", str(_site_without(tmp_path, "sglang/srt/mem_cache/pool_host/common.py",
                                                        "def allocate(self, dims: tuple, dtype, device: str):",
                                                        "def allocate(self, shape: tuple, dtype, device: str):")))
-    rc = main(["serve", "--profile", str(node0_pinned()), "--dry-run", "--python", sys.executable, "--format", "json"])
+    rc = main(["serve", "--profile", str(node0_pinned()), "--dry-run", "--python", sys.executable, "--format", "json",
+               "--sysfs-root", str(gpu_root(1))])
     out = json.loads(capsys.readouterr().out)
     assert rc == ExitCode.ENGINE_VERSION
     assert any("allocate changed: has parameters (self, shape, dtype, device)" in q["message"] for q in out["problems"])
