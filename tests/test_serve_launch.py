@@ -192,3 +192,53 @@ def test_serve_entrypoint_needs_the_console_script(node0_pinned, tmp_path, stand
                "--sysfs-root", str(gpu_root(1))])
     err = capsys.readouterr().err
     assert rc == ExitCode.ENGINE_MISSING and "console script" in err and not standin_env.exists()
+
+
+def _site_without(tmp_path, rel: str, old: str, new: str):
+    """The stand-in SGLang with one hook target changed in its source (``old`` -> ``new`` in ``rel``)."""
+    site = tmp_path / "site-moved"
+    shutil.copytree(SITE, site)
+    f = site / rel
+    text = f.read_text()
+    assert old in text
+    f.write_text(text.replace(old, new))
+    return site
+
+
+def test_dry_run_checks_the_plugins_hook_targets_in_sglangs_python(node0_pinned, tmp_path, standin_env, gpu_root,
+                                                                    monkeypatch, capsys):
+    """serve asks SGLang's Python (the plug-in's own check, sactool.plugins.sglang.check_engine) before
+    the launch: all there -> a check line; a hook target gone -> refused (exit 9) naming the symbol and
+    the version, even for a non-strict profile; --allow-untested-sglang -> launched with a warning line."""
+    prof = node0_pinned()
+    args = ["serve", "--profile", str(prof), "--dry-run", "--python", sys.executable, "--format", "json",
+            "--sysfs-root", str(gpu_root(1))]
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [c for c in out["checks"] if c.startswith("hook targets:")] == [
+        "hook targets: SGLang 0.5.23, the >=0.5.23,<0.6 table: every symbol resolved, signatures as the plug-in "
+        "relies on"]
+    monkeypatch.setenv("PYTHONPATH", str(_site_without(tmp_path, "sglang/srt/model_executor/model_runner.py",
+                                                       "def maybe_init_hisparse_coordinator(self)",
+                                                       "def maybe_init_hisparse_coordinator_v2(self)")))
+    rc = main(args)
+    out = json.loads(capsys.readouterr().out)
+    (p,) = [q for q in out["problems"] if "hook target" in q["message"]]
+    assert rc == p["exit_code"] == ExitCode.ENGINE_VERSION
+    assert p["message"].startswith("hook target sglang.srt.model_executor.model_runner.ModelRunner."
+                                   "maybe_init_hisparse_coordinator is missing: ") and "in SGLang 0.5.23" in p["message"]
+    assert "--allow-untested-sglang" in p["hint"]
+    assert main([*args, "--allow-untested-sglang"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert any(c.startswith("warning: hook target sglang.srt.model_executor") for c in out["checks"])
+
+
+def test_dry_run_refuses_a_changed_signature(node0_pinned, tmp_path, standin_env, gpu_root, monkeypatch, capsys):
+    monkeypatch.setenv("PYTHONPATH", str(_site_without(tmp_path, "sglang/srt/mem_cache/pool_host/common.py",
+                                                       "def allocate(self, dims: tuple, dtype, device: str):",
+                                                       "def allocate(self, shape: tuple, dtype, device: str):")))
+    rc = main(["serve", "--profile", str(node0_pinned()), "--dry-run", "--python", sys.executable, "--format", "json",
+               "--sysfs-root", str(gpu_root(1))])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == ExitCode.ENGINE_VERSION
+    assert any("allocate changed: has parameters (self, shape, dtype, device)" in q["message"] for q in out["problems"])

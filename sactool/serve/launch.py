@@ -160,7 +160,11 @@ def build_launch(profile_path: str, extra_args: Sequence[str] = (), *, python: s
             found["script"] = info.console_script
         return out
 
-    lines.extend(attempt(engine_lines) or [])
+    engine_ok = attempt(engine_lines)
+    lines.extend(engine_ok or [])
+    if engine_ok is not None and cmd.placement == "plugin" and profile.sglang.role != "prefill":
+        lines.extend(attempt(lambda: checks.check_hooks(profile, checks.probe_hooks(python), python=python,
+                                                        allow_untested=allow_untested)) or [])
     if ep == "serve" and "script" in found:
         cmd = build_command(profile, profile_path=profile_path, extra_args=extra, python=python,
                             entrypoint=entrypoint, environ=environ, sglang_script=found["script"],
