@@ -524,3 +524,24 @@ def test_tune_fits_column_says_why_not(tmp_path, machine, capsys):
     assert any(r.rstrip().endswith("no: GPU") for r in rows), out
     why = [ln for ln in out.splitlines() if ln.startswith("fits no: GPU — at ")]
     assert len(why) == 1 and "slots, GPU: needs" in why[0] and "budget 3.00 GiB" in " ".join(out.split())
+
+
+@pytest.mark.parametrize("shape", ["empty PCI bus", "driver names a GPU"])
+def test_serve_does_not_call_an_unreadable_gpu_list_none(shape, machine, node0_pinned, monkeypatch, capsys):
+    """An empty sys/bus/pci/devices (a sandbox) or a GPU the NVIDIA driver names but the PCI scan missed:
+    the GPUs are unknown, not absent, so no exit 3 for them."""
+    import shutil
+    import sys
+
+    root = machine("this-machine")
+    if shape == "empty PCI bus":
+        pci = root / "sys/bus/pci/devices"
+        shutil.rmtree(pci)
+        pci.mkdir()
+    else:
+        (root / "proc/driver/nvidia/gpus/0000:18:00.0").mkdir(parents=True)
+    monkeypatch.setenv("PYTHONPATH", str(STANDIN_SITE))
+    main(["serve", "--profile", str(node0_pinned()), "--dry-run", "--python", sys.executable,
+          "--sysfs-root", str(root), "--format", "json"])
+    problems = json.loads(capsys.readouterr().out)["problems"]
+    assert not any("CUDA devices" in p["message"] for p in problems), problems
