@@ -147,7 +147,8 @@ def demand(url: str, now: Counts, before: Counts | None = None) -> Demand:
         keys = ("hits", "misses", "h2d_bytes", "tokens", "itl_sum_s", "itl_count")
         diffs = [_d(getattr(now, k), getattr(before, k)) for k in keys]
         if all(d is None or d >= 0 for d in diffs) and (diffs[3] or 0) > 0:
-            c = Counts(now.naming, *diffs[:4], now.usage, now.at, *diffs[4:], now.running)
+            c = Counts(now.naming, diffs[0], diffs[1], diffs[2], diffs[3], now.usage, now.at, diffs[4], diffs[5],
+                       now.running)
             window = f"rate over {now.at - before.at:.1f} s"
     if c.naming == "sglang-0.5.23":
         return Demand(url, c.naming, None, None, None, c.tokens, None, None, window,
