@@ -154,9 +154,10 @@ def render_tune(result) -> None:
     s = result.summary
     con = stdout_console()
     pool = ", ".join(_pool_cell(p) for p in s["pool"])
+    held = s.get("concurrency", s["design_concurrency"])
     con.print(f"[bold]{s['model']}[/bold]  kv {s['kv_cache_dtype']} ({s['record_bytes']} B records x "
               f"{s['layers']} layers)  tp {s['tp']} attn-dp {s['attn_dp']}  design concurrency "
-              f"{s['design_concurrency']}")
+              f"{s['design_concurrency']}" + (f", the profile holds {held}" if held != s["design_concurrency"] else ""))
     con.print(f"pool: {pool}" + ("  [yellow](stand-in for CXL: DRAM figures)[/yellow]" if s["stand_in"] else ""))
     bw = s.get("gather_bandwidth_bytes_per_s")
     fig = s.get("fetch_figure") or "gather"
@@ -169,6 +170,10 @@ def render_tune(result) -> None:
     sw = s.get("swap_in")
     if sw:
         con.print(f"swap_in_block_size {sw['block_size']}: {sw['why']}", markup=False)
+    rq = s.get("requests_vs_buffer")
+    if rq:
+        con.print(f"device_buffer_size {rq['device_buffer_size']} for {rq['requests_per_rank']} request(s) per rank: "
+                  f"{rq['why']}", markup=False)
     con.print(f"predicted fetch time per token {_t(s['fetch_time_per_token_s'])} (mean over design contexts); "
               f"GPU {format_bytes(s['gpu_bytes_per_rank'])} per rank (hot buffers "
               f"{format_bytes(s['hot_buffer_bytes_per_rank'])} + indexer keys "
@@ -186,26 +191,8 @@ def render_tune(result) -> None:
                f"the design check (one request per rank with top_k-slot hot buffers) failed (see the warning), "
                f"though the chosen device_buffer_size would hold {n}")
         con.print(f"{ctx}: not in the profile (its context_length stops below): {why}", markup=False)
-    bb = s.get("by_buffer") or []
-    if bb:
-        t4 = min((r["fetch_time_per_token_s"] for r in bb if r["device_buffer_size"] == 4096), default=None)
-        b = Table(title="by hot-buffer size (best candidate of each; gain = fetch time saved per token vs 4096)",
-                  show_edge=False)
-        for col in ("device_buffer_size", "misses/step/layer", "fetch time/token", "vs 4096", "GPU/rank", "fits"):
-            b.add_column(col)
-        for r in bb:
-            vs = (f"{_t(t4 - r['fetch_time_per_token_s'])}" if t4 is not None and r["device_buffer_size"] != 4096
-                  else "")
-            b.add_row(f"{r['device_buffer_size']}" + (" (chosen)" if r["chosen"] else ""),
-                      f"{r['misses_per_step_per_layer']:.1f}", _t(r["fetch_time_per_token_s"]), vs,
-                      format_bytes(r["gpu_bytes_per_rank"]), "yes" if r["feasible"] else "no")
-        con.print(b)
-        pm = s.get("per_miss_cost") or {}
-        if pm.get("applied"):
-            con.print(f"fetch time includes {pm['per_missed_record_s'] * 1e9:.0f} ns per missed record per layer, paid "
-                      f"by DRAM and CXL alike: {pm['source']}, {pm['file']}", markup=False)
-        elif pm:
-            con.print(f"fetch time without the per-missed-record cost: {pm['why']}", markup=False)
+    _by_buffer(con, s)
+    _by_requests(con, s)
     _sensitivity(con, s)
     a = Table(title=None, show_edge=False)
     for col in ("alternative", "fetch time/token", "GPU/rank", "why it lost"):
@@ -224,6 +211,56 @@ def render_tune(result) -> None:
         con.print(f"profile: {result.path}", markup=False)
 
 
+def _by_buffer(con, s) -> None:
+    """The by-size table (each evaluated ``device_buffer_size`` at the design's requests) and how its fetch
+    time was charged."""
+    from rich.table import Table
+
+    bb = s.get("by_buffer") or []
+    if bb:
+        t4 = min((r["fetch_time_per_token_s"] for r in bb if r["device_buffer_size"] == 4096), default=None)
+        b = Table(title="by hot-buffer size (best candidate of each; gain = fetch time saved per token vs 4096)",
+                  show_edge=False)
+        for col in ("device_buffer_size", "misses/step/layer", "fetch time/token", "vs 4096", "GPU/rank", "fits"):
+            b.add_column(col)
+        for r in bb:
+            vs = (f"{_t(t4 - r['fetch_time_per_token_s'])}" if t4 is not None and r["device_buffer_size"] != 4096
+                  else "")
+            b.add_row(f"{r['device_buffer_size']}" + (" (chosen)" if r["chosen"] else ""),
+                      f"{r['misses_per_step_per_layer']:.1f}", _t(r["fetch_time_per_token_s"]), vs,
+                      format_bytes(r["gpu_bytes_per_rank"]), "yes" if r["feasible"] else "no")
+        con.print(b)
+        rq = s.get("requests_vs_buffer") or {}
+        if rq and rq["requests_per_rank"] != rq["design_requests_per_rank"]:
+            con.print(f"(sizes at the design's {rq['design_requests_per_rank']} requests per rank; the chosen "
+                      f"{rq['device_buffer_size']} slots hold {rq['requests_per_rank']}: see requests_vs_buffer)",
+                      markup=False)
+        pm = s.get("per_miss_cost") or {}
+        if pm.get("applied"):
+            con.print(f"fetch time includes {pm['per_missed_record_s'] * 1e9:.0f} ns per missed record per layer, paid "
+                      f"by DRAM and CXL alike: {pm['source']}, {pm['file']}", markup=False)
+        elif pm:
+            con.print(f"fetch time without the per-missed-record cost: {pm['why']}", markup=False)
+
+
+def _by_requests(con, s) -> None:
+    """Requests per rank against hot-buffer slots (``requests_vs_buffer``): each request count's largest
+    buffer, its fetch per step and, with a measured step, the step and tokens/s per rank."""
+    from rich.table import Table
+
+    rows = (s.get("requests_vs_buffer") or {}).get("by_requests") or []
+    if len(rows) < 2:
+        return
+    t = Table(title="requests per rank against hot-buffer slots (the GPU budget holds both)", show_edge=False)
+    for col in ("requests/rank", "device_buffer_size", "fetch/step", "step", "tokens/s/rank"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(f"{r['requests_per_rank']}" + (" (chosen)" if r["chosen"] else ""), str(r["device_buffer_size"]),
+                  _t(r["fetch_time_per_step_s"]), _t(r["step_s"]),
+                  "-" if r["tokens_per_s_per_rank"] is None else f"{r['tokens_per_s_per_rank']:.1f}")
+    con.print(t)
+
+
 def _sensitivity(con, s) -> None:
     """The sensitivity row (misses x1/x2/x5/x10: which buffer, at what fetch time) and, after
     ``--observed``, what the workload was refit on."""
@@ -233,10 +270,10 @@ def _sensitivity(con, s) -> None:
     if rows:
         t = Table(title="if misses are k x the model's (the workload model is tune's least certain input)",
                   show_edge=False)
-        for col in ("misses", "device_buffer_size", "hit rate", "fetch time/token", "GPU/rank", "why"):
+        for col in ("misses", "device_buffer_size", "requests/rank", "hit rate", "fetch time/token", "GPU/rank", "why"):
             t.add_column(col)
         for r in rows:
-            t.add_row(f"x{r['miss_factor']:g}", str(r["device_buffer_size"]),
+            t.add_row(f"x{r['miss_factor']:g}", str(r["device_buffer_size"]), str(r.get("requests_per_rank", "-")),
                       "-" if r["hit_rate"] is None else f"{r['hit_rate']:.2%}", _t(r["fetch_time_per_token_s"]),
                       format_bytes(r["gpu_bytes_per_rank"]), r["why"])
         con.print(t)

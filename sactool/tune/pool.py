@@ -8,6 +8,8 @@ everything downstream says so (``stand_in``).
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
@@ -134,7 +136,40 @@ def from_bench(paths, record_bytes: int, pool: PoolInfo, machine: dict, *, stric
     info["figure_flags"] = [dict(w) for w in flags]
     if swap is not None:
         info["swap_in"] = swap.to_data()
-    return GatherInputs(({r["target"]: r["bandwidth_bytes_per_s"] for r in rows},), info, tuple(warnings))
+    return GatherInputs(_rounds(rows), info, tuple(warnings))
+
+
+def _rounds(rows: list[dict]) -> tuple[dict[str, float], ...]:
+    """The measurement rounds tune compares candidates over: the samples of the figures when every
+    target's figure comes from one record (its protocol took sample i of every configuration in the
+    same rotated round, so they pair) and each has two or more; else one round of the medians
+    (samples of different records, taken at different times, do not pair)."""
+    samples = [r.get("samples") or () for r in rows]
+    n = min(len(v) for v in samples)
+    if len({r["path"] for r in rows}) != 1 or n < 2:
+        return ({r["target"]: r["bandwidth_bytes_per_s"] for r in rows},)
+    return tuple({r["target"]: float(v[i]) for r, v in zip(rows, samples)} for i in range(n))
+
+
+def _gather_samples(rec, f) -> tuple[float, ...]:
+    """Bytes/s of each sample of the gather result a *measured* CPU figure ``f`` is the median of: its
+    records over its seconds (``raw``); () for a derived figure, or when they do not give its median."""
+    import statistics
+
+    if f.source != "measured":
+        return ()
+    for r in rec.results:
+        p, d = r.get("params") or {}, r.get("derived") or {}
+        if (r.get("test") != "gather" or p.get("record_bytes") != f.record_bytes or p.get("threads") != f.threads
+                or d.get("ns_per_record") != f.ns_per_record):
+            continue
+        try:
+            v = tuple(float(x["work"]) * f.record_bytes / float(x["seconds"]) for x in r.get("raw") or ())
+        except (KeyError, TypeError, ValueError, ZeroDivisionError):
+            return ()
+        ok = v and math.isclose(statistics.median(v), f.bandwidth_bytes_per_s, rel_tol=1e-6)
+        return v if ok else ()
+    return ()
 
 
 def _figure_flags(recs, rows) -> list[dict]:
@@ -251,7 +286,8 @@ def _target_row(t, mine, want: dict) -> dict:
         return {"target": t.name, "path": str(p), "figure": "gpu", "bandwidth_bytes_per_s": f.bandwidth_bytes_per_s,
                 "ns_per_record": f.ns_per_record, "blocks": f.blocks, "threads": f.threads_per_block,
                 "topk_step_us": f.topk_step_us, "ceiling_ratio": f.ceiling_ratio, "full_prefix_us": f.full_prefix_us,
-                "figure_source": f.source, "detail": f.detail, "stand_in": bool(rec.stand_in)}
+                "figure_source": f.source, "detail": f.detail, "stand_in": bool(rec.stand_in),
+                "samples": list(f.samples)}
     cpu_why: list[str] = []
     for p, rec in mine:
         try:
@@ -261,7 +297,8 @@ def _target_row(t, mine, want: dict) -> dict:
             continue
         return {"target": t.name, "path": str(p), "figure": "cpu_proxy", "bandwidth_bytes_per_s": f.bandwidth_bytes_per_s,
                 "ns_per_record": f.ns_per_record, "threads": f.threads, "figure_source": f.source, "detail": f.detail,
-                "gpu_not_used": "; ".join(gpu_why), "stand_in": bool(rec.stand_in)}
+                "gpu_not_used": "; ".join(gpu_why), "stand_in": bool(rec.stand_in),
+                "samples": list(_gather_samples(rec, f))}
     # mine is never empty (_records_of), so every record's refusal is in cpu_why; the last one is said
     raise RecordError(f"no usable fetch figure for pool target {t.name}: " + "; ".join(gpu_why + cpu_why[-1:]),
                       "pass a record of 'sactool bench gpu-gather' or 'sactool bench gather' for it")
