@@ -7,10 +7,15 @@ locator available" at import. Importing this module, before numba is imported, p
 ``NUMBA_CACHE_DIR`` at a usable directory unless the user set it:
 
 1. ``$SACTOOL_CACHE_DIR``, else ``$XDG_CACHE_HOME/sactool``, else ``~/.cache/sactool``
-   (the XDG base-directory rule), if it can be created and written;
-2. otherwise ``<tempdir>/sactool-<uid>``, created mode 0700 and used only if it is a real
-   directory owned by this user that nobody else can write (another user could otherwise plant
-   kernel modules there, and sactool imports the generated gather kernels from it).
+   (the XDG base-directory rule);
+2. otherwise ``<tempdir>/sactool-<uid>``.
+
+Every candidate, and its ``numba``/``kernels`` subdirectory, is created mode 0700 and used only if
+it is a real directory (not a symbolic link) owned by this user that nobody else can write: numba
+loads pickled index files and compiled code from it and sactool imports the generated gather
+kernels from it, so a directory another user can write is code they choose (issue 27: the rule
+held for the temporary-directory fallback only). A candidate that exists and fails the rule is
+skipped, said once on stderr.
 
 numba's cache lives in ``<cache>/numba``, the generated gather modules in ``<cache>/kernels``.
 """
@@ -24,6 +29,7 @@ from pathlib import Path
 
 
 def _usable(d: Path) -> bool:
+    """Writable by this process (the matplotlib config directory: no code is loaded from it)."""
     try:
         d.mkdir(parents=True, exist_ok=True)
     except OSError:
@@ -31,16 +37,44 @@ def _usable(d: Path) -> bool:
     return d.is_dir() and os.access(d, os.W_OK | os.X_OK)
 
 
+_SKIPPED: list[str] = []
+
+
+def _refusal(d: Path) -> str | None:
+    """Why ``d`` may not hold code sactool loads (None: it may): created 0700 when missing; then a
+    real directory, this user's, that nobody else can write."""
+    try:
+        d.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = os.lstat(d)
+    except OSError as e:
+        return f"cannot be created ({e.strerror})"
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symbolic link"
+    if not stat.S_ISDIR(st.st_mode):
+        return "is not a directory"
+    if st.st_uid != os.getuid():
+        return f"is owned by uid {st.st_uid}, not {os.getuid()}"
+    if st.st_mode & 0o022:
+        return f"is writable by others (mode {stat.S_IMODE(st.st_mode):04o})"
+    if not os.access(d, os.W_OK | os.X_OK):
+        return "is not writable"
+    return None
+
+
+def _private(d: Path, *, say: bool = True) -> bool:
+    """Whether ``d`` passes :func:`_refusal`; an existing directory that does not is said once."""
+    why = _refusal(d)
+    if why is not None and say and not why.startswith("cannot be created") and str(d) not in _SKIPPED:
+        import sys
+
+        _SKIPPED.append(str(d))
+        sys.stderr.write(f"note: cache directory {d} not used: it {why} (compiled code is loaded from it)\n")
+    return why is None
+
+
 def _private_tmp() -> Path | None:
     d = Path(tempfile.gettempdir()) / f"sactool-{os.getuid()}"
-    try:
-        d.mkdir(mode=0o700, exist_ok=True)
-        st = os.lstat(d)
-    except OSError:
-        return None
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
-        return None
-    return d
+    return d if _private(d, say=False) else None
 
 
 def _home_cache() -> Path | None:
@@ -57,7 +91,7 @@ def cache_root() -> Path:
     """The first usable cache directory of the list in the module docstring."""
     env = os.environ.get("SACTOOL_CACHE_DIR")
     for cand in (Path(env) if env else None, _home_cache()):
-        if cand is not None and _usable(cand):
+        if cand is not None and _private(cand):
             return cand
     d = _private_tmp()
     if d is None:
@@ -69,9 +103,14 @@ def cache_root() -> Path:
 
 
 def cache_subdir(name: str) -> Path:
-    """``<cache>/<name>``, created."""
+    """``<cache>/<name>``, created 0700 and held to the same rule as the cache (:func:`_refusal`)."""
     d = cache_root() / name
-    d.mkdir(parents=True, exist_ok=True)
+    why = _refusal(d)
+    if why is not None:
+        from sactool.errors import SactoolError
+
+        raise SactoolError(f"cache directory {d} {why}: compiled code is loaded from it",
+                           "remove it (sactool makes it again) or set SACTOOL_CACHE_DIR to a directory of your own")
     return d
 
 

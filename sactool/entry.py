@@ -79,6 +79,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     from sactool.cli.guard import run_guarded
 
     debug = kw.pop("debug")
+    if argv is None:   # the process is sactool: SIGTERM keeps finished work as Ctrl-C does (a --snapshot)
+        from sactool.errors import handle_sigterm
+
+        handle_sigterm()
     from sactool.render import set_quiet
 
     set_quiet(kw.pop("quiet", False))

@@ -28,6 +28,7 @@ class ExitCode(enum.IntEnum):
     ENGINE_MISSING = 8   # serve: SGLang, its entry point, the sactool_cxl plug-in or numactl not installed
     ENGINE_VERSION = 9   # serve: installed SGLang outside the profile's tested range
     CONFLICT = 10        # serve: an extra SGLang flag contradicts the profile
+    BUSY = 11            # another sactool measurement holds the machine and --no-wait was given
     INTERRUPTED = 130    # Ctrl-C (128 + SIGINT)
     TERMINATED = 143     # SIGTERM (128 + SIGTERM), handled like Ctrl-C: finished work is kept
 
@@ -94,7 +95,8 @@ class Terminated(KeyboardInterrupt):
     class for the whole tool: fleet ranks (:mod:`sactool.fleet.mpi`) use it and this policy too."""
 
 
-_SIGNALLED: dict[str, int | None] = {"signal": None, "count": 0, "deferred": 0}
+_SIGNALLED: dict[str, int | None] = {"signal": None, "count": 0, "deferred": 0, "settled": 0, "kept": 0,
+                                     "installed": 0}
 
 
 def handle_sigterm() -> None:
@@ -108,7 +110,12 @@ def handle_sigterm() -> None:
 
     Inside :func:`deferred_signals` the first signal is only recorded, not raised: the work that
     deferred it stops at its own next safe point (a fleet rank: the next exchange, which carries
-    it to every rank)."""
+    it to every rank).
+
+    After :func:`settle` (the work is finished, its result complete in memory) the first signal is
+    recorded, not raised: the result is saved and the exit status is the command's own — 130/143
+    say the work was cut short, never that a finished result is complete but came with a signal
+    (:func:`sactool.cli.guard.run_guarded` says which signal came and where the result went)."""
     import signal
 
     def handler(signum, frame):
@@ -116,13 +123,54 @@ def handle_sigterm() -> None:
         if _SIGNALLED["signal"] is not None:
             return   # already on its way out: counted, the save goes on
         _SIGNALLED["signal"] = signum
+        if _SIGNALLED["settled"]:
+            _SIGNALLED["kept"] = 1
+            return   # the work is finished: it is saved, then the process exits as the work ended
         if _SIGNALLED["deferred"]:
             return   # recorded: the deferring work stops at its next safe point
         raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
 
+    _SIGNALLED["installed"] = 1
     signal.signal(signal.SIGTERM, handler)
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, handler)
+
+
+def settle() -> None:
+    """The work is finished and its result complete in memory: from here a first SIGINT/SIGTERM
+    is recorded, not raised, so nothing can stop the result from being saved (a signal in the
+    middle of the save, also twice). Measurements call it as the **last statement inside the**
+    ``try`` **that catches their interrupt**: a signal then either stops the work there (what
+    finished is kept, the record says ``complete: false``) or finds it finished — there is no
+    moment between the two. :func:`unsettle` makes the work interruptible again."""
+    _SIGNALLED["settled"] = 1
+
+
+def unsettle() -> None:
+    """More work follows a :func:`settle` (the next pair of ``bench --node all``): interruptible
+    again, and a signal that came meanwhile is raised now, inside the caller's ``try``."""
+    _SIGNALLED["settled"] = 0
+    if _SIGNALLED["kept"]:
+        _SIGNALLED["kept"] = 0
+        check_signalled()
+
+
+def begin_command() -> None:
+    """A command starts (:func:`sactool.cli.guard.run_guarded`): nothing is settled yet (in-process
+    callers such as the tests run many commands in one interpreter)."""
+    _SIGNALLED["settled"] = 0
+    _SIGNALLED["kept"] = 0
+
+
+def kept_signal() -> int | None:
+    """The signal that arrived after :func:`settle` — the work was finished and is saved — or None."""
+    return _SIGNALLED["signal"] if _SIGNALLED["kept"] else None
+
+
+def handlers_installed() -> bool:
+    """Whether :func:`handle_sigterm` runs this process's signals (the process is sactool, not a
+    test or a notebook calling it)."""
+    return bool(_SIGNALLED["installed"])
 
 
 @contextmanager
@@ -171,11 +219,12 @@ def check_signalled() -> None:
     """Raise the interrupt a signal asked for if it has not stopped the work yet (see
     :func:`handle_sigterm`); measurement loops call this between steps. Work that has caught the
     interrupt never calls it again, so the saving path is not interrupted twice. Inside
-    :func:`deferred_signals` it raises nothing: the deferring work stops at its own safe point."""
+    :func:`deferred_signals` it raises nothing: the deferring work stops at its own safe point; after
+    :func:`settle` neither: the work is finished."""
     import signal
 
     sig = _SIGNALLED["signal"]
-    if sig is not None and not _SIGNALLED["deferred"]:
+    if sig is not None and not _SIGNALLED["deferred"] and not _SIGNALLED["settled"]:
         raise Terminated if sig == signal.SIGTERM else KeyboardInterrupt
 
 

@@ -7,21 +7,13 @@
 * one :class:`Warning` type: every warning a record carries (probe, bench, tune, fleet) is a
   ``code`` (stable, for scripts), a one-line ``message`` and an optional ``hint``.
 
-Format history of each record kind (``kind``: ``schema_version`` — what changed). A change to a
-record's fields bumps its version and adds an upgrade step ``n -> n+1`` next to its reader:
-
-* ``topology`` (``sactool probe``, sactool/topology/model.py): 1 — the first format; fields added
-  since (CPU node per pool node, DAX locality) are optional, so readers of 1 still read them; 4 — a
-  ``health`` block per memdev (``upgrade_topology_3_to_4`` in sactool/topology/records.py).
-* ``bench`` (``sactool bench``, sactool/bench/record.py ``UPGRADES``): 1 — the first format; GPU
-  gather results (``bench gpu-gather``) and ``convert`` results are new ``test`` values in it.
-* ``profile`` (``sactool tune``, sactool/profile/__init__.py ``_UPGRADES``): 1 — the first format.
-* ``tune_result`` (``sactool tune --format json``): not versioned; a report, never read back.
-* ``simulation`` (``sactool simulate --format json``, sactool/simulate/api.py): 1 — the first format.
-* ``platform`` (``sactool simulate --platform``, sactool/simulate/platform.py): 1 — the first format.
-* ``fleet_topology`` (``sactool probe`` under MPI, sactool/fleet/probe.py): 1 — the first format.
-* points files (``*.points.jsonl`` of ``sactool tune``): one JSON object per finished point,
-  keyed by a digest of the inputs; a key that does not match is ignored, never upgraded.
+A change to a record's fields bumps its version and adds an upgrade step ``n -> n+1`` next to its
+reader. Each kind's history is one line per version beside its ``SCHEMA_VERSION`` (``topology``:
+sactool/topology/records.py; ``bench``: sactool/bench/record.py; ``profile``:
+sactool/profile/__init__.py; ``simulation``: sactool/simulate/api.py; ``platform``:
+sactool/simulate/platform.py; ``fleet_topology``: sactool/fleet/probe.py; ``watch``:
+sactool/watch/api.py; ``serve_run``: sactool/runfile.py); the manual's page
+docs/reference/records.md tells it whole and is tested against those versions.
 """
 
 from __future__ import annotations
@@ -290,6 +282,20 @@ def atomic_write(path: str | os.PathLike[str], data: str | bytes, *, force: bool
     return p
 
 
+_SAVED: list[Path] = []
+
+
+def saved_paths() -> list[Path]:
+    """Every file :func:`save_result` wrote in this process, in order (fallbacks included): what
+    the exit line names when a signal came after the work had finished."""
+    return list(_SAVED)
+
+
+def forget_saved() -> None:
+    """A command starts: :func:`saved_paths` counts only its own files (tests run many in one process)."""
+    _SAVED.clear()
+
+
 def save_result(path: str | os.PathLike[str], data: str | bytes, *, force: bool, kind: str, suffix: str,
                 make_parents: bool = False) -> tuple[Path | None, SactoolError | None]:
     """Write a finished result with :func:`atomic_write`; when that fails (a full disk, out of
@@ -301,7 +307,9 @@ def save_result(path: str | os.PathLike[str], data: str | bytes, *, force: bool,
     import tempfile
 
     try:
-        return atomic_write(path, data, force=force, make_parents=make_parents), None
+        written = atomic_write(path, data, force=force, make_parents=make_parents)
+        _SAVED.append(written)
+        return written, None
     except SactoolError as e:
         stamp = utc_now().replace(":", "").replace("-", "")
         saved = None
@@ -315,16 +323,60 @@ def save_result(path: str | os.PathLike[str], data: str | bytes, *, force: bool,
             except SactoolError:
                 break
         if saved is not None:
+            _SAVED.append(saved)
             e.hint = f"the result was saved as {saved} instead; move it where you want it"
         return saved, e
 
 
-def append_jsonl(path: str | os.PathLike[str], obj: dict[str, Any]) -> None:
-    """Append one JSON line and flush it to disk (a finished sweep point survives Ctrl-C)."""
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(obj, sort_keys=True) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+def append_jsonl(path: str | os.PathLike[str], obj: dict[str, Any], *, new: bool = False) -> None:
+    """Append one JSON line and flush it to disk (a finished sweep point survives Ctrl-C).
+
+    The file is opened without following a symbolic link (``O_NOFOLLOW``: a planted link is
+    refused, its target never created or appended to) and, when ``new``, created afresh
+    (``O_EXCL``: a file that appeared meanwhile is refused, not appended to); only a regular file
+    is written. A last line cut off by a crash or a full disk (no newline at the end) is dropped
+    before the append, so the new line never lands on the torn one — :func:`read_jsonl` drops such
+    a line too, and the journal stays readable whatever the moment it was cut."""
+    p = Path(path)
+    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)   # read: the torn tail
+    try:
+        fd = os.open(p, flags | (os.O_EXCL if new else 0), 0o666)
+    except FileExistsError:
+        raise ExistsError(f"{p} was created by someone else while sactool was starting it",
+                          "another run may use the same --out: choose another, or pass --force to start over") from None
+    except OSError as e:
+        if e.errno == errno.ELOOP and os.path.islink(p):
+            raise ExistsError(f"{p} is a symbolic link; sactool does not write through one",
+                              "remove the link, or choose another --out") from None
+        raise _path_error(p, e, "free some space or choose a writable --out") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            from sactool.host.files import kind
+
+            raise ExistsError(f"{p} is a {kind(st.st_mode)}, not a regular file", "choose another --out")
+        _drop_torn_tail(fd, st.st_size)
+        line = (json.dumps(obj, sort_keys=True) + "\n").encode()
+        while line:
+            line = line[os.write(fd, line):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _drop_torn_tail(fd: int, size: int) -> None:
+    """Cut the file back to the end of its last complete line when its last byte is not a newline."""
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return
+    end = size
+    while end > 0:
+        start = max(0, end - (1 << 16))
+        nl = os.pread(fd, end - start, start).rfind(b"\n")
+        if nl >= 0:
+            os.ftruncate(fd, start + nl + 1)
+            return
+        end = start
+    os.ftruncate(fd, 0)
 
 
 def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:

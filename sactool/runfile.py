@@ -16,6 +16,9 @@ from typing import Any
 
 KIND = "serve_run"
 SCHEMA_VERSION = 1
+"""Version of the ``serve_run`` run file; its history:
+
+1 — the first format: ``pid``, ``engine``, ``profile``, ``argv``, ``metrics_url``."""
 RUN_DIR_ENV = "SACTOOL_RUN_DIR"
 
 

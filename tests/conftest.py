@@ -22,6 +22,21 @@ EXAMPLES = REPO / "profiles" / "examples"
 STANDIN_SITE = HERE / "standins" / "site"
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _session_measurement_lock(tmp_path_factory):
+    """The suite's benches take a lock file of their own session (``SACTOOL_MEASURE_LOCK``,
+    sactool/bench/lock.py): they serialise among themselves but never wait minutes behind a benchmark
+    someone runs on the machine, nor hold one off. A test of the lock sets its own file."""
+    if os.environ.get("SACTOOL_MEASURE_LOCK"):
+        yield
+        return
+    os.environ["SACTOOL_MEASURE_LOCK"] = str(tmp_path_factory.mktemp("lock") / "measure.lock")
+    try:
+        yield
+    finally:
+        os.environ.pop("SACTOOL_MEASURE_LOCK", None)
+
+
 def _checkout_profiles() -> dict[str, tuple[int, int]]:
     """Every file under the checkout's ``profiles/`` (size, mtime): what a README run of tune leaves
     there is the user's, and the suite must neither read it nor write beside it."""

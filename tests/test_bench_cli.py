@@ -26,7 +26,7 @@ def test_gather_json_stdout_is_data_and_record_loads(tmp_path, capsys):
     cap = capsys.readouterr()
     assert code == 0, cap.err
     data = json.loads(cap.out)  # stdout carries only the record
-    assert data["kind"] == "bench" and data["schema_version"] == 2 and data["machine"]["live"] is True
+    assert data["kind"] == "bench" and data["schema_version"] == 3 and data["machine"]["live"] is True
     # a NUMA node is its number (docs/reference/units.md); a mapping key stays nodeN
     assert data["memory_node"] == 0 and data["cpu_node"] == 0 and data["results"][0]["memory_node"] == 0
     assert data["buffer"]["memory_nodes"] == [0] and data["machine"]["numa_nodes"][0]["node"] == 0
@@ -39,7 +39,7 @@ def test_gather_json_stdout_is_data_and_record_loads(tmp_path, capsys):
     assert sorted(r["params"]["record_bytes"] for r in rs) == [656, 1152]
     for r in rs:
         assert r["stats"]["n"] == 3 and len(r["samples"]) == 3 and len(r["raw"]) == 3
-        assert r["derived"]["bandwidth_bytes_per_s"] > 1e7 and r["kernel"]["load_width_bytes"] == 8
+        assert r["derived"]["bandwidth_bytes_per_s"] > 1e7 and r["kernel"]["copy"].startswith("memcpy")
         assert r["params"]["prefetch_distance"] == 8 and r["first_call_seconds"] is not None
         assert 0 < r["on_cpu_fraction"] <= 1.05 and len(r["on_cpu_samples"]) == 3
         assert all(len(x["thread_cpu_seconds"]) == 1 and 0 < x["thread_cpu_seconds"][0] <= x["seconds"] * 1.05

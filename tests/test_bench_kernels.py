@@ -68,35 +68,62 @@ def test_latency_samples_continue_along_the_chain():
     assert seen[0] == int(order[0]) and seen[1] == after != int(order[0])  # 2nd call starts where the 1st stopped
 
 
-@pytest.mark.parametrize("record_bytes,prefetch", [(656, 8), (100, 3)])
+@pytest.mark.parametrize("record_bytes,prefetch", [(656, 8), (100, 3), (64, 64), (4096, 2), (16384, 1), (24, 0)])
 def test_gather_copies_exactly_the_right_bytes(record_bytes, prefetch):
+    """Every slot holds record (idx + shift) mod records, byte for byte, for shifts that wrap and not."""
     rng = np.random.default_rng(0)
-    src8 = rng.integers(0, 256, size=record_bytes * 500, dtype=np.uint8)
-    dt = np.uint64 if record_bytes % 8 == 0 else np.uint8
-    src = src8.view(dt)
+    records = 300
+    src = rng.integers(0, 256, size=record_bytes * records + 5, dtype=np.uint8)   # a tail past the records
     topk = 16  # one step; slots = 16
-    idx = indices.uniform(500, topk, 1, seed=4)
-    idx[3] = 499  # last record
+    idx = indices.uniform(records, topk, 1, seed=4)
+    idx[3] = records - 1  # last record
     idx[4] = 0
-    dst = np.zeros(16 * record_bytes // np.dtype(dt).itemsize, dtype=dt)
-    gather_kernel(record_bytes, prefetch)(src, dst, idx, 0, topk)
-    d8 = dst.view(np.uint8)
-    for slot, r in enumerate(idx):
-        assert bytes(d8[slot * record_bytes:(slot + 1) * record_bytes]) == bytes(src8[r * record_bytes:(r + 1) * record_bytes])
+    dst = np.zeros(16 * record_bytes, dtype=np.uint8)
+    for shift in (0, 17, records - 1):
+        gather_kernel(record_bytes, prefetch)(src, dst, idx, 0, topk, shift, records)
+        for slot, r in enumerate(idx):
+            r = (int(r) + shift) % records
+            assert bytes(dst[slot * record_bytes:(slot + 1) * record_bytes]) == bytes(src[r * record_bytes:(r + 1) * record_bytes])
 
 
 def test_gather_range_and_slot_wraparound():
-    src = np.arange(64 * 8, dtype=np.uint64)  # 64 records of 64 B
-    dst = np.zeros(4 * 8, dtype=np.uint64)  # 4 slots
+    src = np.arange(64 * 8, dtype=np.uint64).view(np.uint8)  # 64 records of 64 B: word 0 of record r is 8r
+    dst = np.zeros(4 * 64, dtype=np.uint8)  # 4 slots
     idx = np.array([5, 9, 2, 7, 11, 3], dtype=np.uint64)
-    gather_kernel(64, 0)(src, dst, idx, 2, 6)  # records i=2..5 → slots 2,3,0,1
-    got = dst.reshape(4, 8)[:, 0] // 8
+    gather_kernel(64, 0)(src, dst, idx, 2, 6, 0, 64)  # records i=2..5 → slots 2,3,0,1
+    got = dst.view(np.uint64).reshape(4, 8)[:, 0] // 8
     assert got.tolist() == [11, 3, 2, 7]
 
 
+def test_gather_arguments_are_checked_before_raw_addresses():
+    from sactool.bench.gathergen import check_args
+
+    src, dst = np.zeros(656 * 10, dtype=np.uint8), np.zeros(656 * 4, dtype=np.uint8)
+    idx = np.array([0, 9], dtype=np.uint64)
+    check_args(src, dst, idx, 0, 2, 656, 10)
+    with pytest.raises(ValueError, match="outside the 9 records"):
+        check_args(src, dst, idx, 0, 2, 656, 9)
+    with pytest.raises(ValueError, match="do not fit"):
+        check_args(src, dst, idx, 0, 2, 656, 11)
+    with pytest.raises(ValueError, match="power of two"):
+        check_args(src, np.zeros(656 * 3, dtype=np.uint8), idx, 0, 2, 656, 10)
+    with pytest.raises(ValueError, match="outside the 2 indices"):
+        check_args(src, dst, idx, 0, 3, 656, 10)
+
+
 def test_generated_source_is_deterministic():
-    assert source(656, 16) == source(656, 16) and "np.uint64(82)" in source(656, 16)
-    assert "np.uint64(100)" in source(100, 0)  # byte copy for sizes not multiple of 8
+    assert source(656, 16) == source(656, 16) and "copy_bytes(out + (i & mask) * RB, base + r * RB, 656)" in source(656, 16)
+    assert "prefetch_addr(" not in source(100, 0)       # D = 0: no prefetch at all
+    assert "np.uint64(512), np.uint64(64)" in source(4096, 2)    # a large record: its first 512 B prefetched
+    assert "np.uint64(656), np.uint64(64)" in source(656, 12) and "np.uint64(655)" in source(656, 12)   # whole, last line
+
+
+def test_pass_shifts_cover_the_records():
+    """The per-pass shifts of one thread are spread over every record (the working set is the buffer)."""
+    shifts = [suite.pass_shift(1, 0, n, 1000) for n in range(4000)]
+    assert min(shifts) >= 0 and max(shifts) < 1000 and len(set(shifts)) > 950
+    assert shifts[:10] != [suite.pass_shift(1, 1, n, 1000) for n in range(10)]   # threads differ
+    assert shifts[:10] == [suite.pass_shift(1, 0, n, 1000) for n in range(10)]   # reproducible
 
 
 def test_sequential_kernels():

@@ -161,3 +161,26 @@ def test_what_the_schema_does_not_read_is_kept_as_stored():
     rec = from_data(json.loads(json.dumps(d)))
     assert rec.results[0]["raw"] == [{"seconds": 1}] and rec.results[0]["stats"]["extra"] == "kept"
     assert rec.data["results"] == d["results"]
+
+
+def test_schema_2_gathers_are_upgraded_with_their_working_set():
+    """A schema-2 gather repeated one stored stream: a recorded footprint is kept (and said to be the
+    stream's), a missing one is the expected distinct records of its uniform stream (said so); nothing
+    recorded what else ran (null), nor a lock."""
+    with_fp = gather_result(656, 1, 90.0)
+    with_fp["params"].update(indices=2000, footprint_bytes=1_000_000)
+    without = gather_result(1152, 1, 90.0)
+    without["params"].update(indices=100_000)
+    d = records.header("bench", 2)
+    d.update({"memory_node": 2, "cpu_node": 0, "cpus": [0], "buffer": {"size_bytes": 256 << 20},
+              "results": [with_fp, without], "warnings": [], "complete": True})
+    rec = from_data(d)
+    a, b = rec.results
+    assert rec.data["schema_version"] == 3 and rec.data["measurement_lock"] is None and rec.data["measured"] is None
+    assert a["params"]["footprint_bytes"] == 1_000_000 and a["params"]["index_shift"] == "none"
+    assert "counted when measured" in a["params"]["footprint_source"] and a["other_cpu_busy"] is None
+    n = (256 << 20) // 1152
+    assert b["params"]["footprint_bytes"] == pytest.approx(n * (1 - pytest.importorskip("math").exp(-100_000 / n)) * 1152,
+                                                           rel=1e-6)
+    assert "estimated on upgrade from schema 2" in b["params"]["footprint_source"]
+    assert from_data(rec.data).results == rec.results           # a schema-3 record loads as it is

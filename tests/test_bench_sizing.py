@@ -20,25 +20,32 @@ def _cache(machine, size_kib: int, groups=((0, 1),)):
     return sizing.last_level_cache(SysfsReader(root), (0, 1))
 
 
-@pytest.mark.parametrize("kib,want", [(480 * 1024, 3840 * MiB), (32 * 1024, 256 * MiB), (1152 * 1024, 9 * GiB),
-                                      (4 * 1024, 256 * MiB)])
-def test_default_is_eight_times_the_cache_at_least_256mib(machine, kib, want):
+M = sizing.CACHE_MULTIPLE
+
+
+@pytest.mark.parametrize("kib", [480 * 1024, 32 * 1024, 1152 * 1024, 4 * 1024])
+def test_default_is_the_multiple_of_the_cache_at_least_256mib(machine, kib):
+    """The multiple of the cache plus one 2 MiB page (whole records of any size reach the multiple), or
+    256 MiB where that is more."""
+    want = max(256 * MiB, M * kib * 1024 + 2 * MiB)
     cache = _cache(machine, kib)
     assert cache.bytes == kib * 1024 and cache.level == 3 and cache.instances == 1
     assert cache.source.endswith("cpu0/cache/index3/size")
     rule = sizing.derive(cache, 64 * GiB, where="node0's CPUs")
     assert rule.size_bytes == want and not rule.given and not rule.warnings
-    assert rule.cache_share <= 1 / 8
+    assert rule.cache_share <= 1 / M
+    for r in (64, 656, 1152, 4096, 16384, 1 << 21):   # every record size's whole records reach the multiple
+        assert want // r * r >= M * kib * 1024
     assert f"{format_bytes(kib * 1024)} last-level cache of node0's CPUs" in rule.rule
     data = rule.to_data()
-    assert data["llc"]["bytes"] == kib * 1024 and data["size_bytes"] == want and data["cache_multiple"] == 8
+    assert data["llc"]["bytes"] == kib * 1024 and data["size_bytes"] == want and data["cache_multiple"] == M
 
 
 def test_two_cache_instances_are_summed(machine):
     """CPUs of two L3 slices (two CCDs, two sub-NUMA clusters) have both caches."""
     cache = _cache(machine, 32 * 1024, groups=((0,), (1,)))
     assert cache.bytes == 64 * MiB and cache.instances == 2
-    assert sizing.derive(cache, 64 * GiB, where="x").size_bytes == 512 * MiB
+    assert sizing.derive(cache, 64 * GiB, where="x").size_bytes == max(256 * MiB, M * 64 * MiB + 2 * MiB)
 
 
 def test_a_node_that_cannot_hold_the_default_gets_the_largest_it_holds_with_the_cache_share(machine):
@@ -68,7 +75,7 @@ def test_an_explicit_size_inside_the_cache_is_refused_with_exit_3(machine):
         sizing.check_given(256 * MiB, cache, 16 * GiB, where="node0's CPUs", refuse_in_cache=True)
     assert e.value.exit_code == ExitCode.UNAVAILABLE
     assert "fits in the 480.00 MiB last-level cache of node0's CPUs" in e.value.message
-    assert "3840MiB here" in e.value.hint and "drop --gather-size" in e.value.hint
+    assert f"{M * 480 + 2}MiB here" in e.value.hint and "drop --gather-size" in e.value.hint
     # bench may measure a cache on purpose: warned (in_cache), with the share
     rule = sizing.check_given(256 * MiB, cache, 16 * GiB, where="node0's CPUs", refuse_in_cache=False,
                               code="in_cache", option="--size")

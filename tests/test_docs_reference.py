@@ -35,8 +35,9 @@ def test_profile_page_names_every_field_and_provenance_kind():
     from sactool import profile as P
 
     text = (DOCS / "reference" / "profile.md").read_text()
-    fields = set(P.settings_fields()) | {f"model.{f.name}" for f in dataclasses.fields(P.ModelRef)}
-    rows = set(re.findall(r"^\| `((?:pool|hisparse|sglang|model)\.\w+)` \|", text, re.M))
+    fields = (set(P.settings_fields()) | set(P.settings_fields("vllm"))
+              | {f"model.{f.name}" for f in dataclasses.fields(P.ModelRef)})
+    rows = set(re.findall(r"^\| `((?:pool|hisparse|sglang|vllm|model)\.\w+)` \|", text, re.M))
     assert rows == fields, (sorted(fields - rows), sorted(rows - fields))
     tops = {f.name for f in dataclasses.fields(P.Profile)}
     assert [t for t in sorted(tops) if f"`{t}`" not in text] == []

@@ -86,7 +86,7 @@ def probe_data(tmp_path):
 
 def test_bench_record_written_now_has_numbers(fast_bench_record):
     data = json.loads(fast_bench_record.read_text())
-    assert data["schema_version"] == SCHEMA_VERSION == 2
+    assert data["schema_version"] == SCHEMA_VERSION == 3
     assert data["memory_node"] == 0 and data["cpu_node"] == 0 and data["stand_in"]["node"] == 0
     assert {(r["memory_node"], r["cpu_node"]) for r in data["results"]} == {(0, 0)}
     assert data["buffer"]["memory_nodes"] == [0] and data["machine"]["numa_nodes"][0]["node"] == 0
@@ -115,7 +115,7 @@ def test_schema_1_bench_record_loads_as_numbers_and_renders_as_before():
     raw = json.loads(FIXTURE.read_text())
     assert raw["schema_version"] == 1 and raw["memory_node"] == "node0"   # history, not rewritten
     rec = load_bench(FIXTURE)
-    assert rec.data["schema_version"] == 2 and rec.memory_node == 0 and rec.cpu_node == 0
+    assert rec.data["schema_version"] == 3 and rec.memory_node == 0 and rec.cpu_node == 0
     assert bare_node_names(rec.data) == set()
     from sactool.render.bench import render_bench
 

@@ -186,3 +186,21 @@ def test_sac2s_devdax(tmp_path):
     assert [(d.name, d.mode, d.target_node, d.align_bytes, d.size_bytes) for d in t.dax_devices] == [
         ("dax0.0", "devdax", 2, 2 << 20, 512 << 20), ("dax1.0", "devdax", 3, 2 << 20, 512 << 20)]
     assert [w.code for w in t.warnings].count("cxl-devdax") == 2
+
+
+def test_json_verdict_says_what_the_table_says_in_the_devdax_phase(tmp_path, capsys):
+    """sac2s devdax phase: the table's verdict names the DRAM stand-in *and* the devdax pool tune and serve
+    use; the JSON verdict carried only the stand-in (issue 30, seen live). Both come from the verdict now."""
+    import json as _json
+
+    from sactool.cli import main
+
+    root = unpack("sac2s__20-devdax", tmp_path / "t")
+    assert main(["probe", "--sysfs-root", str(root), "--format", "json", "-q"]) == 0
+    v = _json.loads(capsys.readouterr().out)["verdict"]
+    assert v["stand_in"] and v["devdax_pool"] == ["dax0.0", "dax1.0"]
+    assert main(["probe", "--sysfs-root", str(root), "-q"]) == 0
+    table = " ".join(capsys.readouterr().out.split())
+    assert " ".join(v["devdax_note"].split()) in table and v["devdax_note"].startswith("devdax pool: dax0.0")
+    t = probe(SysfsReader(unpack("sac2s__10-region", tmp_path / "u")))
+    assert t.verdict.devdax_pool == () and t.verdict.devdax_note == ""

@@ -50,18 +50,28 @@ def test_newer_schema_is_refused(tmp_path):
 
 
 def test_upgrade_steps_run_in_order(tmp_path, monkeypatch):
-    # an older record goes through each step; here a fake v2 -> v3 step fills a field
+    # an older record goes through each step; here a fake v4 -> v5 step fills a field
     import sactool.profile as prof
 
     d = _data(tmp_path)
-    assert from_data(d).schema_version == prof.SCHEMA_VERSION == 3   # current: nothing to upgrade
+    assert from_data(d).schema_version == prof.SCHEMA_VERSION == 4   # current: nothing to upgrade
     old = dict(d, schema_version=0)
     with pytest.raises(RecordError):        # no valid schema_version < 1 exists
         from_data(old)
-    monkeypatch.setattr(prof, "SCHEMA_VERSION", 4)
-    monkeypatch.setattr(prof, "_UPGRADES", {**prof._UPGRADES, 3: lambda r: {**r, "request": {"upgraded": True}}})
+    monkeypatch.setattr(prof, "SCHEMA_VERSION", 5)
+    monkeypatch.setattr(prof, "_UPGRADES", {**prof._UPGRADES, 4: lambda r: {**r, "request": {"upgraded": True}}})
     up = prof.from_data(dict(d, schema_version=1))
-    assert up.request == {"upgraded": True} and up.schema_version == 4
+    assert up.request == {"upgraded": True} and up.schema_version == 5 and up.engine == "sglang"
+
+
+def test_schema_3_profile_upgrades_to_engine_sglang(tmp_path):
+    """Profiles before schema 4 were all SGLang's: they load as engine sglang, with no vllm section."""
+    d = _data(tmp_path)
+    d.pop("engine", None)
+    d["schema_version"] = 3
+    p = from_data(d)
+    assert p.engine == "sglang" and p.vllm is None and p.schema_version == 4
+    assert p.to_data()["engine"] == "sglang" and "vllm" not in p.to_data()
 
 
 def test_schema_1_profile_without_workload_block_is_accepted(tmp_path, capsys):
@@ -75,7 +85,7 @@ def test_schema_1_profile_without_workload_block_is_accepted(tmp_path, capsys):
     v1 = tmp_path / "v1.yaml"
     v1.write_text(yaml.safe_dump(d))
     p = load_profile(v1)
-    assert p.schema_version == 3 and p.workload is None
+    assert p.schema_version == 4 and p.workload is None and p.engine == "sglang"
     assert main(["profile", "validate", str(v1)]) == 0
     assert main(["profile", "show", str(v1)]) == 0
     o, _ = capsys.readouterr()

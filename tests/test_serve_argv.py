@@ -18,7 +18,8 @@ from sactool.pool.plan import PoolSpec, rank_target
 from sactool.profile.sizing import host_sizing, row_bytes
 
 REPO = Path(__file__).resolve().parent.parent
-EXAMPLES = sorted((REPO / "profiles" / "examples").glob("*.yaml"))
+EXAMPLES = [p for p in sorted((REPO / "profiles" / "examples").glob("*.yaml"))
+            if "\nengine: vllm\n" not in p.read_text()]      # SGLang's (vLLM's: tests/test_vllm_serve.py)
 GOLDEN = Path(__file__).parent / "golden" / "serve"
 UPDATE = os.environ.get("SACTOOL_UPDATE_GOLDEN") == "1"
 
@@ -169,7 +170,7 @@ def test_abbreviated_extras_are_checked_as_the_option_sglang_reads(extra, full):
     (["--model-path", "--port", "3"], "--model-path expects a value", "--model-path VALUE"),
     (["--page", "64"], "could be --page-size, --paged-experts-num-resident", "--page-size"),
     (["--disable-radix-cache=yes"], "--disable-radix-cache takes no value", "alone"),
-    (["--port", "3", "stray"], "'stray' after -- is not an SGLang option", "options only"),
+    (["--port", "3", "stray"], "'stray' after -- is not an option of SGLang", "options only"),
 ])
 def test_what_sglangs_parser_refuses_is_refused_with_the_full_name(extra, says, hint):
     with pytest.raises(Exception) as ei:

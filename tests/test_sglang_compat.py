@@ -144,8 +144,8 @@ def profiles() -> list[Path]:
     out = []
     for p in found:
         try:
-            load_profile(p)
-            out.append(p)
+            if load_profile(p).engine == "sglang":    # a vLLM profile builds no SGLang command
+                out.append(p)
         except Exception:  # model specs and other records live there too
             continue
     return out

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import textwrap
 
+from fixtures.progress import default_sigint
+
 CHILD = textwrap.dedent("""
     import ctypes, os, signal, sys, time
     from sactool.errors import check_signalled, handle_sigterm, Terminated, _SIGNALLED
@@ -36,8 +38,10 @@ CHILD = textwrap.dedent("""
 
 
 def _run(sig: str) -> subprocess.CompletedProcess:
+    # SIGINT at its default in the child: a suite started from a background job inherits it ignored,
+    # and Python then installs no Ctrl-C handler — these tests failed only there (issue 27, N22)
     return subprocess.run([sys.executable, "-c", CHILD.format(sig=sig)], capture_output=True, text=True,
-                          timeout=120)
+                          timeout=120, preexec_fn=default_sigint)
 
 
 def test_sigterm_dropped_by_a_ctypes_callback_is_raised_at_the_next_step():
@@ -78,7 +82,8 @@ FINALIZE = textwrap.dedent("""
 
 
 def test_a_signal_after_the_save_does_not_kill_the_exiting_process():
-    p = subprocess.run([sys.executable, "-c", FINALIZE], capture_output=True, text=True, timeout=120)
+    p = subprocess.run([sys.executable, "-c", FINALIZE], capture_output=True, text=True, timeout=120,
+                       preexec_fn=default_sigint)
     assert p.returncode == 143, (p.returncode, p.stderr)
     assert "terminated (SIGTERM)" in p.stderr
     assert "ignored" in p.stdout
@@ -110,7 +115,8 @@ DEFERRED = textwrap.dedent("""
 
 def test_deferred_signals_record_the_first_and_count_the_rest():
     """The fleet's variant of the one policy (errors.deferred_signals), with real signals."""
-    p = subprocess.run([sys.executable, "-c", DEFERRED], capture_output=True, text=True, timeout=120)
+    p = subprocess.run([sys.executable, "-c", DEFERRED], capture_output=True, text=True, timeout=120,
+                       preexec_fn=default_sigint)
     assert p.returncode == 0, p.stderr
     assert "raised inside" not in p.stdout, p.stdout
     assert "recorded True" in p.stdout and "count 2" in p.stdout
@@ -146,5 +152,5 @@ def test_a_signal_while_pinned_threads_run_leaves_as_the_exception_it_came_as():
     errors.Terminated (it was re-raised as a plain KeyboardInterrupt), a SIGINT a KeyboardInterrupt."""
     for sig, want in (("SIGTERM", "raised Terminated"), ("SIGINT", "raised KeyboardInterrupt")):
         r = subprocess.run([sys.executable, "-c", PINNED.format(sig=sig)], capture_output=True, text=True,
-                           timeout=120)
+                           timeout=120, preexec_fn=default_sigint)
         assert r.stdout.strip() == want, (sig, r.stdout, r.stderr)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sactool.bench.sizing import CACHE_MULTIPLE
 from sactool.cli import main
 from sactool.errors import ExistsError, Interrupted
 from sactool.profile import load_profile, settings_fields
@@ -199,7 +200,10 @@ def test_pool_page_size_is_chosen_by_measurement(tmp_path, capsys):
     assert not rule["given"] and rule["size_bytes"] == p.bench["buffer_bytes"] >= 256 << 20
     if rule["llc"] is not None:
         assert rule["llc"]["source"].endswith("/size") and "last-level cache" in rule["rule"]
-        assert rule["size_bytes"] == max(256 << 20, 8 * rule["llc"]["bytes"]) or "most the node holds" in rule["rule"]
+        from sactool.bench.sizing import ALIGN_BYTES
+
+        want = max(256 << 20, CACHE_MULTIPLE * rule["llc"]["bytes"] + ALIGN_BYTES)   # whole records reach the multiple
+        assert rule["size_bytes"] == want or "most the node holds" in rule["rule"]
     # the rule itself: a kind other than THP wins only when it is faster in every paired round
     assert choose({"none": [3.0, 1.0], "thp": [2.0, 2.0]}, {}).kind == "thp"
     assert choose({"none": [3.0, 3.0], "thp": [2.0, 2.0]}, {}).kind == "none"
@@ -277,7 +281,7 @@ def test_gather_size_sizes_the_quick_gathers(tmp_path, capsys):
     rule = p.bench["buffer_rule"]
     assert rule["given"] and rule["size_bytes"] == size and "--gather-size" in p.bench["detail"]
     warned = "gather_size_cache" in {w["code"] for w in p.predictions["warnings"]}
-    assert warned == (rule["llc"] is not None and size < 8 * rule["llc"]["bytes"])
+    assert warned == (rule["llc"] is not None and size < CACHE_MULTIPLE * rule["llc"]["bytes"])
 
 
 @pytest.fixture(scope="module")

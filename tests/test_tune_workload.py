@@ -88,7 +88,7 @@ def test_profile_records_the_per_layer_workload(tmp_path, capsys, tune_args):
     o, _ = capsys.readouterr()
     assert "hit rates from: workload sharegpt-dsv32: workload model, deepseek-v3.2 per-layer targets" in " ".join(o.split())
     p = load_profile(out)
-    assert p.schema_version == 3
+    assert p.schema_version == 4 and p.engine == "sglang"
     w = p.workload
     assert w["model_profile"] == "deepseek-v3.2" and w["layer_locality"] == "per-layer targets"
     assert w["targets"] == "sactool/data/topk/deepseek-v3.2-summary_by_length_layer.csv"

@@ -30,7 +30,7 @@ def __getattr__(name):
 
 def run_quick_gather(node: int | None, record_bytes: int, topk: int, threads: int | None = None, *,
                      size_bytes: int | None = None, seconds: float = 2.0, reader=None,
-                     hugepages: str = "thp") -> BenchRecord:
+                     hugepages: str = "thp", notify=None) -> BenchRecord:
     """A short real gather measurement on memory ``node`` (None: the pool node).
 
     One configuration: ``record_bytes`` records, ``topk`` uniform indices per step, ``threads``
@@ -38,8 +38,9 @@ def run_quick_gather(node: int | None, record_bytes: int, topk: int, threads: in
     ``size_bytes`` (default: sized from this machine, :func:`sactool.bench.sizing.derive`: 8× the
     gathering CPUs' last-level cache, at least 256 MiB, at most what the node holds). ``seconds`` bounds the measuring time
     (imports, placement and kernel load come on top: ~2–3 s here). ``hugepages``: the buffer's
-    page kind (thp, none = 4 KiB, 2MB/1GB hugetlb). Returns a full bench record; Ctrl-C raises
-    KeyboardInterrupt (a partial measurement is not a figure).
+    page kind (thp, none = 4 KiB, 2MB/1GB hugetlb). Another sactool measurement running: it waits,
+    telling ``notify`` (a one-line text callback) whom for (:mod:`sactool.bench.lock`). Returns a full
+    bench record; Ctrl-C raises KeyboardInterrupt (a partial measurement is not a figure).
     """
     from sactool.bench.api import BenchOptions, run_bench as _run
     from sactool.bench.protocol import Protocol
@@ -65,7 +66,10 @@ def run_quick_gather(node: int | None, record_bytes: int, topk: int, threads: in
         mem = node if node is not None else topo.verdict.pool_nodes[0]
         _, cpus = resolve_cpus(topo, mem, None)
         opts = replace(opts, threads=(len(cpus),))
-    rec = _run(opts, reader=reader)
+    rec = _run(opts, reader=reader, notify=notify)
+    from sactool.errors import unsettle
+
+    unsettle()   # the caller (tune) goes on working: interruptible again, a signal that came meanwhile raised here
     if not rec.complete:
         # run_bench keeps a partial record for 'sactool bench' to write; a quick figure built
         # from it ("median of 1 samples") would be silently wrong, so the interrupt goes on

@@ -55,6 +55,7 @@ class BenchOptions:
     protocol: Protocol | None = None
     size_floor_bytes: int | None = None     # smallest derived default (None: PRESET_SIZES of the preset)
     size_option: str = "--size"             # the option that sets size_bytes, for hints
+    wait: bool = True                       # another sactool measurement running: wait for it (False: refuse)
 
 
 Progress = Callable[[str, int, int], None]
@@ -139,12 +140,13 @@ def _thread_sweep(opts: BenchOptions, ncpu: int) -> list[int]:
 
 
 def run_bench(opts: BenchOptions, *, reader: SysfsReader | None = None, progress: Progress | None = None,
-              clock=None) -> R.BenchRecord:
+              clock=None, notify: Callable[[str], None] | None = None) -> R.BenchRecord:
     """Measure on one (memory node, CPU set) pair and return the record (see :mod:`.record`).
 
     Stages: the memory node and CPUs; checks of the input and of the buffer's fit (before anything
-    expensive); warnings about the memory and CPUs; gather indices; place, verify and measure;
-    per-result warnings; the record."""
+    expensive); warnings about the memory and CPUs; gather indices; the machine-wide measurement lock
+    (:mod:`sactool.bench.lock`: wait for another sactool measurement, saying so through ``notify``, or
+    refuse with ``opts.wait`` False); place, verify and measure; per-result warnings; the record."""
     from sactool.bench import env
     from sactool.memory.nodes import topology
 
@@ -170,17 +172,24 @@ def run_bench(opts: BenchOptions, *, reader: SysfsReader | None = None, progress
 
         check_fits(free_estimate(topo, reader, mem), size, option=opts.size_option)
     stand_in = _stand_in(opts, topo, mem, warnings)
-    busy = env.busy_fraction(reader, cpus)
-    if busy is not None and busy > 0.25:
-        warnings.append(records.warning("cpus_busy", f"CPUs {format_cpulist(cpus)} were {busy:.0%} busy before measuring",
-                              "other work shares these CPUs: expect noise; rerun when the machine is idle"))
     gather_idx = _prepare_gather(opts, size, llc) if "gather" in opts.tests else []
     dax = _dax_block(opts, topo, mem)
-    if progress:
-        progress(f"placing {format_bytes(size)} on " + (f"{dax['name']} (target node{mem})" if dax else f"node{mem}"), 0, 1)
+    from sactool.bench.lock import measurement_lock
+
     results: list[dict] = []
-    bdesc, complete = _place_and_measure(opts, topo, reader, mem, size, llc, proto, cpus, threads, gather_idx,
-                                         results, warnings, progress, clock)
+    with measurement_lock(wait=opts.wait, notify=notify, what=f"'sactool bench {opts.command}'") as lock:
+        busy = env.busy_fraction(reader, cpus)
+        if busy is not None and busy > 0.25:
+            warnings.append(records.warning("cpus_busy", f"CPUs {format_cpulist(cpus)} were {busy:.0%} busy before "
+                                            "measuring", "other work shares these CPUs: expect noise; rerun when the "
+                                            "machine is idle"))
+        if progress:
+            progress(f"placing {format_bytes(size)} on " + (f"{dax['name']} (target node{mem})" if dax else f"node{mem}"),
+                     0, 1)
+        window = {"start_utc": _utc_us()}
+        bdesc, complete = _place_and_measure(opts, topo, reader, mem, size, llc, proto, cpus, threads, gather_idx,
+                                             results, warnings, progress, clock)
+        window["end_utc"] = _utc_us()
     _result_warnings(results, mem, cpu_node, warnings, llc=rule.cache.bytes if rule.cache and not rule.warnings else None)
     if not complete:
         warnings.append(records.warning("interrupted", "interrupted: finished samples are kept", "rerun to complete"))
@@ -192,8 +201,16 @@ def run_bench(opts: BenchOptions, *, reader: SysfsReader | None = None, progress
         "protocol": proto.to_data(), "memory_node": mem, "dax_device": dax,
         "cpu_node": cpu_node if cpu_node >= 0 else None, "cpus": list(cpus), "stand_in": stand_in,
         "llc_bytes": llc, "buffer_rule": rule.to_data(), "buffer": bdesc, "results": results, "warnings": warnings, "complete": complete,
+        "measurement_lock": lock.to_data(), "measured": window,
     })
     return R.from_data(data)
+
+
+def _utc_us() -> str:
+    """UTC now to the microsecond (``measured``: when the locked measurement began and ended)."""
+    import datetime as dt
+
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def buffer_rule(opts: BenchOptions, topo, reader: SysfsReader, mem: int, cpu_node: int, cpus):
@@ -219,27 +236,109 @@ def buffer_rule(opts: BenchOptions, topo, reader: SysfsReader, mem: int, cpu_nod
         return sizing.check_given(opts.size_bytes, cache, room, where=where, refuse_in_cache=False, code="in_cache",
                                   option=opts.size_option, what="memory")
     floor = opts.size_floor_bytes or PRESET_SIZES.get(opts.preset, 1 << 30)
-    return sizing.derive(cache, room, where=where, floor=floor, code="in_cache", option=opts.size_option)
+    rule = sizing.derive(cache, room, where=where, floor=floor, code="in_cache", option=opts.size_option)
+    if rule.warnings and cache is not None and room is not None:
+        w = dict(rule.warnings[0], hint=_what_clears(topo, reader, mem, opts, max(floor, sizing.wanted(cache))))
+        rule = replace(rule, warnings=(w,) + rule.warnings[1:])
+    return rule
+
+
+def _what_clears(topo, reader: SysfsReader, mem: int, opts: BenchOptions, want: int) -> str:
+    """The hint of a default buffer the node cannot hold at the cache multiple: the nodes of the same kind
+    that hold it (``--node N``), else what would make this one hold it; the figure measured here is
+    kept, flagged with the cache's share."""
+    from sactool.bench.sizing import CACHE_MULTIPLE
+    from sactool.memory.nodes import free_estimate
+
+    kind = topo.node(mem).kind if mem in topo.node_ids else None
+    fits = []
+    for n in topo.nodes:
+        if n.id == mem or not n.mem_total_bytes or n.kind != kind:
+            continue
+        try:
+            room = free_estimate(topo, reader, n.id).room_bytes
+        except SactoolError:
+            continue
+        if room is not None and room >= want:
+            fits.append(f"node{n.id}")
+    if fits and not opts.dax:
+        return (f"{', '.join(fits)} ({kind} memory too) hold{'s' if len(fits) == 1 else ''} {format_bytes(want)} "
+                f"({CACHE_MULTIPLE}x the cache): --node {fits[0][4:]}; measured here, the figure stays flagged with the "
+                "cache's share")
+    grow = ("a larger device or region (interleave more CXL devices into one region: cxl create-region -w N)"
+            if kind == "cxl" or opts.dax else f"free memory on node{mem}")
+    return (f"{grow} holding {format_bytes(want)} ({CACHE_MULTIPLE}x the cache) clears it; measured as it is, the "
+            "figure stays flagged with the cache's share")
+
+
+def plan_bench(opts: BenchOptions, *, reader: SysfsReader | None = None) -> dict:
+    """What ``run_bench`` would measure, sized and judged without measuring (``sactool bench --dry-run``):
+    on this machine or on a recording (``--sysfs-root``). No lock is taken and nothing is placed.
+
+    Returns ``{live, memory_node, cpu_node, cpus, tests, threads, buffer_rule, gather, warnings, text}``:
+    the buffer rule (:mod:`sactool.bench.sizing`) and, per gather record size, the planned working set
+    (``footprint_bytes``: the buffer's whole records, which the generated index stream reaches), its
+    multiple of the measuring CPUs' last-level cache and whether it clears the trust rule
+    (:data:`sactool.bench.sizing.CACHE_MULTIPLE`); where it cannot, the warning's hint names what will."""
+    from sactool.bench.sizing import CACHE_MULTIPLE
+    from sactool.bench.suite import DEFAULT_RECORDS
+    from sactool.memory.nodes import topology
+
+    reader = reader or SysfsReader()
+    topo = topology(reader)
+    if opts.dax:
+        dev = next((d for d in topo.dax_devices if d.name == opts.dax.rsplit("/", 1)[-1]), None)
+        if dev is None or dev.target_node is None:
+            raise TopologyError(f"{opts.dax} is not a devdax device with a target node here", "see 'sactool probe'")
+        mem = dev.target_node
+    else:
+        mem = opts.node if opts.node is not None else topo.verdict.pool_nodes[0]
+        if mem not in topo.node_ids or not topo.node(mem).mem_total_bytes:
+            raise TopologyError(f"node{mem} has no memory" + ("" if topo.live else " on the recorded machine"),
+                                "pick a node with memory (see 'sactool probe')")
+    if topo.live:
+        cpu_node, cpus = resolve_cpus(topo, mem, opts.cpus)
+    else:    # this process's CPU affinity says nothing about a recorded machine
+        cpu_node = topo.nearest_cpu_node(mem)
+        cpus = tuple(opts.cpus or topo.node(cpu_node).cpus)
+    rule = buffer_rule(opts, topo, reader, mem, cpu_node, cpus)
+    warnings = [dict(w) for w in rule.warnings]
+    llc = rule.cache.bytes if rule.cache else None
+    gathers = []
+    if "gather" in opts.tests:
+        for rb in opts.record_bytes or DEFAULT_RECORDS:
+            n = rule.size_bytes // rb
+            fp = n * rb
+            multiple = fp / llc if llc else None
+            gathers.append({"record_bytes": rb, "records": n, "footprint_bytes": fp,
+                            "cache_multiple": None if multiple is None else round(multiple, 2),
+                            "clears_rule": None if multiple is None else multiple >= CACHE_MULTIPLE})
+    if llc and any(g["clears_rule"] is False for g in gathers) and not rule.warnings:
+        from sactool.records import warning
+
+        low = min(g["footprint_bytes"] for g in gathers)
+        warnings.append(warning("in_cache", f"the planned gathers' working sets ({format_bytes(low)} and up) are under "
+                                f"{CACHE_MULTIPLE}x the {format_bytes(llc)} last-level cache",
+                                f"drop {opts.size_option}: the default is sized from the machine"))
+    where = f"memory node{mem}" + (f" ({opts.dax})" if opts.dax else "")
+    text = (f"{where} from CPUs {format_cpulist(cpus)} (node{cpu_node}), {'/'.join(opts.tests)} with "
+            f"{', '.join(map(str, _thread_sweep(opts, len(cpus))))} threads over a buffer of {rule.rule}")
+    if gathers and llc:
+        g = gathers[0]
+        text += (f"; gather working set {format_bytes(g['footprint_bytes'])} ({g['cache_multiple']:g}x the cache, "
+                 + ("clears" if g["clears_rule"] else "under") + f" the {CACHE_MULTIPLE}x rule)")
+    return {"live": topo.live, "memory_node": mem, "cpu_node": cpu_node, "cpus": list(cpus), "tests": list(opts.tests),
+            "threads": _thread_sweep(opts, len(cpus)), "buffer_rule": rule.to_data(), "gather": gathers,
+            "warnings": warnings, "text": text}
 
 
 def _recording_plan(opts: BenchOptions, topo, reader: SysfsReader) -> str:
-    """What bench would do on the machine a recording shows (its pool node or ``--node``, the CPUs of the
-    CPU node nearest it, the buffer sized from their cache and the node's free memory), or "" where the
+    """What bench would do on the machine a recording shows (:func:`plan_bench`), or "" where the
     recording does not tell."""
     try:
-        if opts.dax:
-            dev = next(d for d in topo.dax_devices if d.name == opts.dax.rsplit("/", 1)[-1])
-            mem = dev.target_node
-        else:
-            mem = opts.node if opts.node is not None else topo.verdict.pool_nodes[0]
-        cpu_node = topo.nearest_cpu_node(mem)
-        cpus = tuple(opts.cpus or topo.node(cpu_node).cpus)
-        rule = buffer_rule(opts, topo, reader, mem, cpu_node, cpus)
-        threads = _thread_sweep(opts, len(cpus))
+        return plan_bench(opts, reader=reader)["text"]
     except (StopIteration, IndexError, KeyError, ValueError, TypeError, SactoolError):
         return ""
-    return (f"memory node{mem} from CPUs {format_cpulist(cpus)} (node{cpu_node}), {'/'.join(opts.tests)} with "
-            f"{', '.join(map(str, threads))} threads over a buffer of {rule.rule}")
 
 
 def _memory_node(opts: BenchOptions, topo, reader: SysfsReader) -> int:
@@ -313,7 +412,7 @@ def _place_and_measure(opts: BenchOptions, topo, reader: SysfsReader, mem: int, 
             from sactool.bench import runner
 
             complete = runner.measure_all(buf, opts, proto, cpus, threads, llc, gather_idx, results, warnings,
-                                          progress=progress, clock=clock)
+                                          progress=progress, clock=clock, reader=reader if clock is None else None)
         finally:
             from sactool.memory.placed import close_after
 
@@ -332,6 +431,11 @@ def _result_warnings(results: list[dict], mem: int, cpu_node: int, warnings: lis
         r["memory_node"], r["cpu_node"] = mem, (cpu_node if cpu_node >= 0 else None)
         if llc and r.get("test") == "gather":
             warnings.extend(w for w in flags(r, llc_bytes=llc, buffer_bytes=None) if w["code"] == "in_cache")
+        from sactool.bench.disturb import shared_warning
+
+        shared = shared_warning(r)
+        if shared:
+            warnings.append(shared)
         oc = r.get("on_cpu_fraction")
         if oc is not None and oc < ON_CPU_MIN:
             from sactool.bench.trust import descheduled_effect
@@ -379,13 +483,13 @@ def _prepare_gather(opts: BenchOptions, size: int, llc: int) -> list:
         if opts.topk > recs:
             raise UsageError(f"top-k {opts.topk} is larger than the {recs} records of {rb} B in the buffer",
                              "use a smaller --topk or a larger --size")
-        steps = indices.steps_needed(rb, opts.topk, llc, recs)
+        steps = indices.pass_steps(rb, opts.topk)
         out.append((rb, indices.make(opts.pattern, recs, opts.topk, steps, seed=opts.seed + rb, trace=opts.trace)))
     return out
 
 
 def run_matrix(opts: BenchOptions, *, reader: SysfsReader | None = None, progress: Progress | None = None,
-               clock=None) -> R.BenchRecord:
+               clock=None, notify: Callable[[str], None] | None = None) -> R.BenchRecord:
     """CPU-node × memory-node matrix (MLC's ``--latency_matrix``/``--bandwidth_matrix``): every node
     with memory, measured from the CPUs of every node with CPUs. One record; each result names
     its pair; the top level names the pool node."""
@@ -405,7 +509,8 @@ def run_matrix(opts: BenchOptions, *, reader: SysfsReader | None = None, progres
             cpus = tuple(c for c in topo.node(cn).cpus if c in allowed)
             if not cpus:
                 continue
-            rec = run_bench(replace(opts, node=mem, cpus=cpus), reader=reader, progress=progress, clock=clock)
+            rec = run_bench(replace(opts, node=mem, cpus=cpus), reader=reader, progress=progress, clock=clock,
+                            notify=notify)
             parts.append(rec)
             if not rec.complete:
                 break

@@ -51,7 +51,7 @@ from sactool.bench.gpustreams import (  # noqa: F401 (re-exported)
     expected_records, fill_pattern, index_stream, region_bases, steps_for,
 )
 from sactool.bench.protocol import PRESETS, run_protocol
-from sactool.errors import SactoolError, TopologyError, UsageError
+from sactool.errors import SactoolError, TopologyError, UsageError, settle
 from sactool.host.sysfs import SysfsReader
 from sactool.units import format_bytes, format_size_arg
 
@@ -86,6 +86,7 @@ def run_gpu_gather(o: GpuGatherOptions, *, reader: SysfsReader | None = None, pr
     buf, placement = gpuplace.place(plan.size, node=mem, dax=o.dax, cpus=cpus, topo=topo, reader=reader,
                                     placement=o.placement, hugepages=o.hugepages)
     results: list[dict] = []
+    ms: list = []
     complete, reg, bdesc = True, None, {}
     ceiling = gpuplace.path_ceiling(gpu, topo, mem, o.dax, reader)
     try:
@@ -103,9 +104,12 @@ def run_gpu_gather(o: GpuGatherOptions, *, reader: SysfsReader | None = None, pr
                 progress("measuring", 0, len(ms) * proto.rounds)
             complete = run_protocol([m.cfg for m in ms], proto, clock=clock, progress=progress)
             results = _results(ms, o, plan, ceiling["ceiling_bytes_per_s"], sim, mem, cpu_node)
+            settle()   # the last statement the interrupt can stop: from here a signal finds the record finished
             del dev_u8
     except KeyboardInterrupt:
         complete = False
+        if not results and ms:   # stopped between the measurement and its results: the samples are kept
+            results = _results(ms, o, plan, ceiling["ceiling_bytes_per_s"], sim, mem, cpu_node)
     finally:
         host_u8 = placed_u8 = dev_u8 = None  # noqa: F841  (drop the views, and configs over them, first)
         ms = []  # noqa: F841

@@ -41,6 +41,32 @@ def prefetch_addr(typingctx, addr):
     return sig, codegen
 
 
+@intrinsic
+def copy_bytes(typingctx, dst, src, nbytes):
+    """``llvm.memcpy(dst, src, nbytes)`` between raw addresses (non-overlapping, as C's ``memcpy``).
+
+    With ``nbytes`` a literal LLVM inlines the copy into full-width vector moves for small records and
+    calls the C library's ``memcpy`` for large ones, as gcc does for the C reference. An element loop
+    (``dst[d+k] = src[s+k]``) cannot be proven free of overlap between two arrays, so LLVM keeps it
+    scalar for small records (eight 8-byte moves for 64 B) or guards it with run-time checks."""
+    if not all(isinstance(a, types.Integer) for a in (dst, src, nbytes)):
+        return None
+    sig = types.void(dst, src, nbytes)
+
+    def codegen(context, builder, signature, args):
+        i8p = ir.IntType(8).as_pointer()
+        i64 = ir.IntType(64)
+        d = builder.inttoptr(args[0], i8p)
+        s = builder.inttoptr(args[1], i8p)
+        n = args[2] if args[2].type == i64 else builder.zext(args[2], i64)
+        fnty = ir.FunctionType(ir.VoidType(), [i8p, i8p, i64, ir.IntType(1)])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.memcpy.p0.p0.i64")
+        builder.call(fn, [d, s, n, ir.IntType(1)(0)])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
 @nb.njit(cache=True, nogil=True)
 def chase(buf, start, steps):
     """Dependent loads ``i = buf[i]``; ``buf`` uint64 words holding the next word index."""

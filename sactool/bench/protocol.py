@@ -9,7 +9,8 @@ times it with ``clock`` (nanoseconds, ``time.perf_counter_ns`` by default; tests
 3. calibration: ``reps`` doubled until one sample takes ≥ ``min_sample_seconds``;
 4. ``rounds`` rounds; each round takes one sample of every configuration, in a rotated order
    (A B C, B C A, C A B …) so slow drift does not favour one configuration;
-5. each sample is stored raw as (seconds, work); the caller turns them into units.
+5. each sample is stored raw as (seconds, work); the caller turns them into units; an observer
+   (:mod:`sactool.bench.disturb`) may record what else ran during each sample.
 
 Ctrl-C between samples stops the rounds and keeps every finished sample (``interrupted``).
 """
@@ -55,6 +56,7 @@ class Config:
     reps: int = 1
     first_call_seconds: float | None = None
     samples: list = field(default_factory=list)  # [(seconds, work), …]
+    others: list = field(default_factory=list)   # per sample: what else ran (observe.stop), when observed
 
 
 def _timed(cfg: Config, reps: int, clock: Clock) -> tuple[float, float]:
@@ -76,8 +78,12 @@ def calibrate(cfg: Config, proto: Protocol, clock: Clock) -> None:
 
 
 def run_protocol(configs: list[Config], proto: Protocol, *, clock: Clock = time.perf_counter_ns,
-                 progress: Callable[[str, int, int], None] | None = None) -> bool:
-    """Measure every configuration; returns False when interrupted by Ctrl-C (samples kept)."""
+                 progress: Callable[[str, int, int], None] | None = None, observe=None) -> bool:
+    """Measure every configuration; returns False when interrupted by Ctrl-C (samples kept).
+
+    ``observe`` (``start() -> token``, ``stop(token) -> dict | None``, e.g.
+    :class:`sactool.bench.disturb.Observer`) is called around every timed sample; what it returns is
+    kept in the configuration's ``others``, one entry per sample."""
     from sactool.errors import check_signalled
 
     total = len(configs) * proto.rounds
@@ -96,7 +102,12 @@ def run_protocol(configs: list[Config], proto: Protocol, *, clock: Clock = time.
             k = r % len(configs) if configs else 0
             for cfg in configs[k:] + configs[:k]:
                 check_signalled()
-                cfg.samples.append(_timed(cfg, cfg.reps, clock))
+                token = observe.start() if observe else None
+                sample = _timed(cfg, cfg.reps, clock)
+                other = observe.stop(token) if observe else None
+                cfg.samples.append(sample)
+                if observe:
+                    cfg.others.append(other)
                 done += 1
                 if progress:
                     progress(cfg.key, done, total)

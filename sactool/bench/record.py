@@ -1,4 +1,4 @@
-"""The ``bench`` record (schema 2): what was measured, where, how, and how sure we are.
+"""The ``bench`` record (schema 3): what was measured, where, how, and how sure we are.
 
 Top level: ``records.header("bench", 2)`` + ``machine`` + ``command``, ``protocol``,
 ``memory_node``, ``cpu_node``, ``cpus`` (separate: CXL nodes have no CPUs), ``stand_in``,
@@ -30,10 +30,12 @@ from sactool.host.machine import upgrade_machine
 from sactool.units import node_name, node_number
 
 KIND = "bench"
-SCHEMA_VERSION = 2
-"""2: every NUMA node is its number — ``memory_node``, ``cpu_node``, ``stand_in.node``, each
-result's and matrix pair's ``memory_node``/``cpu_node``, ``buffer.memory_nodes``, ``gpu.numa_node``,
-the fleet block's hosts' and ranks' nodes and ``machine.numa_nodes[].node`` (1 wrote ``"node2"``)."""
+SCHEMA_VERSION = 3
+"""Version of the ``bench`` record; its history (upgrades: :data:`UPGRADES`):
+
+1 — the first format (GPU gather and convert results are ``test`` values in it; the ``fleet`` block optional).
+2 — every NUMA node is its number (``memory_node``, ``cpu_node``, ``stand_in.node``, results', pairs', buffer's, GPU's, fleet's and machine's nodes; 1 wrote ``"node2"``).
+3 — every gather result states its working set (``params.footprint_bytes``, ``params.index_shift``: ``"per pass"`` for the generated stream, ``"none"`` for a stored one repeated as 2 measured it, with ``footprint_source``); results carry ``other_cpu_busy`` (what else ran while they were measured, None: not recorded); the record carries ``measurement_lock`` and ``measured`` (the locked window)."""
 
 
 def _nodes_to_numbers(d: Any, keys: tuple[str, ...]) -> Any:
@@ -86,7 +88,43 @@ def _fleet_entry(e: Any) -> Any:
     return e
 
 
-UPGRADES: dict = {1: _upgrade_1_to_2}  # schema n -> n+1 steps, applied in order
+def expected_footprint(indices: int, records: int, record_bytes: int) -> int:
+    """Bytes of the distinct records ``indices`` uniform draws over ``records`` records touch, expected:
+    ``records × (1 − e^(−indices/records)) × R`` (a schema-2 gather's stored stream, repeated pass after pass)."""
+    return int(records * (1 - math.exp(-indices / max(1, records))) * record_bytes)
+
+
+def _upgrade_2_to_3(rec: dict[str, Any]) -> dict[str, Any]:
+    """Schema 2 gathers repeated one stored stream unshifted: their working set was the stream's distinct
+    records (``footprint_bytes`` since sactool 0.1.1, else estimated here and said so); nothing recorded
+    what else ran, nor a lock (null)."""
+    buf = (rec.get("buffer") or {}).get("size_bytes") if isinstance(rec.get("buffer"), dict) else None
+    if isinstance(rec.get("results"), list):
+        out = []
+        for r in rec["results"]:
+            if isinstance(r, dict):
+                r = dict(r)
+                p = r.get("params")
+                if r.get("test") == "gather" and isinstance(p, dict):
+                    p = dict(p)
+                    p.setdefault("index_shift", "none")
+                    if "footprint_bytes" in p:
+                        p.setdefault("footprint_source", "the stream's distinct records, counted when measured")
+                    elif _number(p.get("indices")) and _number(p.get("record_bytes")) and _number(buf) and p["record_bytes"] > 0:
+                        p["footprint_bytes"] = expected_footprint(int(p["indices"]), int(buf // p["record_bytes"]),
+                                                                  int(p["record_bytes"]))
+                        p["footprint_source"] = ("estimated on upgrade from schema 2: the expected distinct records "
+                                                 "of its uniform stream")
+                    r["params"] = p
+                r.setdefault("other_cpu_busy", None)
+            out.append(r)
+        rec["results"] = out
+    rec.setdefault("measurement_lock", None)
+    rec.setdefault("measured", None)
+    return rec
+
+
+UPGRADES: dict = {1: _upgrade_1_to_2, 2: _upgrade_2_to_3}  # schema n -> n+1 steps, applied in order
 
 
 @dataclass(frozen=True)
@@ -195,6 +233,13 @@ _POSITIVE = {"gather": (("record_bytes", "threads"), ("bandwidth_bytes_per_s", "
 must be positive numbers (what gather_figure, gpufigure and tune divide by)."""
 
 
+def _fraction(v: Any) -> float | None:
+    # on-CPU time over sample time: thread and wall clocks tick apart, so a hair above 1 is real
+    if v is not None and (not _number(v) or v < 0):
+        _fail("field", f"on_cpu_fraction is {v!r}, not a number >= 0")
+    return v
+
+
 class _Result(BaseModel):
     """One result (one configuration): what the renderers and tune read must be there and be numbers
     (a KeyError or TypeError there would be a traceback); the rest is kept as stored."""
@@ -204,6 +249,7 @@ class _Result(BaseModel):
     params: Annotated[dict[str, Any], _mapping("params")]
     stats: _Stats
     derived: Annotated[dict[str, Any], _mapping("derived")]
+    on_cpu_fraction: Annotated[float | None, PlainValidator(_fraction)] = None   # bench/trust.py compares it
 
     @model_validator(mode="after")
     def _figures(self) -> "_Result":
@@ -235,6 +281,26 @@ def _results(v: Any) -> Any:
     return v
 
 
+def _short(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _warnings(v: Any) -> Any:
+    ok = isinstance(v, list) and all(isinstance(w, dict) and isinstance(w.get("code"), str)
+                                     and isinstance(w.get("message"), str)
+                                     and isinstance(w.get("hint"), (str, type(None))) for w in v)
+    if v is not None and not ok:
+        _fail("top", f"warnings is {_short(v)}, not a list of {{code, message, hint}} mappings")
+    return v
+
+
+def _buffer(v: Any) -> Any:
+    if v is not None and not isinstance(v, dict):
+        _fail("top", f"buffer is {_short(v)}, not a mapping")
+    return v
+
+
 class _Record(BaseModel):
     """The parts of a bench record sactool reads back (:class:`BenchRecord`); other keys are kept."""
 
@@ -242,6 +308,8 @@ class _Record(BaseModel):
     results: Annotated[list[_Result], BeforeValidator(_results)]
     cpus: list[Annotated[int, PlainValidator(_cpu)]] | None = None
     complete: Any = True
+    warnings: Annotated[Any, PlainValidator(_warnings)] = None   # rendered and merged as {code, message, hint}
+    buffer: Annotated[Any, PlainValidator(_buffer)] = None       # BenchRecord.buffer is a mapping
 
 
 def _refusal(e: ValidationError, data: dict[str, Any], source: str) -> RecordError:

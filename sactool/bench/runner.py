@@ -8,10 +8,12 @@ from sactool.bench import suite
 from sactool.bench.catalog import TESTS
 from sactool.bench.protocol import Protocol, run_protocol
 from sactool.bench.stats import stats_dict, summarize
+from sactool.errors import settle, unsettle
 
 
-def result_of(m: suite.Measure) -> dict | None:
-    """The record entry of one measured configuration (None when it has no sample yet)."""
+def result_of(m: suite.Measure, cpus_online: int | None = None) -> dict | None:
+    """The record entry of one measured configuration (None when it has no sample yet); ``cpus_online``:
+    the machine's CPUs, for the share of ``other_cpu_busy`` when the samples were observed."""
     if not m.cfg.samples:
         return None
     values = [m.value(s, w) for s, w in m.cfg.samples]
@@ -25,6 +27,12 @@ def result_of(m: suite.Measure) -> dict | None:
         "reps_per_sample": m.cfg.reps, "first_call_seconds": m.cfg.first_call_seconds,
         "derived": m.derive(st, m),
     }
+    if m.cfg.others:
+        from sactool.bench.disturb import summary
+
+        for r, o in zip(raw, m.cfg.others[-n:]):
+            r["other_cpu"] = o
+        out["other_cpu_busy"] = summary(m.cfg.others[-n:], cpus_online, m.threads)
     if cpu:
         for r, c in zip(raw, cpu):
             r["thread_cpu_seconds"] = list(c)
@@ -42,8 +50,11 @@ def cpu_value(m: suite.Measure, work: float, cpu: list) -> float:
     return sum(m.value(c, work / len(cpu)) for c in cpu if c > 0)
 
 
-def _run(measures: list[suite.Measure], proto: Protocol, results: list, progress, clock, label: str) -> bool:
+def _run(measures: list[suite.Measure], proto: Protocol, results: list, progress, clock, label: str,
+         observe=None) -> bool:
     kw = {"clock": clock} if clock else {}
+    if observe is not None:
+        kw["observe"] = observe
 
     def prog(desc: str, done: int, total: int) -> None:
         if progress:
@@ -51,7 +62,7 @@ def _run(measures: list[suite.Measure], proto: Protocol, results: list, progress
 
     ok = run_protocol([m.cfg for m in measures], proto, progress=prog, **kw)
     for m in measures:
-        r = result_of(m)
+        r = result_of(m, getattr(observe, "cpus_online", None))
         if r is not None:
             results.append(r)
     return ok
@@ -68,14 +79,23 @@ def walker_slots() -> tuple[int, dict[int, int], int]:
 
 
 def measure_all(buf, opts, proto: Protocol, cpus, threads, llc: int, gather_idx, results: list, warnings: list,
-                *, progress=None, clock=None) -> bool:
-    """Run the requested tests in :data:`sactool.bench.catalog.TESTS` order; False when interrupted."""
+                *, progress=None, clock=None, reader=None) -> bool:
+    """Run the requested tests in :data:`sactool.bench.catalog.TESTS` order; False when interrupted.
+    ``reader`` (the live machine's): every sample also records what else ran (:mod:`sactool.bench.disturb`).
+    Returns settled (:func:`sactool.errors.settle`): a signal from then on finds the results finished
+    and is only recorded; a caller that goes on with other work calls :func:`sactool.errors.unsettle`."""
+    observe = None
+    if reader is not None and reader.live:
+        from sactool.bench.disturb import Observer
+
+        observe = Observer(reader)
     words = buf.array("uint64")
     half_lines = words.size // suite.WPL // 2
     chains: dict[str, np.ndarray] = {}
     ms: list[suite.Measure] = []
     src: np.ndarray | None = None
     try:
+        unsettle()   # a measurement after an earlier one (bench --node all's next pair): a signal that came between stops it here
         if any(t in opts.tests for t in ("latency", "mlp", "loaded")):
             if progress:
                 progress("building pointer-chase chains", 0, 1)
@@ -106,7 +126,7 @@ def measure_all(buf, opts, proto: Protocol, cpus, threads, llc: int, gather_idx,
                 for rb, idx in gather_idx:
                     for d in (opts.prefetch or (suite.default_prefetch(rb),)):
                         for t in threads if opts.threads or len(threads) <= 2 else (1, threads[-1]):
-                            ms.append(suite.gather(src, list(cpus), t, rb, opts.topk, d, idx, opts.pattern))
+                            ms.append(suite.gather(src, list(cpus), t, rb, opts.topk, d, idx, opts.pattern, seed=opts.seed))
             elif test == "convert":
                 from sactool.models import get_model
 
@@ -118,8 +138,9 @@ def measure_all(buf, opts, proto: Protocol, cpus, threads, llc: int, gather_idx,
                 ms += [suite.convert(src, list(cpus), 1, layers, rb, opts.seed, impl="numpy") for rb in rbs]
             else:
                 ms = [suite.sequential(words, list(cpus), t, op) for op in ("read", "write", "copy") for t in threads]
-            if not _run(ms, proto, results, progress, clock, test):
+            if not _run(ms, proto, results, progress, clock, test, observe):
                 return False
+        settle()   # the last statement the interrupt can stop: a signal from here on finds the record finished
         return True
     except KeyboardInterrupt:
         return False

@@ -112,6 +112,13 @@ class BufferRule:
                 "cache_share": None if self.cache_share is None else round(self.cache_share, 4), "rule": self.rule}
 
 
+def wanted(cache: Cache) -> int:
+    """The buffer the rule asks for: :data:`CACHE_MULTIPLE` × the cache and one more 2 MiB page, so the
+    whole records of any size up to 2 MiB that it holds (a gather's working set) reach the multiple too
+    (3.75 GiB of 656 B records would fall 240 B short of 8 × 480 MiB)."""
+    return CACHE_MULTIPLE * cache.bytes + ALIGN_BYTES
+
+
 def _down(n: int) -> int:
     return max(ALIGN_BYTES, n // ALIGN_BYTES * ALIGN_BYTES)
 
@@ -128,11 +135,11 @@ def derive(cache: Cache | None, room: int | None, *, where: str, floor: int = FL
     to ``room`` (whole 2 MiB pages) where the node holds less, with a warning saying the cache's share."""
     from sactool.records import warning
 
-    want = max(floor, CACHE_MULTIPLE * cache.bytes) if cache else floor
+    want = max(floor, wanted(cache)) if cache else floor
     basis = (f"{CACHE_MULTIPLE}x the {format_bytes(cache.bytes)} last-level cache of {where} ({cache.source}"
              f"{f', {cache.instances} caches' if cache.instances > 1 else ''})" if cache else
              f"the last-level cache of {where} is not reported; {format_bytes(floor)}")
-    if cache and want == floor and CACHE_MULTIPLE * cache.bytes < floor:
+    if cache and want == floor and wanted(cache) < floor:
         basis += f"; at least {format_bytes(floor)}"
     if room is None or want <= room:
         return BufferRule(want, False, cache, room, f"{format_bytes(want)}: {basis}")
@@ -161,7 +168,7 @@ def check_given(size: int, cache: Cache | None, room: int | None, *, where: str,
     if cache is None:
         return BufferRule(size, True, None, room, f"{format_bytes(size)}: {option} (the last-level cache of "
                           f"{where} is not reported: its share cannot be told)")
-    want = max(FLOOR_BYTES, CACHE_MULTIPLE * cache.bytes)
+    want = max(FLOOR_BYTES, wanted(cache))
     hint_size = want if room is None or want <= room else _down(room)
     if size <= cache.bytes and refuse_in_cache:
         raise TopologyError(f"{option} {format_bytes(size)} fits in the {format_bytes(cache.bytes)} last-level cache "

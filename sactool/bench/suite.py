@@ -176,43 +176,52 @@ def sequential(words, cpus: list[int], threads: int, op: str) -> Measure:
     return m
 
 
-_DISTINCT: dict[tuple[int, int], int] = {}
+SHIFT_MULT = 0x9E3779B97F4A7C15
+"""splitmix64's increment (2^64 / golden ratio): consecutive pass numbers map to well-spread states."""
 
 
-def distinct_records(indices: np.ndarray) -> int:
-    """Distinct records an index stream touches (its working set in records), computed once per stream
-    (keyed by its data address and length: every configuration of a run shares its record size's stream)."""
-    key = (int(indices.ctypes.data), int(indices.size))
-    if key not in _DISTINCT:
-        if len(_DISTINCT) > 16:
-            _DISTINCT.clear()
-        _DISTINCT[key] = int(np.unique(indices).size)
-    return _DISTINCT[key]
+def pass_shift(seed: int, thread: int, n: int, records: int) -> int:
+    """The record shift of pass ``n`` of thread ``thread``: splitmix64 of (seed, thread, n), mod ``records``
+    (a counter-based generator: no state, the same shifts on every run with that seed)."""
+    z = (seed * 0x100000001B3 + thread * 0x1000193 + (n + 1) * SHIFT_MULT) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return (z ^ (z >> 31)) % records
 
 
 def gather(src_bytes, cpus: list[int], threads: int, record_bytes: int, topk: int, prefetch: int,
-           indices: np.ndarray, pattern: str, kern=None) -> Measure:
-    """``kern(src, dst, idx, lo, hi)`` replaces the generated numba gather (the C reference of
-    scripts/compare-anchors runs this way, on the same buffer and indices)."""
-    from sactool.bench.gathergen import element_for
+           indices: np.ndarray, pattern: str, kern=None, *, records: int | None = None, seed: int = 1) -> Measure:
+    """Top-k gathers of ``record_bytes`` records over the first ``records`` records of ``src_bytes``
+    (None: all it holds), by ``threads`` pinned threads, each copying into its own ring of top-k slots.
 
-    dt, item = element_for(record_bytes)
-    src = src_bytes[: (src_bytes.size // item) * item].view(dt)
+    The stored ``indices`` are one pass; every pass of every thread is shifted by a fresh random number
+    of records (:func:`pass_shift`, :mod:`sactool.bench.gathergen`), so the working set is the
+    ``records`` records, however short the stream. ``kern(src, dst, idx, lo, hi, shift, records)``
+    replaces the generated numba gather (the C references of scripts/ run this way, on the same
+    buffer, indices and shifts)."""
+    from sactool.bench.gathergen import check_args, prefetch_bytes
+
+    records = records or src_bytes.size // record_bytes
+    src = src_bytes[: records * record_bytes]
     kern = kern or gather_kernel(record_bytes, prefetch)
     use = cpus[:threads]
     parts = split(indices.size, threads)
-    w = record_bytes // item
     slots = 1 << max(0, (topk - 1).bit_length())
-    dsts = [np.zeros(slots * w, dtype=dt) for _ in use]
+    dsts = [np.zeros(slots * record_bytes, dtype=np.uint8) for _ in use]
+    for lo, hi in parts:
+        check_args(src, dsts[0], indices, lo, hi, record_bytes, records)
     t0 = time.perf_counter()
-    kern(src, dsts[0], indices, 0, min(indices.size, 2))  # compile or load from cache
+    kern(src, dsts[0], indices, 0, min(indices.size, 2), 0, records)  # compile or load from cache
     compile_s = time.perf_counter() - t0
+    passes = [0] * len(use)
 
     def one(i: int, reps: int) -> float:
         t0 = time.thread_time_ns()
         lo, hi = parts[i]
         for _ in range(reps):
-            kern(src, dsts[i], indices, lo, hi)
+            sh = pass_shift(seed, i, passes[i], records)
+            passes[i] += 1
+            kern(src, dsts[i], indices, lo, hi, sh, records)
         return (time.thread_time_ns() - t0) / 1e9
 
     on_cpu: list = []    # closures append here, not to the Measure: no cycle holds the buffer
@@ -231,9 +240,10 @@ def gather(src_bytes, cpus: list[int], threads: int, record_bytes: int, topk: in
 
     spec = gather_spec(record_bytes, prefetch)
     params = {"record_bytes": record_bytes, "topk": topk, "threads": threads, "cpus": use,
-              "prefetch_distance": prefetch, "index_pattern": pattern, "indices": int(indices.size),
-              "steps": int(indices.size // topk), "kernel_compile_seconds": round(compile_s, 4),
-              "footprint_bytes": distinct_records(indices) * record_bytes}
+              "prefetch_distance": prefetch, "prefetch_bytes": prefetch_bytes(record_bytes) if prefetch else 0,
+              "index_pattern": pattern, "indices": int(indices.size), "steps": int(indices.size // topk),
+              "index_shift": "per pass", "records": records, "kernel_compile_seconds": round(compile_s, 4),
+              "footprint_bytes": records * record_bytes}
     m = Measure(Config(f"gather/{record_bytes}B/{threads}t/d{prefetch}/{pattern}", run), "gather", params, spec,
                 "bytes_per_s", lambda s, wk: wk * record_bytes / s, derive, threads=threads, cpu=on_cpu, extra=extra)
     return m

@@ -9,6 +9,9 @@ and which way does that move the figure?
 - **Descheduled**: threads that ran less than :data:`ON_CPU_MIN` of a sample's wall time were waiting
   for a CPU, so a wall-clock bandwidth is *understated* (a latency overstated); the record's
   ``on_cpu_samples`` hold the figure on-CPU time gives.
+- **Shared**: other work kept the CPUs the bench did not use busy (``other_cpu_busy``, from
+  ``/proc/stat``, :mod:`sactool.bench.disturb`): memory bandwidth and caches were shared, so a
+  bandwidth is likely *understated* whatever clock computed it.
 
 GPU gathers (``bench gpu-gather``) read host memory over PCIe, and a coherent read of a line the CPUs
 left in their last-level cache is served from it: the same working-set rule applies to their host
@@ -33,6 +36,12 @@ def descheduled_effect(result: dict) -> str:
     return "its wall-clock bandwidth is understated"
 
 
+def effect_shared(result: dict) -> str:
+    from sactool.bench.disturb import effect
+
+    return effect(result)
+
+
 def cache_effect(result: dict) -> str:
     if result.get("unit") == "ns":
         return "the latency may be understated"
@@ -40,21 +49,23 @@ def cache_effect(result: dict) -> str:
 
 
 def working_set_bytes(result: dict, buffer_bytes: int | None) -> int | None:
-    """Bytes a result's reads cycle over: a gather's distinct records (``params.footprint_bytes``,
-    recorded since sactool 0.1.1; else the expected distinct records of its uniform index stream),
-    capped by the buffer; other CPU tests walk the buffer (chains: half of it each)."""
+    """Bytes a result's reads cycle over: a gather's ``params.footprint_bytes`` (schema 3: the buffer's
+    records for the generated stream; a schema-2 record's stored stream, upgraded: its distinct records,
+    or their expected number where it was not recorded), capped by the buffer; other CPU tests walk the
+    buffer (chains: half of it each)."""
     p = result.get("params") or {}
     test = result.get("test")
     if test == "gather":
         fp = p.get("footprint_bytes")
-        if fp is None and p.get("indices") and p.get("record_bytes") and buffer_bytes:
-            import math
+        if fp is None and p.get("index_shift") != "per pass" and p.get("indices") and p.get("record_bytes") \
+                and buffer_bytes:   # a stored stream measured before footprints were recorded (a fleet sweep step)
+            from sactool.bench.record import expected_footprint
 
-            n, records = int(p["indices"]), max(1, buffer_bytes // int(p["record_bytes"]))
-            fp = int(records * (1 - math.exp(-n / records)) * int(p["record_bytes"]))
-        if fp is None:
+            fp = expected_footprint(int(p["indices"]), max(1, buffer_bytes // int(p["record_bytes"])),
+                                    int(p["record_bytes"]))
+        if not isinstance(fp, (int, float)) or fp <= 0:
             return buffer_bytes
-        return min(fp, buffer_bytes) if buffer_bytes else fp
+        return min(int(fp), buffer_bytes) if buffer_bytes else int(fp)
     if test in ("latency", "mlp", "loaded"):
         return buffer_bytes // 2 if buffer_bytes else None
     return buffer_bytes
@@ -79,6 +90,11 @@ def flags(result: dict, *, llc_bytes: int | None, buffer_bytes: int | None, wher
         out.append(warning("descheduled", f"{src}{key}: its threads ran {oc:.0%} of the sample time (other processes "
                            f"had the CPUs): {descheduled_effect(result)}",
                            "on_cpu_samples show the figures on-CPU time gives; rerun when idle"))
+    from sactool.bench.disturb import shared_warning
+
+    shared = shared_warning(result, src)
+    if shared:
+        out.append(shared)
     return out
 
 
@@ -95,7 +111,7 @@ def record_llc(data: dict) -> int | None:
 
 
 def record_flags(data: dict, *, where: str, tests: tuple[str, ...] = ("gather", "gpu_gather")) -> list[dict]:
-    """One warning per kind (``bench_in_cache``, ``bench_descheduled``) for the results of ``tests`` in a
+    """One warning per kind (``bench_in_cache``, ``bench_descheduled``, ``bench_cpus_shared``) for the results of ``tests`` in a
     bench or GPU record that feeds tune: how many of them, which way the figure is off, by how much."""
     from sactool.records import warning
 
@@ -118,6 +134,12 @@ def record_flags(data: dict, *, where: str, tests: tuple[str, ...] = ("gather", 
                    f"working sets, under {CACHE_MULTIPLE}x the {format_bytes(llc)} last-level cache of the CPUs that "
                    f"measured them: up to {share:.0%} of the reads may come from the cache, so {cache_effect(hits[0][0])}")
             hint = "measure with 'sactool bench gather' at its default size (8x the cache) and pass that record"
+        elif code == "cpus_shared":
+            obs = sorted(r["other_cpu_busy"]["cpus"] for r, _ in hits)
+            msg = (f"{head} were measured while other work kept {obs[0]:.2f}"
+                   f"{'' if obs[0] == obs[-1] else f'–{obs[-1]:.2f}'} CPUs busy beside them: memory bandwidth and "
+                   f"caches were shared, so {effect_shared(hits[0][0])}")
+            hint = "rerun the bench when the machine is idle"
         else:
             ocs = sorted(r["on_cpu_fraction"] for r, _ in hits)
             msg = (f"{head} were descheduled (threads on a CPU {ocs[0]:.0%}"

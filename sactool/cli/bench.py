@@ -93,7 +93,7 @@ def _check_outputs(test: str, out: Path | None, plot: Path | None, force: bool) 
 
 def run_command(test: str, *, node, cpus, size, threads, record_bytes, topk, prefetch, pattern, trace, hugepages,
                 preset, seed, out: Path | None, force: bool, fmt: str, plot: Path | None,
-                sysfs_root: Path | None = None) -> int:
+                sysfs_root: Path | None = None, no_wait: bool = False, dry_run: bool = False) -> int:
     from sactool.bench.api import BenchOptions, run_bench, run_matrix
     from sactool.memory.nodes import topology
     from sactool.units import parse_size
@@ -112,7 +112,9 @@ def run_command(test: str, *, node, cpus, size, threads, record_bytes, topk, pre
         size_bytes=parse_size(size, what="--size") if size else None, threads=_ints(threads, "--threads"),
         record_bytes=_ints(record_bytes, "--record-bytes"), topk=topk, prefetch=_ints(prefetch, "--prefetch"),
         pattern=pattern, trace=str(trace) if trace else None, hugepages=hugepages, preset=preset, seed=seed,
-        command=test)
+        command=test, wait=not no_wait)
+    if dry_run:
+        return _dry_run(opts, reader, out, plot, fmt)
     from sactool.fleet.mpi import detect
 
     fleet = detect()
@@ -120,15 +122,16 @@ def run_command(test: str, *, node, cpus, size, threads, record_bytes, topk, pre
         from sactool.cli.fleet import bench_fleet
 
         return bench_fleet(fleet, opts, nd, out, force, fmt, plot)
+    from sactool.render import note
     from sactool.render.bench import plot_bench, progress_reporter, render_bench
 
     cb, close = progress_reporter()
     try:
-        rec = (run_matrix if nd == "all" else run_bench)(opts, reader=reader, progress=cb)
+        rec = (run_matrix if nd == "all" else run_bench)(opts, reader=reader, progress=cb, notify=note)
     finally:
         close()
     from sactool import records
-    from sactool.render import emit_data, note
+    from sactool.render import emit_data
 
     # show the result first: whatever happens to the files, what was measured is on the screen
     if fmt == "table":
@@ -138,7 +141,7 @@ def run_command(test: str, *, node, cpus, size, threads, record_bytes, topk, pre
 
         render_warnings(rec)
         emit_data(rec.data, fmt)
-    failed = None
+    failed: list[tuple[str, Exception]] = []
     if out is not None:
         kind = "yaml" if out.suffix in (".yaml", ".yml") else "json"
         try:
@@ -146,20 +149,52 @@ def run_command(test: str, *, node, cpus, size, threads, record_bytes, topk, pre
                          fallback_stdout=None if fmt != "table" else (lambda: emit_data(rec.data, "json")),
                          on_stdout=fmt != "table")
         except Exception as e:  # noqa: BLE001 - SactoolError; re-raised below, after the plot
-            failed = e
+            failed.append(("record", e))
     if plot is not None:
         try:
             write_result(plot, plot_bench(rec), force=force, kind="bench-plot", suffix=".png")
             note(f"plot: {plot}")
         except Exception as e:  # noqa: BLE001
-            failed = failed or e
-    if failed is not None:
-        raise failed
+            failed.append(("plot", e))
+    if failed:
+        raise _both(failed)
     if not rec.complete:
         kept = len(rec.results)
         raise Interrupted(f"interrupted: {kept} finished result{'s' if kept != 1 else ''} kept"
                           + (f" in {out}" if out else ""), "rerun to complete the measurement")
     return 0
+
+
+def _dry_run(opts, reader, out: Path | None, plot: Path | None, fmt: str) -> int:
+    """``--dry-run``: the plan (buffer rule, each gather's working set against the cache rule), no lock, no
+    buffer, no measurement; on this machine or a recording."""
+    from sactool.bench.api import plan_bench
+    from sactool.render import emit_data
+    from sactool.render.bench import render_plan
+
+    if out is not None or plot is not None:
+        raise UsageError("--dry-run measures nothing: there is no record or plot to write",
+                         "drop --out/--plot, or drop --dry-run to measure")
+    plan = plan_bench(opts, reader=reader)
+    if fmt == "table":
+        render_plan(plan)
+    else:
+        emit_data(plan, fmt)
+    return 0
+
+
+def _both(failed: list[tuple[str, Exception]]) -> Exception:
+    """The error to raise when the record, the plot or both could not be written where asked: the
+    first one, naming every fallback file (issue 27, R6: the plot's was left unsaid)."""
+    from sactool.errors import SactoolError
+
+    first = failed[0][1]
+    if len(failed) == 1 or not all(isinstance(e, SactoolError) for _, e in failed):
+        return first
+    assert isinstance(first, SactoolError)   # checked just above
+    first.message = "; ".join(f"{what}: {e}" for what, e in failed)
+    first.hint = "; ".join(f"{what}: {e.hint}" for what, e in failed if isinstance(e, SactoolError) and e.hint)
+    return first
 
 
 bench_app = typer.Typer(
@@ -190,6 +225,10 @@ _B_SEED = typer.Option(1, "--seed", help="Seed for chains and indices.")
 _B_OUT = typer.Option(None, "--out", "-o", help="Write the bench record here (JSON, or YAML by suffix).")
 _B_FORCE = flag("--force", help="Overwrite --out / --plot.")
 _B_PLOT = typer.Option(None, "--plot", help="Draw the loaded-latency and gather curves to this PNG (needs matplotlib).")
+_B_DRY = flag("--dry-run", help="Plan only: the buffer, each gather's working set against the cache rule, what "
+                                  "would be measured (also on a --sysfs-root recording); nothing is placed or measured.")
+_B_NO_WAIT = flag("--no-wait", help="Another sactool measurement running on this machine: refuse (exit 11) instead "
+                                    "of waiting for it.")
 
 
 def _given(ctx: typer.Context, kw: dict) -> dict:
@@ -231,10 +270,10 @@ def _bench_cmd(test: str, doc: str, ex: str):
             pattern: Pattern = _B_PATTERN, trace: Optional[Path] = _B_TRACE, hugepages: Hugepages = _B_HUGE,
             preset: Preset = _B_PRESET, seed: int = _B_SEED, out: Optional[Path] = _B_OUT, force: bool = _B_FORCE,
             fmt=FormatOpt, plot: Optional[Path] = _B_PLOT, quiet: bool = QuietOpt,
-            sysfs_root: Optional[Path] = SysfsRootOpt) -> None:
+            sysfs_root: Optional[Path] = SysfsRootOpt, no_wait: bool = _B_NO_WAIT, dry_run: bool = _B_DRY) -> None:
         kw = dict(node=node, cpus=cpus, size=size, threads=threads, record_bytes=record_bytes, topk=topk,
                   prefetch=prefetch, pattern=pattern, trace=trace, hugepages=hugepages, preset=preset, seed=seed,
-                  out=out, force=force, fmt=fmt, plot=plot, sysfs_root=sysfs_root)
+                  out=out, force=force, fmt=fmt, plot=plot, sysfs_root=sysfs_root, no_wait=no_wait, dry_run=dry_run)
         _bench(test, _merge(ctx, test, kw))
 
     cmd.__doc__ = doc
@@ -266,10 +305,11 @@ def _bench_default(ctx: typer.Context, node: Optional[str] = _B_NODE, cpus: Opti
                    pattern: Pattern = _B_PATTERN, trace: Optional[Path] = _B_TRACE, hugepages: Hugepages = _B_HUGE,
                    preset: Preset = _B_PRESET, seed: int = _B_SEED, out: Optional[Path] = _B_OUT,
                    force: bool = _B_FORCE, fmt=FormatOpt, plot: Optional[Path] = _B_PLOT,
-                   quiet: bool = QuietOpt, sysfs_root: Optional[Path] = SysfsRootOpt) -> None:
+                   quiet: bool = QuietOpt, sysfs_root: Optional[Path] = SysfsRootOpt,
+                   no_wait: bool = _B_NO_WAIT, dry_run: bool = _B_DRY) -> None:
     kw = dict(node=node, cpus=cpus, size=size, threads=threads, record_bytes=record_bytes, topk=topk,
               prefetch=prefetch, pattern=pattern, trace=trace, hugepages=hugepages, preset=preset, seed=seed,
-              out=out, force=force, fmt=fmt, plot=plot, sysfs_root=sysfs_root)
+              out=out, force=force, fmt=fmt, plot=plot, sysfs_root=sysfs_root, no_wait=no_wait, dry_run=dry_run)
     if ctx.invoked_subcommand is None:
         _bench("all", {k: value(v) for k, v in kw.items()})
         return

@@ -20,20 +20,55 @@ def run_guarded(fn, *, debug: bool = False) -> int:
     closed) → one line, 1; a closed stderr keeps the exit code; an output encoding without ``—``
     gets ASCII (:mod:`sactool.cli.streams`). ``fn`` may return an int
     exit code. Used by :func:`sactool.cli.app.main` and the fast probe path in :mod:`sactool.entry`.
+
+    A signal that came after the work had finished (:func:`sactool.errors.settle`) stopped nothing:
+    the result was saved, the exit status is the command's own (0: complete), and one line says
+    which signal came and where the result is.
     """
     from sactool.cli.streams import guarded_streams
+    from sactool.errors import handlers_installed, ignore_further_signals, signalled
 
+    from sactool.errors import begin_command
+    from sactool.records import forget_saved
+
+    begin_command()
+    forget_saved()
     with guarded_streams():
         code = _run(fn, debug)
-    from sactool.errors import ignore_further_signals, signalled
-
-    if signalled():   # saved and exiting: a later signal must not turn the exit into a death by signal
+        _say_kept(code)
+    if signalled() or handlers_installed():
+        # the exit status is decided: a signal from here on (GNU timeout's second one, or one as the
+        # process ends, when Python's finalization has put the default action back) must not turn
+        # the exit into a death by signal — a script reads 143 as "the record is incomplete"
         ignore_further_signals()
     if code:  # under mpirun, a rank failing before it joined its fleet must not leave the others waiting
         from sactool.fleet.mpi import abort_if_alone
 
         abort_if_alone(code)
     return code
+
+
+def _say_kept(code: int) -> None:
+    import signal
+    import sys
+
+    from sactool.errors import kept_signal
+    from sactool.records import saved_paths
+
+    sig = kept_signal()
+    if sig is None:
+        return
+    what = "terminated (SIGTERM)" if sig == signal.SIGTERM else "interrupted (SIGINT)"
+    saved = saved_paths()
+    where = ("saved as " + ", ".join(str(p) for p in saved)) if saved else "no file was asked for"
+    if code == 0:
+        line = f"{what} after the work had finished: the result is complete, {where}"
+    else:
+        line = f"{what} after the work had finished" + (f"; {where}" if saved else "")
+    from sactool.render import printable
+
+    sys.stderr.write(printable(line + "\n"))
+    sys.stderr.flush()
 
 
 def _run(fn, debug: bool) -> int:

@@ -50,6 +50,10 @@ def run_probe(fmt: str = "table", sysfs_root: Optional[Path] = None, snapshot: O
     topo = probe(reader, poison=poison)
     if prof is not None:
         topo = with_ranks(topo, reader, prof)
+    if snapshot is not None or plot is not None:
+        from sactool.errors import settle
+
+        settle()   # what was read is final: a signal from here on finds it saved (issue 27, R5)
     if plot is not None and plot_fmt is not None:   # check_plot gave a format for every --plot
         write_plot(plot, topo, plot_fmt, force=force)
     if snapshot is not None:

@@ -10,21 +10,24 @@ import typer
 from sactool.cli.common import (RAW_ARGS, FormatOpt, QuietOpt, SysfsRootOpt, check_format, choices, example, flag,
                                 value)
 from sactool.errors import SactoolError, UsageError
-from sactool.profile import ENTRYPOINTS, PLACEMENTS
+from sactool.profile import ENGINES, ENTRYPOINTS, PLACEMENTS
 
 SERVE_SETTINGS = {"allow_extra_args": True, "ignore_unknown_options": False}
 """Arguments after ``--`` go to SGLang; an unknown option before it is an error (a typo such as
 ``--dryrun`` must not reach SGLang and start a real launch)."""
 
 if TYPE_CHECKING:   # choices() builds these str Enums from data at run time: the checker sees their base
-    from enum import Enum as Entrypoint, Enum as Placement
+    from enum import Enum as Engine, Enum as Entrypoint, Enum as Placement
 else:
     Placement = choices("Placement", PLACEMENTS)
     Entrypoint = choices("Entrypoint", ENTRYPOINTS)
+    Engine = choices("Engine", ENGINES)
 
 EXAMPLE = example("sactool serve --profile myhost.yaml --dry-run -- --model-path deepseek-ai/DeepSeek-V3.2",
                   "sactool serve --profile myhost.yaml --python /opt/sglang/bin/python -- "
-                  "--model-path deepseek-ai/DeepSeek-V3.2 --port 30000")
+                  "--model-path deepseek-ai/DeepSeek-V3.2 --port 30000",
+                  "sactool serve --engine vllm --profile vllm-host.yaml --python /opt/vllm/bin/python --dry-run "
+                  "-- --port 8000")
 
 
 def sglang_args(extra: list[str]) -> list[str]:
@@ -43,11 +46,14 @@ def serve(
     profile: Path = typer.Option(..., "--profile", "-p", help="Profile written by 'sactool tune'."),
     dry_run: bool = flag("--dry-run", help="Print argv, env delta and checks with their sources; start nothing "
                                            "(exit code: what the launch would give)."),
-    python: Optional[str] = typer.Option(None, "--python", help="Interpreter of SGLang's environment (default: this one)."),
+    engine: Optional[Engine] = typer.Option(None, "--engine", case_sensitive=False,
+                                            help="sglang or vllm; must be the profile's engine (default: the profile's)."),
+    python: Optional[str] = typer.Option(None, "--python", help="Interpreter of the engine's environment (default: this one)."),
     entrypoint: Optional[Entrypoint] = typer.Option(None, "--entrypoint", case_sensitive=False,
                                                     help="SGLang entry point (default: the profile's)."),
-    allow_untested: bool = flag("--allow-untested-sglang",
-                                help="Start an SGLang outside the profile's sglang.tested range (warns)."),
+    allow_untested: bool = flag("--allow-untested-sglang", "--allow-untested-engine",
+                                help="Start an engine outside the profile's tested range (sglang.tested / "
+                                     "vllm.tested; warns)."),
     placement: Optional[Placement] = typer.Option(None, "--placement", case_sensitive=False,
                                                   help="Override pool.placement (none: the DRAM A/B baseline)."),
     sysfs_root: Optional[Path] = SysfsRootOpt,
@@ -58,7 +64,7 @@ def serve(
     fmt=FormatOpt,
     quiet: bool = QuietOpt,
 ) -> None:
-    """Start SGLang with the profile: HiSparse flags, pool placement plug-in, checks first. Extra SGLang args after --."""
+    """Start the profile's engine (SGLang or vLLM): HiSparse flags, pool placement plug-in, checks first. Extra engine args after --."""
     from sactool.serve.launch import build_launch, exec_launch
 
     fmt = check_format(fmt)
@@ -72,7 +78,7 @@ def serve(
         plot_fmt = check_plot(plot, force)
     launch = build_launch(str(profile), sglang_args(ctx.args), python=python, entrypoint=value(entrypoint), dry_run=dry_run,
                           allow_untested=allow_untested, sysfs_root=str(sysfs_root) if sysfs_root else None,
-                          placement=value(placement))
+                          placement=value(placement), engine=value(engine))
     if dry_run:
         from sactool.render.serve import render_launch
 
@@ -101,7 +107,7 @@ def _run_file(launch) -> None:
     from sactool.render import note
 
     try:
-        path = runfile.write(launch.profile_path, list(launch.command.argv), "sglang")
+        path = runfile.write(launch.profile_path, list(launch.command.argv), launch.profile.engine)
         note(f"sactool serve: run file {path} (sactool watch finds the engine through it)")
     except (OSError, SactoolError) as e:
         note(f"sactool serve: no run file ({getattr(e, 'message', e)}); sactool watch needs --pid")

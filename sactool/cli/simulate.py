@@ -128,6 +128,9 @@ def _run(sopts, *, explain: bool):
             from sactool.simulate.sensitivity import sensitivity
 
             sens = sensitivity(sopts, progress=cb)
+        from sactool.errors import settle
+
+        settle()   # computed: a signal from here on finds the result shown and the plot written
     finally:
         close()
     return res, sens

@@ -13,12 +13,13 @@ from sactool.hisparse.gpus import GPUS
 from sactool.hisparse.layout import _KV_DTYPE_ALIASES
 
 if TYPE_CHECKING:   # choices() builds these str Enums from data at run time: the checker sees their base
-    from enum import Enum as Gpu, Enum as KvDtype
+    from enum import Enum as Engine, Enum as Gpu, Enum as KvDtype
 else:
+    Engine = choices("Engine", ("sglang", "vllm"))
     KvDtype = choices("KvDtype", ("fp8", "bf16") + tuple(k for k in _KV_DTYPE_ALIASES if k not in ("fp8", "bf16")))
     Gpu = choices("Gpu", tuple(GPUS))
 
-EXAMPLE = example("sactool tune --model deepseek-v3.2",
+EXAMPLE = example("sactool tune --model deepseek-v3.2", "sactool tune --engine vllm --model deepseek-v3.2 --out vllm.yaml",
                   "sactool tune --model deepseek-v3.2 --observed http://127.0.0.1:8000/metrics --observed-buffer 4096",
                   "sactool tune --model glm-5.1 --gpu h20 --gpu-kv-budget 20GiB --context 32k,64k --concurrency 64",
                   "sactool tune --model deepseek-v3.2 --bench bench.json --out myhost.yaml")
@@ -55,11 +56,15 @@ ObservedBufferOpt = typer.Option(
 def tune(
     ctx: typer.Context,
     model: str = typer.Option("deepseek-v3.2", "--model", "-m", help="Model name or path to a config.json."),
+    engine: Engine = typer.Option(Engine("sglang"), "--engine", case_sensitive=False,
+                                  help="Serving engine the profile is for: sglang (0.5.23) or vllm (0.34, its own "
+                                       "HiSparse)."),
     context: str = typer.Option("16k,32k,64k,128k", "--context", help="Context lengths in tokens (comma list)."),
     concurrency: str = typer.Option("auto", "--concurrency",
                                     help="Concurrent requests in all (auto: SAC's 64, or what the pool holds)."),
     tp: int = typer.Option(8, "--tp", help="GPU ranks (tensor parallel size)."),
-    attn_dp: Optional[int] = typer.Option(None, "--attn-dp", help="Attention-DP groups (default: = --tp)."),
+    attn_dp: Optional[int] = typer.Option(None, "--attn-dp", help="Attention-DP groups (default: = --tp for SGLang; "
+                                          "1 for vLLM: one TP replica sharing one pool)."),
     gpu: Optional[Gpu] = typer.Option(None, "--gpu", case_sensitive=False, help="GPU from the catalog (default h200)."),
     gpu_kv_budget: Optional[str] = typer.Option(None, "--gpu-kv-budget",
                                                 help="GPU memory per GPU for hot buffers + indexer keys, with its "
@@ -101,7 +106,7 @@ def tune(
 
     fmt = check_format(fmt)
     opts = TuneOptions(
-        model=model, contexts=tuple(parse_list(context, parse_tokens, what="context")),
+        model=model, engine=value(engine), contexts=tuple(parse_list(context, parse_tokens, what="context")),
         concurrency=_concurrency(concurrency), tp=tp,
         attn_dp=attn_dp, gpu=value(gpu),
         gpu_kv_budget_bytes=parse_size(gpu_kv_budget, what="--gpu-kv-budget") if gpu_kv_budget else None,
@@ -113,18 +118,11 @@ def tune(
         observed=observed, observed_buffer=observed_buffer,
         given=_given(ctx, {"context": "contexts", "concurrency": "concurrency", "tp": "tp", "attn_dp": "attn-dp",
                            "gpu": "gpu", "kv_dtype": "kv-dtype", "pool_bytes": "pool-bytes"}))
-    from sactool.fleet.mpi import detect
-
-    world = detect()
-    if world is not None and fleet is None:
-        from sactool.fleet import commands
-
-        commands.refuse(world, UsageError("tune runs on one host, not under mpirun",
-                                          "measure the fleet (mpirun … sactool bench gather --out fleet.json), "
-                                          "then run: sactool tune --fleet fleet.json"))
-    if world is not None and not world.is_root:
+    if not _this_rank_tunes(fleet):
         return  # tune --fleet under mpirun: rank 0 writes every host's profile
     if fleet is not None:
+        if opts.engine != "sglang":
+            raise UsageError("tune --fleet writes SGLang profiles", "drop --engine vllm with --fleet")
         return _tune_fleet(opts, fleet, fmt)
     _say_if_long(opts)
     _tune_one(opts, fmt)
@@ -139,6 +137,20 @@ def _say_if_long(opts) -> None:
         from sactool.render import note
 
         note(f"tune: {opts.replicates} replicates measure for at least {low / 60:.0f} min, simulation on top")
+
+
+def _this_rank_tunes(fleet) -> bool:
+    """False on the ranks of an mpirun that are not rank 0 (tune --fleet); refuses plain tune under mpirun."""
+    from sactool.fleet.mpi import detect
+
+    world = detect()
+    if world is not None and fleet is None:
+        from sactool.fleet import commands
+
+        commands.refuse(world, UsageError("tune runs on one host, not under mpirun",
+                                          "measure the fleet (mpirun … sactool bench gather --out fleet.json), "
+                                          "then run: sactool tune --fleet fleet.json"))
+    return world is None or world.is_root
 
 
 def _concurrency(text: str) -> int | None:

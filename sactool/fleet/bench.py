@@ -272,7 +272,7 @@ def build_measures(buf, opts, cpus: list[int], threads, gather_idx, warnings: li
         return [suite.sequential(words, cpus, t, op) for op in ("read", "write", "copy") for t in threads]
     if test == "gather":
         src = buf.array("uint8")
-        return [suite.gather(src, cpus, t, rb, opts.topk, d, idx, opts.pattern)
+        return [suite.gather(src, cpus, t, rb, opts.topk, d, idx, opts.pattern, seed=opts.seed)
                 for rb, idx in gather_idx for d in (opts.prefetch or (suite.default_prefetch(rb),)) for t in threads]
     words = buf.array("uint64")
     half = words.size // suite.WPL // 2

@@ -21,9 +21,11 @@ from sactool.fleet.poolmap import pool_map
 
 KIND = "fleet_topology"
 SCHEMA_VERSION = 3
-"""2: NUMA nodes are numbers — ``pool_map.memdevs[].hosts[].nodes`` and, in each host's topology
-record, its machine block's ``numa_nodes[].node`` (1 wrote ``"node2"``); 3: each host's topology record
-is schema 4 (a ``health`` block per memdev)."""
+"""Version of the ``fleet_topology`` record (``sactool probe`` under MPI); its history:
+
+1 — the first format.
+2 — NUMA nodes are numbers: ``pool_map.memdevs[].hosts[].nodes`` and each host's ``machine.numa_nodes[].node`` (1 wrote ``"node2"``).
+3 — each host's topology record is schema 4 (a ``health`` block per memdev)."""
 
 
 def _upgrade_1_to_2(rec: dict[str, Any]) -> dict[str, Any]:

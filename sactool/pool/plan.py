@@ -38,6 +38,13 @@ class PoolSpec:
         pool of :func:`sactool.profile.sizing.host_sizing`)."""
         from sactool.profile.sizing import host_sizing
 
+        if getattr(profile, "engine", "sglang") == "vllm" and profile.vllm is not None:
+            # vLLM: one pool per DP replica (shared by its TP ranks) or per rank, vLLM's own sizing
+            v = profile.vllm
+            pool = v.host_pool(profile.model)
+            return cls(profile.pool, v.pool_owners, 0, pool.allocated_bytes,
+                       f"vllm.host_pool_gib {v.host_pool_gib} = {pool.blocks} whole host blocks of {pool.stride_bytes} B "
+                       f"per {'DP replica' if v.shared_host_pool else 'rank'}", pool)
         sizing = host_sizing(profile)
         return cls(profile.pool, profile.world_size, profile.sglang.base_gpu_id, sizing.bytes_per_rank,
                    sizing.source, sizing)

@@ -4,11 +4,14 @@
 Layout (YAML, ``kind: profile``)::
 
     kind, schema_version, sactool_version, created_at   # header (records.header)
+    engine: sglang | vllm   # the serving engine the settings are for (schema 4; older profiles: sglang)
     machine: {...}          # machine block of the host the profile was tuned on
     model:    ModelRef      # which model, with the figures the engine will check
     pool:     PoolSettings  # where the HiSparse host pool lives and how it is allocated
     hisparse: HiSparseSettings   # -> --hisparse-config JSON and the prefetch switch
-    sglang:   SglangSettings     # -> the rest of the SGLang argv (tp, attn-dp, kv dtype, …)
+    sglang:   SglangSettings     # -> the rest of the SGLang argv (tp, attn-dp, kv dtype, …); engine sglang
+    vllm:     VllmSettings       # -> the vllm serve argv (tp, dp, host_pool_gib, …); engine vllm only,
+                                 #    with hisparse holding only top_k and device_buffer_size
     request:  {...}         # what the user asked tune for (contexts, concurrency, GPU, budget)
     predictions: {...}      # what tune predicts for the chosen settings (hit rate, bytes, …)
     bench: {...} | null     # the bench record the fetch costs came from (path, digest, node)
@@ -41,9 +44,15 @@ from sactool.errors import RecordError
 from sactool.records import atomic_write, dumps, header, load_structured, upgrade
 
 KIND = "profile"
-SCHEMA_VERSION = 3
-"""2: the ``workload`` block (where the hot-buffer figures came from); a schema-1 profile is
-upgraded with ``workload: null`` (not recorded)."""
+SCHEMA_VERSION = 4
+"""Version of the profile; its history (upgrades: ``_UPGRADES``):
+
+1 — the first format.
+2 — the ``workload`` block (where the hot-buffer figures came from; a schema-1 profile gets ``workload: null``).
+3 — the ``machine`` block's ``numa_nodes[].node`` is a number (the bench and fleet blocks' pool targets stay names).
+4 — ``engine`` (sglang or vllm) and the ``vllm`` section; an older profile is upgraded with ``engine: sglang``."""
+
+ENGINES = ("sglang", "vllm")
 
 PLACEMENTS = ("plugin", "numactl", "none")
 POOL_MODES = ("numa", "devdax")
@@ -57,6 +66,11 @@ PROVENANCE_SOURCES = ("measured", "default", "user", "engine", "derived")
 
 # SGLang 0.5.23 facts: one owner, the HiSparse engine module (re-exported here)
 from sactool.hisparse.engine import DEFAULT_SGLANG_TESTED, DSA_PAGE_SIZE_CUDA, SWAP_IN_BLOCK_RANGE  # noqa: E402,F401
+from sactool.hisparse.vllm import BLOCK_SIZE as VLLM_BLOCK_SIZE, VLLM_TESTED  # noqa: E402
+
+VLLM_KV_DTYPES = ("fp8_ds_mla", "auto")
+"""vLLM's ``--kv-cache-dtype`` for DSA records: 656-byte FP8 (``fp8_ds_mla``) or the model's BF16 (``auto``)."""
+VLLM_EXECUTORS = ("mp", "ray", "uni", "external_launcher")
 
 
 @dataclass(frozen=True)
@@ -154,6 +168,44 @@ class SglangSettings:
 
 
 @dataclass(frozen=True)
+class VllmSettings:
+    """The ``vllm serve`` command line of a vLLM profile (vLLM's own HiSparse, :mod:`sactool.hisparse.vllm`)."""
+
+    tested: str = VLLM_TESTED             # vLLM range the argv and plug-in hooks were checked against
+    tp_size: int = 1                      # --tensor-parallel-size: GPUs of one DP replica
+    dp_size: int = 1                      # --data-parallel-size: replicas (each its own pool)
+    enable_expert_parallel: bool = False  # --enable-expert-parallel (DP attention with EP MoE)
+    kv_cache_dtype: str = "fp8_ds_mla"    # fp8_ds_mla (656 B records) | auto (model dtype, 1152 B BF16)
+    block_size: int = VLLM_BLOCK_SIZE     # --block-size: tokens per KV block = per host block
+    max_model_len: int | None = None      # --max-model-len: longest request; the pool holds one at least
+    max_num_seqs: int | None = None       # --max-num-seqs: running requests per DP replica
+    gpu_memory_utilization: float | None = None
+    host_pool_gib: float = 1.0            # kv_connector_extra_config.host_pool_gib: one pool (per DP replica
+    #                                       when shared, per rank when private), usable capacity
+    shared_host_pool: bool = False        # one region per DP replica read by its TP ranks (tp > 1, mp executor)
+    distributed_executor_backend: str | None = None   # "mp" when the shared pool is planned
+    eager_host_mirror: bool = True        # hisparse_config.eager_host_mirror
+
+    @property
+    def gpus(self) -> int:
+        return self.tp_size * self.dp_size
+
+    @property
+    def pool_owners(self) -> int:
+        """Pools allocated on this host: one per DP replica when shared, one per rank otherwise."""
+        return self.dp_size if self.shared_host_pool else self.gpus
+
+    def host_pool(self, model: ModelRef) -> Any:
+        """The pool as vLLM sizes it (:class:`sactool.hisparse.vllm.HostPool`)."""
+        from sactool.hisparse.layout import record_bytes
+        from sactool.hisparse.vllm import HostPool
+
+        dtype = "fp8_e4m3" if self.kv_cache_dtype == "fp8_ds_mla" else "bfloat16"
+        return HostPool(self.host_pool_gib, model.num_layers, record_bytes(model.kv_lora_rank, model.qk_rope_head_dim,
+                        dtype), self.block_size, self.shared_host_pool)
+
+
+@dataclass(frozen=True)
 class Profile:
     model: ModelRef
     pool: PoolSettings
@@ -166,6 +218,8 @@ class Profile:
     provenance: dict[str, Provenance] = field(default_factory=dict)
     workload: dict[str, Any] | None = None   # what tune's hot-buffer simulation ran on (None: not recorded)
     fleet: dict[str, Any] | None = None   # tune --fleet: this host's share of a shared pool and its sources
+    engine: str = "sglang"                # sglang | vllm: which engine the settings are for
+    vllm: VllmSettings | None = None      # engine vllm: the vllm serve settings
     kind: str = KIND
     schema_version: int = SCHEMA_VERSION
     sactool_version: str = ""
@@ -173,15 +227,23 @@ class Profile:
 
     @property
     def world_size(self) -> int:
-        """Scheduler ranks that each allocate a host pool (one per GPU)."""
+        """Processes that each allocate a host pool: SGLang's scheduler ranks (one per GPU); vLLM's
+        DP replicas (a shared pool read by the replica's TP ranks) or its ranks (private pools)."""
+        if self.engine == "vllm" and self.vllm is not None:
+            return self.vllm.pool_owners
         return self.sglang.tp_size
 
     def to_data(self) -> dict[str, Any]:
         from sactool.records import to_data
 
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        order = ["kind", "schema_version", "sactool_version", "created_at", "machine", "model", "pool",
-                 "hisparse", "sglang", "request", "predictions", "bench", "workload", "provenance"]
+        order = ["kind", "schema_version", "sactool_version", "created_at", "engine", "machine", "model", "pool",
+                 "hisparse", "sglang", "vllm", "request", "predictions", "bench", "workload", "provenance"]
+        if self.engine == "vllm":   # vLLM's own settings; of hisparse only what vLLM reads
+            order.remove("sglang")
+            d["hisparse"] = {k: getattr(self.hisparse, k) for k in VLLM_HISPARSE_FIELDS}
+        else:
+            order.remove("vllm")
         out = {k: to_data(d[k]) for k in order}
         if self.fleet is not None:  # written only by tune --fleet
             out["fleet"] = to_data(self.fleet)
@@ -235,10 +297,18 @@ def validate(p: Profile) -> Profile:
     return p
 
 
-def settings_fields() -> list[str]:
-    """Dotted names of every settings field (``pool.*``, ``hisparse.*``, ``sglang.*``)."""
-    out: list[str] = []
-    for sect, cls in (("pool", PoolSettings), ("hisparse", HiSparseSettings), ("sglang", SglangSettings)):
+VLLM_HISPARSE_FIELDS = ("top_k", "device_buffer_size")
+"""The ``hisparse`` fields a vLLM profile has (vLLM's hisparse_config has no ratio, CTA width or prefetch switch)."""
+
+
+def settings_fields(engine: str = "sglang") -> list[str]:
+    """Dotted names of every settings field of a profile for ``engine`` (``pool.*``, ``hisparse.*``,
+    ``sglang.*`` or ``vllm.*``)."""
+    out = [f"pool.{f.name}" for f in dataclasses.fields(PoolSettings)]
+    if engine == "vllm":
+        return out + [f"hisparse.{k}" for k in VLLM_HISPARSE_FIELDS] + [f"vllm.{f.name}" for f in
+                                                                       dataclasses.fields(VllmSettings)]
+    for sect, cls in (("hisparse", HiSparseSettings), ("sglang", SglangSettings)):
         out.extend(f"{sect}.{f.name}" for f in dataclasses.fields(cls))
     return out
 
@@ -259,7 +329,13 @@ def _upgrade_2_to_3(record: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
-_UPGRADES: dict[int, Any] = {1: _upgrade_1_to_2, 2: _upgrade_2_to_3}  # schema n -> n+1 steps, applied in order
+def _upgrade_3_to_4(record: dict[str, Any]) -> dict[str, Any]:
+    """Schema 3 profiles were all SGLang's: ``engine: sglang`` (the ``vllm`` section came with 4)."""
+    record.setdefault("engine", "sglang")
+    return record
+
+
+_UPGRADES: dict[int, Any] = {1: _upgrade_1_to_2, 2: _upgrade_2_to_3, 3: _upgrade_3_to_4}  # schema n -> n+1 steps, applied in order
 
 
 
@@ -274,6 +350,7 @@ def from_data(data: dict[str, Any], *, source: str = "profile") -> Profile:
     model, pool, hisparse, sglang = r.sections()
     prof = Profile(model=model, pool=pool, hisparse=hisparse, sglang=sglang, machine=r.machine, request=r.request,
                    predictions=r.predictions, bench=r.bench, fleet=r.fleet, workload=r.workload,
+                   engine=r.engine, vllm=r.vllm_section(),
                    provenance={str(k): v for k, v in r.provenance.items()}, schema_version=data["schema_version"],
                    sactool_version=r.sactool_version, created_at=r.created_at)
     whole.check_profile(prof)   # counts within what a machine holds
@@ -326,7 +403,7 @@ def default_profile_path(model_name: str, hostname: str | None = None,
     when given; for a recording (``sysfs_root``) the hostname it recorded, else its directory's
     name — never this machine's; live, this machine's hostname. A name that is not one (the
     kernel's ``(none)`` of a host never named, empty) is ``localhost``; characters a file name
-    should not carry become ``-``."""
+    should not carry become ``_`` (as a fleet's host names do, ``fleet.split.host_file_name``)."""
     if hostname is None and sysfs_root is not None:
         from sactool.host.sysfs import SysfsReader
 
@@ -343,5 +420,5 @@ def _host_name(name: str | None) -> str | None:
     """``name`` made a file name: None for no name (None, empty, the kernel's ``(none)``)."""
     if not name or name.strip() in ("(none)", "(unknown)"):
         return None
-    clean = re.sub(r"[^A-Za-z0-9._-]+", "-", name.strip()).strip("-.")
+    clean = re.sub(r"[^A-Za-z0-9._-]", "_", name.strip()).strip(".")
     return clean[:64] or None

@@ -24,9 +24,10 @@ from pydantic_core import PydanticCustomError
 from sactool.errors import RecordError
 from sactool.hisparse.engine import DSA_PAGE_SIZE_CUDA, SWAP_IN_BLOCK_RANGE
 from sactool.hisparse.layout import KV_DTYPES
-from sactool.profile import (ENTRYPOINTS, HUGEPAGES, PLACEMENTS, POLICIES, POOL_MODES, PROVENANCE_SOURCES,
-                             RANK_ASSIGNMENTS, ROLES, HiSparseSettings, ModelRef, PoolSettings, Provenance,
-                             SglangSettings, version_spec)
+from sactool.profile import (ENGINES, ENTRYPOINTS, HUGEPAGES, PLACEMENTS, POLICIES, POOL_MODES, PROVENANCE_SOURCES,
+                             RANK_ASSIGNMENTS, ROLES, VLLM_EXECUTORS, VLLM_HISPARSE_FIELDS, VLLM_KV_DTYPES,
+                             HiSparseSettings, ModelRef, PoolSettings, Provenance, SglangSettings, VllmSettings,
+                             version_spec)
 
 DEFAULT_HINT = "fix the field, or re-create the profile with sactool tune"
 NEWER_HINT = "remove it, or upgrade sactool if a newer one wrote it"
@@ -271,35 +272,91 @@ class _Sglang(_Section):
     max_total_tokens: Annotated[int | None, _integer(1, optional=True)] = _ABSENT
 
 
+def _gib(v: Any) -> float:
+    if not (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < 2 ** 22):
+        fail(f"must be a number of GiB above 0, got {v!r}")
+    return v
+
+
+def _executor(v: Any) -> str | None:
+    if v is not None and v not in VLLM_EXECUTORS:
+        fail(f"must be one of {', '.join(VLLM_EXECUTORS)} or null; got {v!r}")
+    return v
+
+
+class _Vllm(_Section):
+    tested: Annotated[str, PlainValidator(_version_range)] = _ABSENT
+    tp_size: Int1 = _ABSENT
+    dp_size: Int1 = _ABSENT
+    enable_expert_parallel: Flag = _ABSENT
+    kv_cache_dtype: Annotated[str, _choice(VLLM_KV_DTYPES)] = _ABSENT
+    block_size: Int1 = _ABSENT
+    max_model_len: Annotated[int | None, _integer(1, optional=True)] = _ABSENT
+    max_num_seqs: Annotated[int | None, _integer(1, optional=True)] = _ABSENT
+    gpu_memory_utilization: Annotated[float | None, PlainValidator(_fraction)] = _ABSENT
+    host_pool_gib: Annotated[float, PlainValidator(_gib)] = _ABSENT
+    shared_host_pool: Flag = _ABSENT
+    distributed_executor_backend: Annotated[str | None, PlainValidator(_executor)] = _ABSENT
+    eager_host_mirror: Flag = _ABSENT
+
+
 class Settings(BaseModel):
-    """The four settings sections and the provenance, with the rules across them."""
+    """The settings sections and the provenance, with the rules across them: ``sglang`` for an
+    SGLang profile, ``vllm`` (and of ``hisparse`` only top_k and device_buffer_size) for a vLLM one."""
 
     model_config = ConfigDict(frozen=True)
 
+    engine: Annotated[str, _choice(ENGINES)] = "sglang"
     model: _Model
     pool: _Pool
     hisparse: _HiSparse
-    sglang: _Sglang
+    sglang: _Sglang | None = None
+    vllm: _Vllm | None = None
     provenance: ProvenanceMap = Field(default_factory=dict)
 
     def sections(self) -> tuple[ModelRef, PoolSettings, HiSparseSettings, SglangSettings]:
-        """The sections as the profile's dataclasses (defaults for what the data left out)."""
+        """The sections as the profile's dataclasses (defaults for what the data left out; a vLLM
+        profile's ``sglang`` is the default, unused)."""
         return (ModelRef(**self.model.given()), PoolSettings(**self.pool.given()),
-                HiSparseSettings(**self.hisparse.given()), SglangSettings(**self.sglang.given()))
+                HiSparseSettings(**self.hisparse.given()),
+                SglangSettings(**(self.sglang.given() if self.sglang is not None else {})))
+
+    def vllm_section(self) -> VllmSettings | None:
+        return VllmSettings(**self.vllm.given()) if self.vllm is not None else None
 
     @model_validator(mode="after")
     def _across(self) -> Settings:
-        across(*self.sections())
+        cut = "is missing (is the file cut short?)"
+        if self.engine == "sglang":
+            if self.sglang is None:
+                fail(cut, at="sglang", hint="re-create the profile with sactool tune")
+            if self.vllm is not None:
+                fail("is a vLLM section in a profile for SGLang (engine: sglang)", at="vllm",
+                     hint="remove it, or set engine: vllm")
+        else:
+            if self.vllm is None:
+                fail(cut, at="vllm", hint="re-create the profile with sactool tune --engine vllm")
+            if self.sglang is not None:
+                fail("is an SGLang section in a profile for vLLM (engine: vllm)", at="sglang",
+                     hint="remove it, or set engine: sglang")
+            extra = sorted(set(self.hisparse.model_fields_set) - set(VLLM_HISPARSE_FIELDS))
+            if extra:
+                fail(f"is SGLang's; vLLM's HiSparse has no such setting (of hisparse it reads "
+                     f"{', '.join(VLLM_HISPARSE_FIELDS)})", at=f"hisparse.{extra[0]}", hint="remove it")
+        across(*self.sections(), v=self.vllm_section())
         return self
 
 
-def across(m: ModelRef, q: PoolSettings, h: HiSparseSettings, s: SglangSettings) -> None:
-    """The rules between fields (each field already has its own type and range)."""
+def across(m: ModelRef, q: PoolSettings, h: HiSparseSettings, s: SglangSettings, v: VllmSettings | None = None) -> None:
+    """The rules between fields (each field already has its own type and range); ``v``: a vLLM profile."""
     if h.top_k != m.index_topk:
         fail(f"{h.top_k} differs from the model's index_topk {m.index_topk} "
-             "(SGLang overrides top_k with index_topk)", at="hisparse.top_k")
+             "(the engine overrides top_k with index_topk)", at="hisparse.top_k")
     if h.device_buffer_size < h.top_k:
         fail(f"must be >= {h.top_k}, got {h.device_buffer_size}", at="hisparse.device_buffer_size")
+    if v is not None:
+        _across_vllm(m, q, h, v)
+        return
     if s.tp_size % s.attn_dp_size:
         fail(f"{s.attn_dp_size} must divide tp_size {s.tp_size}", at="sglang.attn_dp_size")
     if s.page_size != DSA_PAGE_SIZE_CUDA:
@@ -332,6 +389,49 @@ def across(m: ModelRef, q: PoolSettings, h: HiSparseSettings, s: SglangSettings)
         fail(f"has {len(q.gpu_local_nodes)} entries for {s.tp_size} ranks", at="pool.gpu_local_nodes")
 
 
+def _across_vllm(m: ModelRef, q: PoolSettings, h: HiSparseSettings, v: VllmSettings) -> None:
+    """vLLM 0.34's own refusals (:mod:`sactool.hisparse.vllm`), and the pool rules over its pool owners."""
+    from sactool.hisparse.vllm import REFUSED_ARCHITECTURES, device_buffer_problem, uses_shared_pool
+
+    if m.architecture in REFUSED_ARCHITECTURES:
+        fail(REFUSED_ARCHITECTURES[m.architecture], at="model.architecture", hint="serve this model with SGLang")
+    why = device_buffer_problem(h.device_buffer_size, h.top_k)
+    if why:
+        fail(why, at="hisparse.device_buffer_size")
+    if v.max_model_len is not None and v.max_model_len > m.max_position_embeddings:
+        fail(f"must be <= {m.max_position_embeddings}, got {v.max_model_len}", at="vllm.max_model_len")
+    shared = uses_shared_pool(v.tp_size, executor=v.distributed_executor_backend or "mp")
+    if v.shared_host_pool and not shared:
+        fail(f"vLLM shares the host pool only with tp_size > 1 and the mp executor (tp_size {v.tp_size}, "
+             f"executor {v.distributed_executor_backend})", at="vllm.shared_host_pool")
+    if not v.shared_host_pool and shared and v.distributed_executor_backend == "mp":
+        fail("is false, but vLLM shares the pool of tp_size > 1 with the mp executor", at="vllm.shared_host_pool")
+    pool = v.host_pool(m)
+    if v.max_model_len is not None and pool.problem(v.max_model_len):
+        fail(pool.problem(v.max_model_len), at="vllm.host_pool_gib")
+    owners = v.pool_owners
+    if q.placement != "none":
+        if q.mode == "numa" and not q.nodes:
+            fail("is empty: name the NUMA node(s) that hold the pool", at="pool.nodes")
+        if q.mode == "devdax" and not q.dax_devices:
+            fail("is empty while pool.mode is devdax", at="pool.dax_devices")
+        if q.placement == "numactl":
+            fail("numactl is for SGLang's pools; vLLM's pool is placed by the plug-in (or left with none)",
+                 at="pool.placement")
+    if q.rank_targets:
+        if len(q.rank_targets) != owners:
+            fail(f"has {len(q.rank_targets)} entries for {owners} pool(s) "
+                 f"({'one per DP replica' if v.shared_host_pool else 'one per rank'})", at="pool.rank_targets")
+        allowed = {f"node{n}" for n in q.nodes} if q.mode == "numa" else set(q.dax_devices)
+        for i, t in enumerate(q.rank_targets):
+            if t not in allowed:
+                fail(f"{t} is not among the pool's targets {sorted(allowed)}", at=f"pool.rank_targets[{i}]")
+    if q.policy == "weighted_interleave" and not q.interleave_weights:
+        fail("is empty while pool.policy is weighted_interleave", at="pool.interleave_weights")
+    if q.gpu_local_nodes and len(q.gpu_local_nodes) != v.gpus:
+        fail(f"has {len(q.gpu_local_nodes)} entries for {v.gpus} GPUs", at="pool.gpu_local_nodes")
+
+
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -345,5 +445,11 @@ def checked(model: type[M], data: Any, **kw: Any) -> M:
 
 def check_settings(p: Any) -> None:
     """Validate a built :class:`~sactool.profile.Profile`'s settings and provenance (RecordError)."""
-    data = {name: dataclasses.asdict(getattr(p, name)) for name in ("model", "pool", "hisparse", "sglang")}
+    data: dict[str, Any] = {name: dataclasses.asdict(getattr(p, name)) for name in ("model", "pool", "hisparse")}
+    data["engine"] = p.engine
+    if p.engine == "vllm":
+        data["hisparse"] = {k: data["hisparse"][k] for k in VLLM_HISPARSE_FIELDS}
+        data["vllm"] = dataclasses.asdict(p.vllm) if p.vllm is not None else None
+    else:
+        data["sglang"] = dataclasses.asdict(p.sglang)
     checked(Settings, dict(data, provenance=p.provenance))

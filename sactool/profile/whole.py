@@ -30,9 +30,10 @@ from sactool.errors import RecordError
 from sactool.profile.schema import ProvenanceMap, Settings, checked, fail
 
 SECTIONS = ("model", "pool", "hisparse", "sglang", "provenance")
-"""The sections without which a file is no profile (the record's other blocks are optional)."""
+"""The sections without which a file is no SGLang profile (a vLLM profile has ``vllm`` for
+``sglang``; the record's other blocks are optional)."""
 
-SETTINGS_SECTIONS = ("pool", "hisparse", "sglang")
+SETTINGS_SECTIONS = ("pool", "hisparse", "sglang", "vllm")
 
 MAX_PHYSICAL_BYTES = 1 << 52
 """The largest physical address space of x86-64 and AArch64 (52 bits): no machine holds more."""
@@ -105,8 +106,9 @@ def _covered(r: Record) -> None:
         fail("is empty: every settings field must say where its value came from (is the file cut short?)",
              at="provenance", hint="re-create the profile with sactool tune")
     _, q, h, s = r.sections()
-    set_here = [f"{name}.{k}" for name, section, given in (("pool", q, r.pool), ("hisparse", h, r.hisparse),
-                                                          ("sglang", s, r.sglang))
+    v = r.vllm_section()
+    parts = [("pool", q, r.pool), ("hisparse", h, r.hisparse), ("sglang", s, r.sglang), ("vllm", v, r.vllm)]
+    set_here = [f"{name}.{k}" for name, section, given in parts if given is not None
                 for k in given.model_fields_set if not _is_default(getattr(section, k), _default(type(section), k))]
     missing = [f for f in set_here if f not in r.provenance]
     if missing:
@@ -147,6 +149,8 @@ def _argv_values(r: Record) -> None:
     """Values that become SGLang arguments cannot be read as flags, nor split into two."""
     m, _, _, s = r.sections()
     for name, v in zip(ARGV_VALUES, (m.hf_id, s.dsa_decode_backend)):
+        if r.engine == "vllm" and name != "model.hf_id":
+            continue
         if isinstance(v, str) and (v.startswith("-") or any(c.isspace() or not c.isprintable() for c in v)):
             fail(f"{v!r} would reach SGLang's command line as "
                  + ("a flag" if v.startswith("-") else "a value with spaces or control characters"), at=name,
@@ -165,7 +169,7 @@ def _check_requests(p: Any) -> None:
     from sactool.hisparse.layout import record_bytes
 
     s, h, m = p.sglang, p.hisparse, p.model
-    if not s.max_running_requests:
+    if p.engine == "vllm" or not s.max_running_requests:
         return
     per_request = h.device_buffer_size * m.num_layers * record_bytes(m.kv_lora_rank, m.qk_rope_head_dim,
                                                                      s.kv_cache_dtype)
@@ -182,6 +186,12 @@ def _check_host_pool(p: Any) -> None:
     from sactool.profile.sizing import host_sizing
     from sactool.units import format_bytes
 
+    if p.engine == "vllm" and p.vllm is not None:
+        total = p.vllm.host_pool(p.model).allocated_bytes * p.world_size
+        if total > MAX_PHYSICAL_BYTES:
+            raise _err("vllm.host_pool_gib", f"{p.vllm.host_pool_gib} GiB over {p.world_size} pool(s) is "
+                       f"{format_bytes(total)}, more than any machine can address ({format_bytes(MAX_PHYSICAL_BYTES)})")
+        return
     size = host_sizing(p)
     if size.bytes_per_rank is None:
         return

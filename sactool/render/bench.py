@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from rich.markup import escape as esc
 
+from sactool.bench.sizing import CACHE_MULTIPLE
 from sactool.units import format_bytes, format_rate, node_name
 
 if TYPE_CHECKING:   # matplotlib is imported only where a picture is drawn
@@ -36,13 +37,17 @@ def _pair(r: dict) -> str:
     return f"{node_name(r.get('cpu_node'))}→{node_name(r.get('memory_node'))}"
 
 
-MARKS = {"descheduled": "*", "high_variance": "~", "in_cache": "^"}
+
+MARKS = {"descheduled": "*", "high_variance": "~", "in_cache": "^", "cpus_shared": "&"}
 """Per-result warning kinds and the mark each puts beside the affected figure in the tables."""
 
 LEGEND = {"descheduled": "its threads were descheduled (on a CPU < 90% of the sample): a wall-clock bandwidth is "
                           "understated, a latency overstated",
           "high_variance": "noisy: relative stdev of its samples > 10%",
-          "in_cache": "its reads cycled over less than 8x the last-level cache: a bandwidth may be overstated"}
+          "in_cache": f"its reads cycled over less than {CACHE_MULTIPLE}x the last-level cache: a bandwidth may be "
+                      "overstated",
+          "cpus_shared": "other work kept the CPUs its threads did not use busy: memory bandwidth and caches were "
+                         "shared, a bandwidth may be understated"}
 
 
 def _result_key(message: str, keys) -> str | None:
@@ -161,7 +166,13 @@ def _loaded_table(rs: list[dict], multi: bool, m):
 def _gather_table(rs: list[dict], multi: bool, m):
     from rich.table import Table
 
-    t = Table(title="Top-k gather (pf: prefetch distance in records; step µs: one top-k step on one thread)",
+    # the working set each gather reached (the generated stream's: the buffer's records); an upgraded older
+    # record's estimate of its stored stream is in the record, not shown as a measured figure
+    sets = sorted({r["params"]["footprint_bytes"] for r in rs
+                   if r["params"].get("index_shift") == "per pass" and r["params"].get("footprint_bytes")})
+    ws = (f"; working set {format_bytes(sets[0])}" + (f"–{format_bytes(sets[-1])}" if len(sets) > 1 else "")
+          if sets else "")
+    t = Table(title=f"Top-k gather (pf: prefetch distance in records; step µs: one top-k step on one thread{ws})",
               title_justify="left")
     for col in (["cpu→mem"] if multi else []) + ["record B", "thr", "pf", "indices", "bandwidth",
                                                  "ns/record", "step µs"]:
@@ -405,3 +416,23 @@ def progress_reporter():
         prog.stop()
 
     return cb, close
+
+
+def render_plan(plan: dict, console=None, err=None) -> None:
+    """``sactool bench --dry-run``: what would be measured, the buffer rule and each gather's planned
+    working set against the cache rule, as lines on stdout; its warnings on stderr."""
+    from sactool.render import stderr_console, stdout_console
+
+    c = console or stdout_console()
+    e = err or stderr_console()
+    c.print(("" if plan["live"] else "[bold]a recorded machine[/]: ") + f"bench would measure {esc(plan['text'])}",
+            highlight=False)
+    for g in plan["gather"]:
+        verdict = ("" if g["clears_rule"] is None else
+                   f" = {g['cache_multiple']:g}x the last-level cache: "
+                   + ("clears the rule" if g["clears_rule"] else f"[yellow]under {CACHE_MULTIPLE}x, flagged in_cache[/]"))
+        c.print(f"  gather {g['record_bytes']} B: {g['records']} records, working set "
+                f"{format_bytes(g['footprint_bytes'])}{verdict}", highlight=False)
+    for w in plan["warnings"]:
+        e.print(f"[yellow]warning[/] {esc('[' + w['code'] + ']')} {esc(w['message'])}"
+                + (f" — {esc(w['hint'])}" if w.get("hint") else ""))

@@ -183,6 +183,10 @@ def _health_table(topo: Topology, c) -> None:
 
     if not topo.health:
         return
+    if all(h.media is None and h.aer is None and h.poison is None for h in topo.health):
+        reasons = sorted({h.media_reason for h in topo.health})
+        c.print(f"CXL device health: nothing read ({esc('; '.join(reasons))})")
+        return
     t = Table(title="CXL device health", title_justify="left")
     for col in ("memdev", "media", "life used", "temp", "dirty shutdowns", "corrected errors", "AER cor/nonfatal/fatal",
                 "errors handled", "poison"):
@@ -233,18 +237,9 @@ def _pool_verdict(topo: Topology, c) -> None:
 
 
 def _devdax_pool(topo: Topology, c) -> None:
-    """Where no CXL node exists but devdax devices do (the SAC shape), tune and serve put the pool on
-    the devices (tune/pool.py: devdax wins over a stand-in node): say so next to the stand-in verdict."""
-    dax = [d for d in topo.dax_devices if d.mode == "devdax" and d.size_bytes]
-    if not topo.verdict.stand_in or not dax:
-        return
-    cells = []
-    for d in dax:
-        cpu = topo.dax_locality(d.name).cpu_node
-        cells.append(f"{d.name} ({_b(d.size_bytes)}, socket {'?' if cpu is None else f'node{cpu}'})")
-    c.print(f"devdax pool: {', '.join(cells)} — tune and serve place the KV pool on these devices (each rank "
-            f"maps its slice); the stand-in node is only for node benches ('sactool bench --node {dax[0].name}' "
-            "measures a device)", markup=False)
+    """The verdict's devdax pool (the SAC shape: tune and serve use the devices, not the stand-in)."""
+    if topo.verdict.devdax_note:
+        c.print(topo.verdict.devdax_note, markup=False)
 
 
 def _cpu_cell(loc) -> str:

@@ -147,6 +147,35 @@ def _pool_cell(p: dict) -> str:
     return f"{p['name']} ({format_bytes(p['capacity_bytes'])} {what})"
 
 
+def _chosen(con, result, s) -> None:
+    """The chosen settings: SGLang's HiSparse knobs, or (tune --engine vllm) vLLM's."""
+    cfg, v = s["hisparse_config"], s.get("vllm")
+    if v:
+        con.print(f"chosen for vLLM: device_buffer_size {result.profile.hisparse.device_buffer_size}, tp {v['tp_size']} "
+                  f"x dp {v['dp_size']}, host_pool_gib {v['host_pool_gib']} "
+                  f"({format_bytes(s['host_pool_bytes_per_rank'])} per "
+                  f"{'DP replica, shared by its TP ranks' if v['shared_host_pool'] else 'rank'}), max_num_seqs "
+                  f"{v['max_num_seqs']}, max_model_len {v['max_model_len']}, pools "
+                  f"{', '.join(result.profile.pool.rank_targets)}", markup=False)
+        _reason(con, s)
+        return
+    con.print(f"chosen: device_buffer_size {cfg['device_buffer_size']}, host_to_device_ratio "
+              f"{cfg['host_to_device_ratio']}, swap_in_block_size {cfg['swap_in_block_size']}, prefetch "
+              f"{'on' if s['prefetch'] else 'off'}, placement {s['placement']}")
+    sw = s.get("swap_in")
+    if sw:
+        con.print(f"swap_in_block_size {sw['block_size']}: {sw['why']}", markup=False)
+    _reason(con, s)
+
+
+def _reason(con, s) -> None:
+    """Why this buffer for this many requests per rank (``requests_vs_buffer``)."""
+    rq = s.get("requests_vs_buffer")
+    if rq:
+        con.print(f"device_buffer_size {rq['device_buffer_size']} for {rq['requests_per_rank']} request(s) per rank: "
+                  f"{rq['why']}", markup=False)
+
+
 def render_tune(result) -> None:
     """The short summary: what was chosen, what it predicts, why the others lost, the path."""
     from rich.table import Table
@@ -163,22 +192,13 @@ def render_tune(result) -> None:
     fig = s.get("fetch_figure") or "gather"
     con.print(f"fetch figure: {fig}: {bw / 1e9:.2f} GB/s  ({s.get('gather_detail')})" if bw else "fetch figure: -",
               markup=False)
-    cfg = s["hisparse_config"]
-    con.print(f"chosen: device_buffer_size {cfg['device_buffer_size']}, host_to_device_ratio "
-              f"{cfg['host_to_device_ratio']}, swap_in_block_size {cfg['swap_in_block_size']}, prefetch "
-              f"{'on' if s['prefetch'] else 'off'}, placement {s['placement']}")
-    sw = s.get("swap_in")
-    if sw:
-        con.print(f"swap_in_block_size {sw['block_size']}: {sw['why']}", markup=False)
-    rq = s.get("requests_vs_buffer")
-    if rq:
-        con.print(f"device_buffer_size {rq['device_buffer_size']} for {rq['requests_per_rank']} request(s) per rank: "
-                  f"{rq['why']}", markup=False)
+    v = s.get("vllm")
+    _chosen(con, result, s)
     con.print(f"predicted fetch time per token {_t(s['fetch_time_per_token_s'])} (mean over design contexts); "
               f"GPU {format_bytes(s['gpu_bytes_per_rank'])} per rank (hot buffers "
               f"{format_bytes(s['hot_buffer_bytes_per_rank'])} + indexer keys "
               f"{format_bytes(s['index_key_bytes_per_rank'])}) of {format_bytes(s['gpu_kv_budget_bytes'])}; "
-              f"pool {format_bytes(s['host_pool_bytes_per_rank'])} per rank")
+              f"pool {format_bytes(s['host_pool_bytes_per_rank'])} per " + ("pool" if v else "rank"))
     from sactool.profile import workload_summary
 
     con.print(f"hit rates from: {workload_summary(s.get('workload'))}", markup=False)

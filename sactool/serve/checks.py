@@ -225,6 +225,19 @@ PROBE_OUTPUT_BYTES = 1 << 20
 """The most of the probe's stdout/stderr read back (its answer is one JSON line of a few hundred bytes)."""
 
 
+SAFE_PATH = "import sys\nif sys.path and sys.path[0] == '':\n    del sys.path[0]\n"
+"""The first lines of every program serve runs in the target Python with ``-c``: ``python -P``'s
+"no unsafe path first" for any Python version (``-P`` is 3.11+, and ``-I`` would also drop
+PYTHONPATH and the user site, where SGLang may live). ``-c`` puts the working directory first on
+the import path, so a ``json.py`` there ran inside the probe (issue 27, R7). ``sys`` is built in
+and cannot be shadowed."""
+
+
+def probe_argv(python: str, code: str) -> list[str]:
+    """``[python, "-c", code]`` that imports nothing from the working directory (:data:`SAFE_PATH`)."""
+    return [python, "-c", SAFE_PATH + code]
+
+
 def _run_probe(argv: list[str], timeout_s: float) -> tuple[str, str]:
     """(stdout, stderr) of ``argv`` run in a session of its own, its output in temporary files:
     whatever the interpreter leaves behind (a wrapper script's background helper, a ``.pth`` that
@@ -268,7 +281,7 @@ def probe_options(python: str, version: str, *, timeout_s: float = 120.0):
     from sactool.serve.sglang_options import options_probe, table_of
 
     try:
-        out, err = _run_probe([python, "-c", options_probe()], timeout_s)
+        out, err = _run_probe(probe_argv(python, options_probe()), timeout_s)
     except (OSError, subprocess.TimeoutExpired) as e:
         return None, str(e)
     t = table_of(out, version, f"SGLang {version}'s parser in {python}")
@@ -279,7 +292,7 @@ def probe_engine(python: str, *, timeout_s: float = 60.0) -> EngineInfo:
     """Ask ``python`` (argv list, no shell) what SGLang and plug-ins it has; imports no SGLang code.
     Nothing it starts outlives the question (:func:`_run_probe`)."""
     try:
-        stdout, stderr = _run_probe([python, "-c", ENGINE_PROBE], timeout_s)
+        stdout, stderr = _run_probe(probe_argv(python, ENGINE_PROBE), timeout_s)
     except FileNotFoundError:
         raise EngineMissingError(f"Python {python} does not exist", "pass --python the interpreter of SGLang's environment") from None
     except PermissionError:

@@ -49,6 +49,11 @@ class Launch:
     pool: capacity.PoolCheck | None
     problems: tuple[Problem, ...] = field(default_factory=tuple)
     dry_run: bool = False
+    vllm_pool: Any = None                 # engine vllm: sactool.serve.vllm_capacity.VllmPoolCheck
+
+    @property
+    def engine(self) -> str:
+        return self.profile.engine
 
     def to_data(self) -> dict[str, Any]:
         c = self.command
@@ -64,7 +69,11 @@ class Launch:
                                  "ok": t.ok} for t in self.pool.targets],
                     "note": self.pool.note}
         plan = self.pool.plan if self.pool is not None else None
+        if plan is None and self.vllm_pool is not None:
+            plan = self.vllm_pool.plan
+            pool = self.vllm_pool.to_data()
         return {
+            "engine": self.profile.engine,
             "argv": list(c.argv),
             "env_delta": dict(c.env_delta),
             "placement": c.placement,
@@ -80,6 +89,7 @@ class Launch:
                               "capacity_source": t.capacity_source, "align_bytes": t.align_bytes,
                               "cpu_node": t.cpu_node, "cpu_node_evidence": t.cpu_node_evidence}
                              for t in self.pool.facts] if self.pool is not None else [],
+            # engine vllm: "plan" has one slot per pool owner (a DP replica when shared, a rank when private)
             "notes": list(c.notes),
             "problems": [{"exit_code": int(p.exit_code), "message": p.message, "hint": p.hint} for p in self.problems],
             "dry_run": self.dry_run,
@@ -89,14 +99,22 @@ class Launch:
 def build_launch(profile_path: str, extra_args: Sequence[str] = (), *, python: str | None = None,
                  entrypoint: str | None = None, dry_run: bool = False, allow_untested: bool = False,
                  sysfs_root: str | None = None, environ: Mapping[str, str] | None = None,
-                 placement: str | None = None) -> Launch:
-    """Validate profile, model, extras, SGLang and pool; build argv and env delta.
+                 placement: str | None = None, engine: str | None = None) -> Launch:
+    """Validate profile, model, extras, the engine and pool; build argv and env delta.
 
     ``placement`` overrides ``pool.placement`` (e.g. ``none`` for the DRAM half of an A/B run with
-    otherwise identical settings)."""
+    otherwise identical settings). ``engine`` (``--engine``) must be the profile's: the settings
+    were tuned for one engine."""
     profile = load_profile(profile_path)
+    if engine is not None and engine != profile.engine:
+        raise UsageError(f"--engine {engine}: {profile_path} is a profile for {profile.engine}",
+                         f"tune one for {engine}: sactool tune --engine {engine} …, or drop --engine")
     overridden = placement is not None and placement != profile.pool.placement
     profile = _with_placement(profile, placement)
+    if profile.engine == "vllm":
+        return _vllm(profile, profile_path, extra_args, python=python, dry_run=dry_run, allow_untested=allow_untested,
+                     sysfs_root=sysfs_root, environ=environ,
+                     override=f"--placement {placement} overrides the profile's pool.placement" if overridden else "")
     python = python or sys.executable
     ep = entrypoint or profile.sglang.entrypoint
     lines = [f"profile {os.path.abspath(profile_path)}: {profile.model.name}, schema {profile.schema_version}"]
@@ -125,7 +143,7 @@ def build_launch(profile_path: str, extra_args: Sequence[str] = (), *, python: s
 
     found: dict[str, str] = {}
 
-    def engine() -> list[str]:
+    def engine_lines() -> list[str]:
         nonlocal info
         info = info or checks.probe_engine(python)   # asked again where it could not answer: the error
         out = checks.check_engine(profile, info, entrypoint=ep, plugin=cmd.placement == "plugin",
@@ -134,7 +152,7 @@ def build_launch(profile_path: str, extra_args: Sequence[str] = (), *, python: s
             found["script"] = info.console_script
         return out
 
-    lines.extend(attempt(engine) or [])
+    lines.extend(attempt(engine_lines) or [])
     if ep == "serve" and "script" in found:
         cmd = build_command(profile, profile_path=profile_path, extra_args=extra, python=python,
                             entrypoint=entrypoint, environ=environ, sglang_script=found["script"],
@@ -149,25 +167,48 @@ def build_launch(profile_path: str, extra_args: Sequence[str] = (), *, python: s
         lines.extend(attempt(numactl) or [])
     pool = attempt(lambda: _check_pool(profile, SysfsReader(sysfs_root)))
     if pool is not None:
-        s = pool.sizing
-        if s.bytes_per_rank is not None:
-            lines.append(f"host pool per rank: {format_bytes(s.bytes_per_rank)} from {s.source}"
-                         + (f" (S={s.device_token_slots}, R={s.host_to_device_ratio}, page={s.page_size}, "
-                            f"L={s.num_layers}, row={s.row_bytes} B)" if s.device_token_slots else ""))
-        for t in pool.targets:
-            lines.append(f"{t.target}: ranks {','.join(map(str, t.ranks))} need {format_bytes(t.need_bytes)}, "
-                         f"{format_bytes(t.available_bytes)} available")
-        if pool.note:
-            lines.append(pool.note)
-        if pool.plan is not None and profile.pool.placement != "none":
-            from sactool.serve.health import check_health
-
-            lines.extend(attempt(lambda: check_health(profile, SysfsReader(sysfs_root), pool.plan)) or [])
+        lines.extend(_pool_lines(pool) + _health_lines(profile, pool, attempt, sysfs_root))
     if cmd.placement == "plugin":
         lines.extend(attempt(lambda: _plugin_lines(profile, pool)) or [])
     if profile.pool.stand_in and cmd.placement != "none":
         lines.append("pool.stand_in: the profile's pool node is a DRAM node standing in for CXL")
     return Launch(os.path.abspath(profile_path), profile, cmd, tuple(lines), pool, tuple(problems), dry_run)
+
+
+def _pool_lines(pool) -> list[str]:
+    """The dry-run's lines for the pool check: bytes per rank and where that came from, each target's need."""
+    out = []
+    s = pool.sizing
+    if s.bytes_per_rank is not None:
+        out.append(f"host pool per rank: {format_bytes(s.bytes_per_rank)} from {s.source}"
+                   + (f" (S={s.device_token_slots}, R={s.host_to_device_ratio}, page={s.page_size}, "
+                      f"L={s.num_layers}, row={s.row_bytes} B)" if s.device_token_slots else ""))
+    for t in pool.targets:
+        out.append(f"{t.target}: ranks {','.join(map(str, t.ranks))} need {format_bytes(t.need_bytes)}, "
+                   f"{format_bytes(t.available_bytes)} available")
+    if pool.note:
+        out.append(pool.note)
+    return out
+
+
+def _health_lines(profile: Profile, pool: Any, attempt: Any, sysfs_root: str | None) -> list[str]:
+    """The devices behind the planned targets (:func:`sactool.serve.health.check_health`)."""
+    if pool.plan is None or profile.pool.placement == "none":
+        return []
+    from sactool.serve.health import check_health
+
+    return attempt(lambda: check_health(profile, SysfsReader(sysfs_root), pool.plan)) or []
+
+
+def _vllm(profile: Profile, profile_path: str, extra_args: Sequence[str], *, override: str, **kw: Any) -> Launch:
+    """The launch of a vLLM profile (:mod:`sactool.serve.vllm_launch`)."""
+    from sactool.serve import vllm_launch
+
+    head = [f"profile {os.path.abspath(profile_path)}: {profile.model.name}, schema {profile.schema_version}, engine vllm"]
+    head += [override] if override else []
+    cmd, lines, problems, cap = vllm_launch.build_launch(profile, profile_path, extra_args, lines=head, **kw)
+    return Launch(os.path.abspath(profile_path), profile, cmd, tuple(lines), None,
+                  tuple(Problem(c, m, h) for c, m, h in problems), kw["dry_run"], vllm_pool=cap)
 
 
 def _read_extras(profile: Profile, extra_args: Sequence[str], python: str, lines: list[str]):
@@ -257,6 +298,10 @@ def exec_launch(launch: Launch, environ: Mapping[str, str] | None = None) -> Non
     try:
         os.execvpe(argv[0], argv, env)
     except FileNotFoundError:
-        raise EngineMissingError(f"{argv[0]} does not exist", "pass --python SGLang's interpreter") from None
+        raise EngineMissingError(f"{argv[0]} does not exist", f"pass --python {_engine_name(launch)}'s interpreter") from None
     except PermissionError:
-        raise EngineMissingError(f"{argv[0]} is not executable", "pass --python SGLang's interpreter") from None
+        raise EngineMissingError(f"{argv[0]} is not executable", f"pass --python {_engine_name(launch)}'s interpreter") from None
+
+
+def _engine_name(launch: Launch) -> str:
+    return "vLLM" if launch.profile.engine == "vllm" else "SGLang"

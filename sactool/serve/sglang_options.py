@@ -42,6 +42,10 @@ class OptionTable:
     kinds: dict[str, tuple[str | None, tuple | None]] = field(default_factory=dict)
     """option string -> (its ``type`` as ``module.name``, or None; its ``choices``, or None); a
     table written before values were recorded has none (values then go unchecked)."""
+    engine: str = "SGLang"
+    """Whose parser the table is (named in every refusal)."""
+    help_command: str = "python -m sglang.launch_server --help"
+    """Where a user reads that engine's options."""
 
     def values_of(self, name: str) -> Any:
         return self.options[name][1]
@@ -149,12 +153,12 @@ def check_value(name: str, value: str, t: OptionTable) -> None:
         v = conv(value)
     except (ValueError, TypeError):
         what = {"builtins.int": "an integer", "builtins.float": "a number", "json.loads": "JSON"}.get(str(kind), str(kind))
-        raise UsageError(f"{name} {value!r}: SGLang {t.version} wants {what} there (after --)",
-                         f"give {name} {what}, as 'python -m sglang.launch_server --help' lists it") from None
+        raise UsageError(f"{name} {value!r}: {t.engine} {t.version} wants {what} there (after --)",
+                         f"give {name} {what}, as '{t.help_command}' lists it") from None
     if choices is not None and v not in choices:
         shown = ", ".join(map(str, choices[:12])) + (f" (+{len(choices) - 12} more)" if len(choices) > 12 else "")
         near = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1, cutoff=0.6)
-        raise UsageError(f"{name} {value!r} is not one of SGLang {t.version}'s choices: {shown} (after --)",
+        raise UsageError(f"{name} {value!r} is not one of {t.engine} {t.version}'s choices: {shown} (after --)",
                          f"did you mean {name} {near[0]}?" if near else f"pick one of them for {name}")
 
 
@@ -190,12 +194,12 @@ def _name_of(arg: str, t: OptionTable) -> tuple[str, str | None]:
         return hits[0], (val if eq else None)
     if len(hits) > 1:
         shown = ", ".join(hits[:6]) + (f" (+{len(hits) - 6} more)" if len(hits) > 6 else "")
-        raise UsageError(f"{head} after -- is ambiguous for SGLang {t.version}: it could be {shown}",
+        raise UsageError(f"{head} after -- is ambiguous for {t.engine} {t.version}: it could be {shown}",
                          f"spell the option in full, e.g. {hits[0]}")
     near = difflib.get_close_matches(head, list(t.options), n=1, cutoff=0.6)
-    raise UsageError(f"SGLang {t.version} has no option {head} (after --)",
+    raise UsageError(f"{t.engine} {t.version} has no option {head} (after --)",
                      f"did you mean {near[0]}?" if near else
-                     "see python -m sglang.launch_server --help for SGLang's options")
+                     f"see {t.help_command} for {t.engine}'s options")
 
 
 def resolve(extra: Sequence[str], t: OptionTable | None = None) -> list[str]:
@@ -208,14 +212,14 @@ def resolve(extra: Sequence[str], t: OptionTable | None = None) -> list[str]:
     while i < len(extra):
         arg = extra[i]
         if not _is_option(arg, t):
-            raise UsageError(f"{arg!r} after -- is not an SGLang option nor the value of one",
-                             "SGLang takes options only (--name value); quote a value with spaces as one word")
+            raise UsageError(f"{arg!r} after -- is not an option of {t.engine} nor the value of one",
+                             f"{t.engine} takes options only after -- (--name value); quote a value with spaces as one word")
         name, inline = _name_of(arg, t)
         nargs = t.values_of(name)
         i += 1
         if inline is not None:
             if nargs == 0:
-                raise UsageError(f"{name} takes no value (SGLang {t.version}), {arg} gives one", f"write {name} alone")
+                raise UsageError(f"{name} takes no value ({t.engine} {t.version}), {arg} gives one", f"write {name} alone")
             check_value(name, inline, t)
             out.append(f"{name}={inline}")
             continue
@@ -229,7 +233,7 @@ def resolve(extra: Sequence[str], t: OptionTable | None = None) -> list[str]:
             taken += 1
         least = {None: 1, "+": 1}.get(nargs, nargs if isinstance(nargs, int) else 0)
         if taken < least:
-            raise UsageError(f"{name} expects a value (SGLang {t.version})" + (f": {arg} is its prefix" if arg != name else ""),
+            raise UsageError(f"{name} expects a value ({t.engine} {t.version})" + (f": {arg} is its prefix" if arg != name else ""),
                              f"give it one ({name} VALUE), or drop it")
     return out
 

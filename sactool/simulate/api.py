@@ -21,6 +21,12 @@ from sactool.simulate.platform import CASES, Platform
 from sactool.hisparse.cost import rdma_full_prefix_bytes
 from sactool.units import format_bytes, format_tokens
 
+SCHEMA_VERSION = 2
+"""Version of the ``simulation`` record (``sactool simulate --format json``); its history:
+
+1 — the first format.
+2 — the ``machine`` block's ``numa_nodes[].node`` is a number."""
+
 
 @dataclass(frozen=True)
 class SimulationOptions:
@@ -113,7 +119,7 @@ class SimulationResult:
 
         from sactool.host.machine import machine_block
 
-        d = header("simulation", 2)   # 2: machine.numa_nodes[].node is a number
+        d = header("simulation", SCHEMA_VERSION)
         # the host that ran the model (the simulated platform is described by `platform`/`inputs`)
         d["machine"] = machine_block()
         d.update({f.name: to_data(getattr(self, f.name)) for f in dataclasses.fields(self)})

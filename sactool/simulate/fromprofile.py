@@ -51,26 +51,23 @@ def _bench_curve(path: str | None, block: dict | None, record_bytes: int, what: 
     """Gather curve from a bench record file (preferred) or a profile's bench block, with a note
     on the swap-in CTA width of a GPU record's figures (``swap_in_block``: the profile's width)."""
     if path and Path(path).exists():
-        from sactool.bench import gather_figure, load_bench
+        from sactool.bench import load_bench
+        from sactool.bench.figures import request_and_total
 
         rec = load_bench(path)
         node = f"node{rec.memory_node}" if rec.memory_node is not None else "?"
-        from sactool.bench.gpufigure import gpu_gather_figure, gpu_results, has_gpu_figures
-
-        if has_gpu_figures(rec) and not any(r.get("test") == "gather" for r in rec.results):
-            # a gpu-gather record: one request's rate from 1 block, the aggregate from the most
-            # blocks, both at the CTA width SGLang will run (the profile's swap_in_block_size)
-            g1 = gpu_gather_figure(rec, record_bytes, 1, threads=swap_in_block)
-            gn = gpu_gather_figure(rec, record_bytes, max(int(r["params"]["blocks"]) for r in gpu_results(rec)),
-                                   threads=swap_in_block)
+        # the one reader of bench figures (tune's too): a GPU swap-in figure when the record has one at this
+        # size — one request's rate from 1 block, the aggregate from the most blocks, both at the CTA width
+        # SGLang will run (the profile's swap_in_block_size) — else its CPU gather at 1 and all threads
+        one, agg = request_and_total(rec, record_bytes, width=swap_in_block)
+        if one.path == "gpu":
+            g1, gn = one.figure, agg.figure
             src = (f"{what}: GPU swap-in record {path} ({node}), 1 block × {g1.threads_per_block} threads "
                    f"{g1.ns_per_record:.1f} ns/record, {gn.blocks} blocks × {gn.threads_per_block} threads "
                    f"{gn.bandwidth_bytes_per_s / 1e9:.2f} GB/s")
             note = _width_note(what, swap_in_block, (g1, gn)) if swap_in_block else None
             return (_curve_from_figures(record_bytes, g1.ns_per_record * 1e-9, gn.bandwidth_bytes_per_s, src), node,
                     note)
-        one = gather_figure(rec, record_bytes, threads=1)
-        agg = gather_figure(rec, record_bytes)
         src = (f"{what}: bench record {path} ({node}), 1 thread {one.ns_per_record:.1f} ns/record, "
                f"{agg.threads} threads {agg.bandwidth_bytes_per_s / 1e9:.2f} GB/s ({agg.source})")
         return _curve_from_figures(record_bytes, one.ns_per_record * 1e-9, agg.bandwidth_bytes_per_s, src), node, None

@@ -27,6 +27,9 @@ from sactool.simulate.calibration import CalibrationRun
 
 KIND = "platform"
 SCHEMA_VERSION = 1
+"""Version of the ``platform`` file (``sactool simulate --platform``); its history:
+
+1 — the first format."""
 CASES = ("cache_hit", "cache_populate")
 HARNESSES = ("e2e_bench", "steady")
 TOPK_WORKLOADS = ("sharegpt-dsv32", "filler", "calibrated")

@@ -71,4 +71,8 @@ def probe(reader=None, *, poison: bool = False) -> Topology:
 
     health = read_health(r, draft, poison=poison)
     all_warnings += health_warnings(health)
+    from sactool.topology.warn import devdax_pool
+
+    names, note = devdax_pool(replace(draft, verdict=v))
+    v = replace(v, devdax_pool=names, devdax_note=note)   # the JSON says what the table says
     return replace(draft, verdict=v, warnings=tuple(all_warnings), health=health)

@@ -26,10 +26,12 @@ from sactool.records import Warning
 from sactool.topology.hardware import PcieLink
 
 SCHEMA_VERSION = 4
-"""Version of the ``topology`` record (``sactool probe --format json``). 2: a locality's ``node`` and
-``cpu_node`` (``verdict.pool[]``, ``dax_devices[].locality``) are integers, as ``verdict.pool_nodes``;
-3: so is the machine block's ``numa_nodes[].node`` (``sactool.host.machine``); 4: a ``health`` block,
-one entry per memdev (media health, AER, error-handling mode, poison; :mod:`sactool.topology.health`)."""
+"""Version of the ``topology`` record (``sactool probe --format json``); its history:
+
+1 — the first format (fields added since are optional: the CPU node of each pool node, DAX locality, GPUs, …).
+2 — a locality's ``node``/``cpu_node`` (``verdict.pool[]``, ``dax_devices[].locality``) are numbers.
+3 — so is the machine block's ``numa_nodes[].node`` (``sactool.host.machine``).
+4 — a ``health`` block, one entry per memdev (media health, AER, error-handling mode, poison; :mod:`sactool.topology.health`)."""
 
 
 def upgrade_topology_3_to_4(rec: dict[str, Any]) -> dict[str, Any]:
@@ -357,6 +359,8 @@ class Verdict:
     reason: str
     cpu_node: int | None = None      # the first pool node's CPU node (see ``pool`` for each)
     pool: tuple[Locality, ...] = ()
+    devdax_pool: tuple[str, ...] = ()   # stand-in verdict beside devdax devices (the SAC shape): the devices
+    devdax_note: str = ""               # tune and serve put the pool on, and why (the table prints the same)
 
     def cpu_node_of(self, node_id: int) -> int | None:
         """The CPU node of pool node ``node_id`` (None when it is not a pool node)."""

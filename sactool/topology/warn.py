@@ -132,3 +132,21 @@ def _path_narrower(topo: Topology) -> list[ProbeWarning]:
                 f"{low.pci_device}'s on its path ({low.speed_gt_s} GT/s x{low.width}): that one is the ceiling",
                 "check the switch or riser upstream of the device (lspci -vv: LnkSta)"))
     return out
+
+
+def devdax_pool(topo: Topology) -> tuple[tuple[str, ...], str]:
+    """Where no CXL node exists but devdax devices do (the SAC shape), tune and serve put the pool on
+    the devices (devdax wins over a stand-in node): their names and the sentence saying so."""
+    from sactool.units import format_bytes
+
+    dax = [d for d in topo.dax_devices if d.mode == "devdax" and d.size_bytes]
+    if not topo.verdict.stand_in or not dax:
+        return (), ""
+    cells = []
+    for d in dax:
+        cpu = topo.dax_locality(d.name).cpu_node
+        cells.append(f"{d.name} ({format_bytes(d.size_bytes or 0)}, socket {'?' if cpu is None else f'node{cpu}'})")
+    return tuple(d.name for d in dax), (
+        f"devdax pool: {', '.join(cells)} — tune and serve place the KV pool on these devices (each rank maps its "
+        f"slice); the stand-in node is only for node benches ('sactool bench --node {dax[0].name}' measures a device)")
+

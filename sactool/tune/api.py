@@ -9,6 +9,7 @@ file as they complete, so Ctrl-C loses nothing and ``--resume`` continues.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -46,7 +47,16 @@ def _check_options(o: TuneOptions, spec) -> tuple[str, int, int]:
     kv = normalize_kv_dtype(o.kv_dtype)
     if o.tp < 1:
         raise UsageError(f"--tp {o.tp} must be >= 1")
-    dp = o.attn_dp if o.attn_dp is not None else o.tp
+    if o.engine not in ("sglang", "vllm"):
+        raise UsageError(f"--engine {o.engine!r}", "use sglang or vllm")
+    if o.engine == "vllm":
+        from sactool.hisparse.vllm import REFUSED_ARCHITECTURES
+
+        if spec.architecture in REFUSED_ARCHITECTURES:
+            raise UsageError(f"{spec.name}: {REFUSED_ARCHITECTURES[spec.architecture]}",
+                             "tune it for SGLang (drop --engine vllm)")
+    # vLLM's own DeepSeek-V3.2 layout is one TP replica (one shared pool); SGLang's default is DP attention
+    dp = o.attn_dp if o.attn_dp is not None else (1 if o.engine == "vllm" else o.tp)
     if dp < 1 or o.tp % dp:
         raise UsageError(f"--attn-dp {dp} must divide --tp {o.tp}", "e.g. --tp 8 --attn-dp 8 (DP attention) or 1")
     if o.concurrency is not None and o.concurrency < 1:
@@ -81,6 +91,8 @@ def _check_options(o: TuneOptions, spec) -> tuple[str, int, int]:
 def _check_output(path: Path, o: TuneOptions) -> Path:
     points = path.with_name(path.name + ".points.jsonl")
     refuse_existing(path, o.force)
+    if os.path.lexists(points):   # a link or a device where the journal goes: refused, never written through
+        refuse_existing(points, True, "remove it, or choose another --out")
     # a directory that takes no file, a read-only or full file system; only the default
     # profiles/<model>/ is created when missing
     check_writable(path, make_parents=not o.out)

@@ -26,6 +26,7 @@ class TuneOptions:
     """What the user asks for. ``given`` names the options the user set (provenance "user")."""
 
     model: str = "deepseek-v3.2"
+    engine: str = "sglang"                              # sglang | vllm: whose settings the profile holds
     contexts: tuple[int, ...] = DEFAULT_CONTEXTS        # tokens
     concurrency: int | None = None                      # total requests; None = auto
     tp: int = 8                                         # GPU ranks (canonical DeepSeek-V3.2 command: tp 8)

@@ -82,7 +82,8 @@ def measure(node: int, kinds: Sequence[str], record_bytes: int, top_k: int, roun
             progress: Callable[[str, int, int], None] | None = None,
             size_bytes: int = BUFFER_BYTES) -> dict[str, list[float]]:
     """``rounds`` quick gathers per kind on ``node``, interleaved over kinds (resumable points)."""
-    from sactool.bench import gather_figure, run_quick_gather
+    from sactool.bench import run_quick_gather
+    from sactool.bench.figures import fetch_figure
 
     have = {(p["round"], p["page_kind"]): p for p in done}
     out: dict[str, list[float]] = {k: [] for k in kinds}
@@ -91,8 +92,9 @@ def measure(node: int, kinds: Sequence[str], record_bytes: int, top_k: int, roun
         for k in kinds:
             p = have.get((r, k))
             if p is None:
-                rec = run_quick_gather(node, record_bytes, top_k, seconds=seconds, hugepages=k, size_bytes=size_bytes)
-                fig = gather_figure(rec, record_bytes)
+                rec = run_quick_gather(node, record_bytes, top_k, seconds=seconds, hugepages=k, size_bytes=size_bytes,
+                                       notify=(lambda m: progress(m, n, total)) if progress else None)
+                fig = fetch_figure(rec, record_bytes, paths=("cpu_proxy",))
                 p = {"kind": "pagesize", "round": r, "page_kind": k, "node": node,
                      "bandwidth_bytes_per_s": fig.bandwidth_bytes_per_s,
                      "hugepage_fraction": (rec.data.get("buffer") or {}).get("hugepage_fraction")}

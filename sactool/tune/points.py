@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from typing import Any
 
 from sactool.errors import RecordError
@@ -77,10 +78,12 @@ class PointsStore:
                                       **({"workload": model_wl.name} if getattr(model_wl, "name", None) else {})},
                                      sort_keys=True))[:23]
         self.done: list[dict] = []
+        self._new = True   # the first point creates the journal afresh (O_EXCL), unless --resume found one
         if self.path is not None:
-            if o.resume:
+            if o.resume and os.path.lexists(self.path):
                 self.done = check_points([p for p in read_jsonl(self.path) if p.get("key") == self.key], self.path)
-            elif self.path.exists():
+                self._new = False
+            elif os.path.lexists(self.path):
                 self.path.unlink()
 
     def of_kind(self, kind: str) -> list[dict]:
@@ -91,4 +94,5 @@ class PointsStore:
 
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            append_jsonl(self.path, {**p, "key": self.key})
+            append_jsonl(self.path, {**p, "key": self.key}, new=self._new)
+            self._new = False

@@ -104,13 +104,10 @@ def from_bench(paths, record_bytes: int, pool: PoolInfo, machine: dict, *, stric
     """
     from sactool.bench import load_bench
 
+    from sactool.bench.figures import record_warnings
+
     recs = [(p, load_bench(p)) for p in bench_paths(paths)]
-    warnings = _machine_warnings(recs, machine, strict)
-    for p, r in recs:   # an interrupted bench (Ctrl-C, SIGTERM) kept the samples it had finished
-        if not r.complete:
-            warnings.append(warning("bench_incomplete", f"{p} is an interrupted bench record (complete: false): "
-                                    "its figures come from the samples that finished",
-                                    "rerun the bench to the end for the full protocol"))
+    warnings = record_warnings(recs, machine, strict=strict)
     want = {"record_bytes": record_bytes, "blocks": blocks or 1, "threads": swap_in_block, "topk": top_k}
     mine = {t.name: _records_of(t, recs, strict, warnings) for t in pool.targets}
     swap = swap_in_choice(mine, want) if swap_in_block is None else None
@@ -174,8 +171,9 @@ def _gather_samples(rec, f) -> tuple[float, ...]:
 
 def _figure_flags(recs, rows) -> list[dict]:
     """The one cache-and-noise rule (:mod:`sactool.bench.trust`) over each record a target's figure came
-    from: its gather results (CPU proxy) or GPU gather results, measured inside the cache or descheduled."""
-    from sactool.bench.trust import record_flags
+    from: its gather results (CPU proxy) or GPU gather results, measured inside the cache, descheduled or
+    beside busy CPUs (:func:`sactool.bench.figures.figure_flags`)."""
+    from sactool.bench.figures import figure_flags
 
     out, seen = [], set()
     for r in rows:
@@ -184,23 +182,7 @@ def _figure_flags(recs, rows) -> list[dict]:
             continue
         seen.add(key)
         rec = next(rec for p, rec in recs if str(p) == r["path"])
-        tests = ("gpu_gather",) if r["figure"] == "gpu" else ("gather",)
-        out += record_flags(rec.data, where=f"bench record {r['path']}", tests=tests)
-    return out
-
-
-def _machine_warnings(recs, machine: dict, strict: bool) -> list[dict[str, str]]:
-    """A record from another host or CPU model warns (refused with ``strict``)."""
-    out = []
-    for p, rec in recs:
-        theirs = (rec.data.get("machine") or {})
-        for key in ("hostname", "cpu_model"):
-            if theirs.get(key) and machine.get(key) and theirs[key] != machine[key]:
-                msg = f"bench record {p} was measured on {key} {theirs[key]!r}, this is {machine[key]!r}"
-                if strict:
-                    raise RecordError(msg, "measure here with 'sactool bench', or drop --strict to use it anyway")
-                out.append(warning("bench_other_machine", msg, "figures from another machine may not hold here"))
-                break
+        out += figure_flags(rec, r["figure"], where=f"bench record {r['path']}")
     return out
 
 
@@ -224,17 +206,15 @@ def _records_of(t, recs, strict: bool, warnings: list) -> list:
 
 def _gpu_figure(mine, want: dict, threads: int | None):
     """(path, record, figure) of the first of ``mine`` with a GPU swap-in figure at ``want``, else
-    (None, None, the reasons none had one)."""
-    from sactool.bench.gpufigure import gpu_gather_figure
+    (None, None, the reasons none had one) — :func:`sactool.bench.figures.first_figure`, GPU only."""
+    from sactool.bench.figures import NoFigure, first_figure
 
-    why = []
-    for p, rec in mine:
-        try:
-            return p, rec, gpu_gather_figure(rec, want["record_bytes"], want["blocks"], threads=threads,
-                                             topk=want["topk"])
-        except RecordError as e:
-            why.append(e.message)
-    return None, None, why
+    try:
+        p, rec, f = first_figure(mine, want["record_bytes"], blocks=want["blocks"], width=threads, topk=want["topk"],
+                                 paths=("gpu",))
+    except NoFigure as e:
+        return None, None, e.gpu_why
+    return p, rec, f.figure
 
 
 def swap_in_choice(mine: dict, want: dict):
@@ -277,31 +257,27 @@ def swap_in_choice(mine: dict, want: dict):
 
 
 def _target_row(t, mine, want: dict) -> dict:
-    """Target ``t``'s figure: a GPU swap-in figure from any of its records, else a CPU gather one."""
-    from sactool.bench import gather_figure
+    """Target ``t``'s figure (:func:`sactool.bench.figures.first_figure`): a GPU swap-in figure from any of
+    its records, else a CPU gather one."""
+    from sactool.bench.figures import NoFigure, first_figure
 
-    p, rec, f = _gpu_figure(mine, want, want["threads"])
-    gpu_why = f if p is None else []
-    if p is not None:
-        return {"target": t.name, "path": str(p), "figure": "gpu", "bandwidth_bytes_per_s": f.bandwidth_bytes_per_s,
-                "ns_per_record": f.ns_per_record, "blocks": f.blocks, "threads": f.threads_per_block,
-                "topk_step_us": f.topk_step_us, "ceiling_ratio": f.ceiling_ratio, "full_prefix_us": f.full_prefix_us,
-                "figure_source": f.source, "detail": f.detail, "stand_in": bool(rec.stand_in),
-                "samples": list(f.samples)}
-    cpu_why: list[str] = []
-    for p, rec in mine:
-        try:
-            f = gather_figure(rec, want["record_bytes"])
-        except RecordError as e:
-            cpu_why.append(e.message)
-            continue
-        return {"target": t.name, "path": str(p), "figure": "cpu_proxy", "bandwidth_bytes_per_s": f.bandwidth_bytes_per_s,
-                "ns_per_record": f.ns_per_record, "threads": f.threads, "figure_source": f.source, "detail": f.detail,
-                "gpu_not_used": "; ".join(gpu_why), "stand_in": bool(rec.stand_in),
-                "samples": list(_gather_samples(rec, f))}
-    # mine is never empty (_records_of), so every record's refusal is in cpu_why; the last one is said
-    raise RecordError(f"no usable fetch figure for pool target {t.name}: " + "; ".join(gpu_why + cpu_why[-1:]),
-                      "pass a record of 'sactool bench gpu-gather' or 'sactool bench gather' for it")
+    try:
+        p, rec, f = first_figure(mine, want["record_bytes"], blocks=want["blocks"], width=want["threads"],
+                                 topk=want["topk"])
+    except NoFigure as e:
+        # mine is never empty (_records_of), so every record's refusal is in cpu_why; the last one is said
+        raise RecordError(f"no usable fetch figure for pool target {t.name}: " + "; ".join(e.gpu_why + e.cpu_why[-1:]),
+                          "pass a record of 'sactool bench gpu-gather' or 'sactool bench gather' for it") from None
+    if f.path == "gpu":
+        g = f.figure
+        return {"target": t.name, "path": str(p), "figure": "gpu", "bandwidth_bytes_per_s": g.bandwidth_bytes_per_s,
+                "ns_per_record": g.ns_per_record, "blocks": g.blocks, "threads": g.threads_per_block,
+                "topk_step_us": g.topk_step_us, "ceiling_ratio": g.ceiling_ratio, "full_prefix_us": g.full_prefix_us,
+                "figure_source": g.source, "detail": g.detail, "stand_in": bool(rec.stand_in),
+                "samples": list(g.samples)}
+    return {"target": t.name, "path": str(p), "figure": "cpu_proxy", "bandwidth_bytes_per_s": f.bandwidth_bytes_per_s,
+            "ns_per_record": f.ns_per_record, "threads": f.threads, "figure_source": f.source, "detail": f.detail,
+            "gpu_not_used": f.gpu_not_used, "stand_in": bool(rec.stand_in), "samples": list(_gather_samples(rec, f.figure))}
 
 
 def _bench_info(recs, rows, pool: PoolInfo, record_bytes: int, blocks: int | None) -> dict[str, Any]:
@@ -340,7 +316,8 @@ def measure_rounds(pool: PoolInfo, record_bytes: int, top_k: int, rounds: int, *
                    size_bytes: int | None = None) -> GatherInputs:
     """``rounds`` short gather measurements on every pool node, interleaved (A B A B …) so drift
     hits every target alike. ``done``: points from an earlier run (``--resume``)."""
-    from sactool.bench import gather_figure, run_quick_gather
+    from sactool.bench import run_quick_gather
+    from sactool.bench.figures import fetch_figure
 
     if pool.mode != "numa":
         raise TopologyError("tune cannot measure a devdax pool itself",
@@ -354,8 +331,9 @@ def measure_rounds(pool: PoolInfo, record_bytes: int, top_k: int, rounds: int, *
         for t in pool.targets:
             p = have.get((r, t.name))
             if p is None:
-                rec = run_quick_gather(t.node, record_bytes, top_k, seconds=seconds, size_bytes=size_bytes)
-                fig = gather_figure(rec, record_bytes)
+                rec = run_quick_gather(t.node, record_bytes, top_k, seconds=seconds, size_bytes=size_bytes,
+                                       notify=(lambda m: progress(m, n, total)) if progress else None)
+                fig = fetch_figure(rec, record_bytes, paths=("cpu_proxy",))
                 p = {"kind": "gather", "round": r, "target": t.name, "bandwidth_bytes_per_s": fig.bandwidth_bytes_per_s,
                      "ns_per_record": fig.ns_per_record, "threads": fig.threads, "source": fig.source,
                      "detail": fig.detail}

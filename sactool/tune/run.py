@@ -55,6 +55,7 @@ class DesignPoint:
     warnings: list
     page: Any = None                # tune.pagesize.PageChoice: the pool's page kind and its figures
     workload: dict | None = None    # where the hot-buffer misses came from (the profile's workload block)
+    real_pool: Any = None           # tune --engine vllm: the pool as it is (``pool`` is the search's view)
     sensitivity: list | None = None  # the choice with the misses x1, x2, x5, x10 (tune.observed.sensitivity)
     trade: Any = None               # tune.requests.Trade: the design's requests against fewer with larger buffers
     design_concurrency: int | None = None  # asked (concurrency is what the profile holds: fewer when traded)
@@ -63,8 +64,10 @@ class DesignPoint:
 def execute(job: Job) -> TuneResult:
     """Budget → workload → pool → design point → gather figures → hot-buffer simulation →
     search → profile (written unless ``o.write`` is false)."""
+    from sactool.errors import settle, unsettle
     from sactool.tune.build import build_profile
 
+    unsettle()   # the next host of a fleet after one whose profile is written: a signal that came between stops here
     warnings: list[dict[str, str]] = []
     budget = gpus.kv_budget(model_name=job.spec.name, tp=job.o.tp, gpu=job.o.gpu,
                             budget_bytes=job.o.gpu_kv_budget_bytes, weights_bytes=job.o.weights_bytes,
@@ -73,6 +76,11 @@ def execute(job: Job) -> TuneResult:
     model_wl = _model_workload(job)
     _check_one_request(job, budget, contexts)
     machine, pool = _probe_pool(job, warnings)
+    real_pool = pool
+    if job.o.engine == "vllm":
+        from sactool.tune.vllm import as_search_pool
+
+        pool = as_search_pool(pool, job.o.tp // job.attn_dp)
     fit = Fit(job, budget, pool)
     design, concurrency = fit.design_point(contexts, warnings)
     model_wl, obs = _refit(job, model_wl, design, replicates, warnings)
@@ -86,7 +94,7 @@ def execute(job: Job) -> TuneResult:
     d = DesignPoint(o=job.o, spec=job.spec, kv=job.kv, attn_dp=job.attn_dp, rec_bytes=job.rec_bytes, budget=budget,
                     pool=pool, machine=machine, dep=fit.dep, contexts=contexts, design=design,
                     concurrency=concurrency, cap_kw=fit.cap_kw, replicates=replicates, warnings=warnings,
-                    page=page, workload=_workload_block(job, model_wl, trace, replicates))
+                    page=page, workload=_workload_block(job, model_wl, trace, replicates), real_pool=real_pool)
     sims = HotBufferRuns(job, design, replicates, trace, points, model_wl)
     chosen, ranked, evals, space = _search(d, fit.placements, gather, sims)
     design_evals = evals
@@ -100,6 +108,11 @@ def execute(job: Job) -> TuneResult:
         chosen, ranked = d.trade.chosen, search.choose(evals)[1]
     profile, summary, alternatives = build_profile(d, chosen=chosen, ranked=ranked, evals=evals, gather=gather,
                                                    by_buffer_evals=design_evals)
+    if job.o.engine == "vllm":
+        from sactool.tune.vllm import to_vllm
+
+        profile, summary = to_vllm(d, profile, summary, warnings)
+    settle()   # inside tune()'s interrupt handler, its last stop: from here a signal finds the profile finished
     written = _write(job, profile)
     return TuneResult(profile=profile, path=written, summary=summary, alternatives=tuple(alternatives),
                       evaluated=len(design_evals) + len(d.trade.evals), space=space, warnings=tuple(warnings),

@@ -21,6 +21,9 @@ from typing import Any
 from sactool.watch.bounded import Bounded, Reading
 
 SCHEMA_VERSION = 1
+"""Version of the ``watch`` record (``sactool watch --once --format json``); its history:
+
+1 — the first format."""
 KIND = "watch"
 SCRAPE_TIMEOUT_S = 10.0
 """The socket timeout of one scrape of the engine's endpoint (the view waits ``--timeout`` for it)."""

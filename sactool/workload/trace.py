@@ -29,6 +29,9 @@ from sactool.errors import RecordError, UsageError
 from sactool.records import atomic_write
 
 TRACE_FORMAT_VERSION = 1
+"""The trace file's ``format_version``; its history:
+
+1 — the first format."""
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,12 @@ static uint64_t rnd(void) { /* xorshift64* */
     return rng_state * 2685821657736338717ull;
 }
 
+static uint64_t rnd_pass(uint64_t thread, uint64_t pass) { /* splitmix64: a per-pass shift, no shared state */
+    uint64_t z = (thread << 40) + pass * 0x9E3779B97F4A7C15ull + 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull; z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
 static uint64_t *buf; static size_t size_bytes; static int ncpus; static int cpus[256];
 
 static void pin(int cpu) {
@@ -104,14 +110,17 @@ static double run_chase(int which, uint64_t steps) {
 typedef struct { int R, topk, threads, D; uint64_t *idx; size_t n; double samples[1024]; int ns; uint64_t reps; } gcfg;
 typedef struct { gcfg *g; int t; uint64_t reps; char *dst; pthread_barrier_t *bar; double cpu, bytes; } garg;
 
+/* record (idx[i] + shift) mod records, as sactool's gather (every pass shifted, sactool/bench/gathergen.py) */
 #define GATHER_BODY(RR)                                                                              \
     for (size_t i = lo; i < hi; i++) {                                                               \
         if (D && i + D < hi) {                                                                       \
-            const char *a = src + idx[i + D] * (RR);                                                 \
+            uint64_t p = idx[i + D] + shift; if (p >= records) p -= records;                         \
+            const char *a = src + p * (RR);                                                          \
             for (size_t off = 0; off < (RR); off += LINE) __builtin_prefetch(a + off, 0, 3);         \
             __builtin_prefetch(a + (RR) - 1, 0, 3);                                                  \
         }                                                                                            \
-        COPY(dst + (i & mask) * (RR), src + idx[i] * (RR), (RR));                                    \
+        uint64_t r = idx[i] + shift; if (r >= records) r -= records;                                 \
+        COPY(dst + (i & mask) * (RR), src + r * (RR), (RR));                                         \
     }
 
 /* Record copy. Default: a loop of 8-byte words that gcc unrolls and vectorises for a constant
@@ -128,8 +137,8 @@ static inline void copy_words(char *restrict d, const char *restrict s, size_t n
 #define COPY(d, s, n) copy_words((d), (s), (n))
 #endif
 
-static void gather_range(const char *src, char *dst, const uint64_t *idx, size_t lo, size_t hi,
-                         size_t R, size_t D, size_t mask) {
+static void gather_range(const char *src, char *dst, const uint64_t *idx, size_t lo, size_t hi, uint64_t shift,
+                         uint64_t records, size_t R, size_t D, size_t mask) {
     switch (R) {
     case 64: GATHER_BODY(64) break;
     case 128: GATHER_BODY(128) break;
@@ -148,8 +157,10 @@ static void *gather_thread(void *p) {
     size_t slots = 1; while (slots < (size_t)g->topk) slots <<= 1;
     pthread_barrier_wait(a->bar);
     double c0 = cpu_now();
-    for (uint64_t r = 0; r < a->reps; r++)
-        gather_range((const char *)buf, a->dst, g->idx, lo, hi, g->R, g->D, slots - 1);
+    uint64_t records = size_bytes / g->R;
+    for (uint64_t r = 0; r < a->reps; r++)   /* a fresh shift per pass, as sactool (its own generator) */
+        gather_range((const char *)buf, a->dst, g->idx, lo, hi, rnd_pass(a->t, r) % records, records, g->R, g->D,
+                     slots - 1);
     a->cpu = cpu_now() - c0;
     a->bytes = (double)a->reps * (hi - lo) * g->R;
     return NULL;
@@ -203,9 +214,9 @@ uint64_t anchor_chase(const uint64_t *b, uint64_t i, uint64_t steps) {
     return i;
 }
 
-void anchor_gather(const char *src, char *dst, const uint64_t *idx, size_t lo, size_t hi, size_t R, size_t D,
-                   size_t mask) {
-    gather_range(src, dst, idx, lo, hi, R, D, mask);
+void anchor_gather(const char *src, char *dst, const uint64_t *idx, size_t lo, size_t hi, uint64_t shift,
+                   uint64_t records, size_t R, size_t D, size_t mask) {
+    gather_range(src, dst, idx, lo, hi, shift, records, R, D, mask);
 }
 #else
 /* ---- main ---------------------------------------------------------------------------------- */

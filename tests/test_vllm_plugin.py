@@ -1,0 +1,180 @@
+"""The sactool_cxl vLLM plug-in's seams: every hook resolved and its parameters checked at load (a
+missing or changed one stops a strict worker naming the symbol and the version, and is a loud
+warning otherwise), vLLM's preflight answered for the pool's target, and the proof after the fact
+that the plug-in's allocator built the pool vLLM kept (a second allocation path beside intact hooks
+fails it). vLLM itself (9 GB) is not installed in CI: its patched symbols come from stand-ins with
+vLLM 0.34.0's module paths and parameter names (tests/standins/vllm034); the real vLLM is driven by
+scripts/vllm-integration. Placement itself is real, on node 0."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import types
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from sactool.models import get_model
+from sactool.plugins import vllm as P
+from sactool.profile import (HiSparseSettings, ModelRef, PoolSettings, Provenance, SglangSettings, VllmSettings,
+                             new_profile, save_profile, settings_fields)
+
+STANDINS = Path(__file__).resolve().parent / "standins" / "vllm034"
+
+
+@pytest.fixture()
+def vllm(monkeypatch):
+    """The stand-in vLLM 0.34.0 on sys.path (and out of sys.modules afterwards)."""
+    monkeypatch.syspath_prepend(str(STANDINS))
+    for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(P, "installed_vllm", lambda: "0.34.0")
+    yield __import__("vllm.v1.hisparse.runtime").v1.hisparse.runtime
+    P.uninstall()
+    for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
+        del sys.modules[name]
+
+
+def profile_file(tmp_path, *, strict=True, mode="numa", devices=(), **pool) -> Path:
+    v = VllmSettings(tp_size=1, dp_size=1, host_pool_gib=0.25, max_model_len=4096)
+    q = PoolSettings(placement="plugin", mode=mode, nodes=(0,) if mode == "numa" else (), dax_devices=tuple(devices),
+                     rank_targets=("node0",) if mode == "numa" else (), strict=strict, stand_in=mode == "numa",
+                     prefault_threads=1, **pool)
+    p = new_profile(model=ModelRef.of(get_model("deepseek-v3.2")), pool=q,
+                    hisparse=HiSparseSettings(top_k=2048, device_buffer_size=4096), sglang=SglangSettings(),
+                    engine="vllm", vllm=v, provenance={f: Provenance("user", "test") for f in settings_fields("vllm")})
+    return save_profile(p, tmp_path / "vllm.yaml")
+
+
+def test_every_hook_of_vllm_0_34_resolves_in_the_standins(vllm):
+    assert [(h.name, why) for h, why in P.check_hooks("0.34.0") if why] == []
+    assert {h.name for h in P.HOOKS["0.34"]} >= {"allocate_pinned_host_pool", "check_hisparse_host_memory",
+                                                  "_get_populate_write_fn", "SharedOffloadRegion",
+                                                  "allocate_hisparse_kv_caches"}
+
+
+def test_a_release_without_a_table_is_named(vllm):
+    (h, why), = P.check_hooks("0.35.1")
+    assert "vLLM 0.35.1 has no hook table (verified: 0.34.x)" == why
+
+
+def test_strict_worker_stops_when_a_hook_target_disappears(vllm, tmp_path, monkeypatch):
+    monkeypatch.setenv("SACTOOL_PROFILE", str(profile_file(tmp_path)))
+    monkeypatch.delattr(vllm, "allocate_pinned_host_pool")
+    with pytest.raises(P.PlacementStop) as e:
+        P.register()
+    assert "vLLM 0.34.0: hook vllm.v1.hisparse.runtime.allocate_pinned_host_pool cannot be used" in str(e.value)
+    assert "would NOT be placed" in str(e.value)
+
+
+def test_non_strict_worker_warns_loudly_when_a_hook_changed(vllm, tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("SACTOOL_PROFILE", str(profile_file(tmp_path, strict=False)))
+
+    def check_hisparse_host_memory(total_bytes, reserve_bytes=0):   # the same name, other parameters
+        return None
+    monkeypatch.setattr(vllm, "check_hisparse_host_memory", check_hisparse_host_memory)
+    with caplog.at_level(logging.WARNING, logger="sactool.plugins.vllm"):
+        assert P.register() is False
+    msg = caplog.text
+    assert "check_hisparse_host_memory changed" in msg and "'pool_bytes' not found" in msg and "vLLM 0.34.0" in msg
+    assert vllm.check_hisparse_host_memory is check_hisparse_host_memory    # nothing patched
+
+
+def test_an_sglang_profile_is_not_placed_by_the_vllm_plugin(vllm, tmp_path, monkeypatch, caplog):
+    from sactool.profile import load_profile
+
+    sg = save_profile(load_profile(Path(__file__).resolve().parent.parent / "profiles/examples/cxl-one-node.yaml"),
+                      tmp_path / "sg.yaml")
+    monkeypatch.setenv("SACTOOL_PROFILE", str(sg))
+    with caplog.at_level(logging.WARNING, logger="sactool.plugins.vllm"):
+        assert P.register() is False
+    assert "is a profile for sglang, not vLLM" in caplog.text
+
+
+def test_preflight_is_answered_for_the_devdax_slice_only_through_the_plugin(vllm, tmp_path, monkeypatch):
+    """A pool larger than this machine's available memory: vLLM's 95 % check refuses it; through the
+    plug-in, inside the pool's allocation, it is checked against the rank's slice of its device."""
+    import psutil
+
+    big = int(psutil.virtual_memory().available * 1.5) // (2 << 20) * (2 << 20)
+    dev = tmp_path / "dax0.0"
+    with open(dev, "wb") as f:
+        f.truncate(2 * big)                        # sparse: never touched here
+    monkeypatch.setenv("SACTOOL_DEVDAX_STANDIN", json.dumps({"dax0.0": {"path": str(dev), "align_bytes": 2 << 20}}))
+    monkeypatch.setenv("SACTOOL_PROFILE", str(profile_file(tmp_path, mode="devdax", devices=("dax0.0",))))
+    monkeypatch.setenv("SACTOOL_RANK", "0")
+    original = vllm.check_hisparse_host_memory
+    with pytest.raises(ValueError, match="HiSparse pinned host pool needs"):
+        original(big)                               # vLLM's own answer
+    assert P.register() is True
+    assert vllm.check_hisparse_host_memory is not original
+    with pytest.raises(ValueError, match="HiSparse pinned host pool needs"):
+        vllm.check_hisparse_host_memory(big)        # outside the pool's allocation: vLLM's check, unchanged
+    cfg = types.SimpleNamespace(instance_id="t", parallel_config=types.SimpleNamespace(data_parallel_index=0))
+    token = P._CONTEXT.set((cfg, "private"))
+    try:
+        vllm.check_hisparse_host_memory(big)        # the slice (2x big) holds it
+        with pytest.raises(ValueError, match="its slice of dax0.0|holds"):
+            vllm.check_hisparse_host_memory(3 * big)
+    finally:
+        P._CONTEXT.reset(token)
+
+
+class _View:
+    def __init__(self, address: int):
+        self.address = address
+
+    def data_ptr(self) -> int:
+        return self.address
+
+
+class _Config:
+    """What the proof reads of a KVCacheConfig: host-resident tensors and their layers."""
+
+    def __init__(self, names):
+        self.kv_cache_tensors = [types.SimpleNamespace(host_resident=True, layers=list(names)),
+                                 types.SimpleNamespace(host_resident=False, layers=["gpu.0"])]
+
+
+def test_the_proof_fails_for_a_pool_built_beside_intact_hooks(vllm, tmp_path, monkeypatch):
+    """A second allocation path (a pool class that allocates on its own) leaves every hook intact;
+    only the check after the fact sees the pool is not the plug-in's: strict stops the worker."""
+    import numpy as np
+
+    monkeypatch.setenv("SACTOOL_PROFILE", str(profile_file(tmp_path)))
+    monkeypatch.setenv("SACTOOL_RANK", "0")
+    assert P.register() is True
+    other = np.zeros(1 << 20, dtype=np.uint8)      # the pool the other path built, in whatever memory
+    names = [f"layer.{i}" for i in range(3)]
+    caches = {n: _View(other.ctypes.data + i * 4096) for i, n in enumerate(names)}
+    with pytest.raises(P.PlacementStop, match="pool 0: host pool NOT on node0: the plug-in's allocator was not called"):
+        P.prove(_Config(names), caches, None, False)
+
+
+def test_the_proof_passes_for_views_in_the_placed_pool(vllm, tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("SACTOOL_PROFILE", str(profile_file(tmp_path)))
+    monkeypatch.setenv("SACTOOL_RANK", "0")
+    assert P.register() is True
+    buf = P.state().placer.place(0, 8 << 20, rank_source="$SACTOOL_RANK")     # on node 0, verified
+    assert buf is not None and P.state().placer.placed[-1].verified_fraction == 1.0
+    names = [f"layer.{i}" for i in range(4)]
+    caches = {n: _View(buf.address + i * (2 << 20)) for i, n in enumerate(names)}
+    with caplog.at_level(logging.WARNING, logger="sactool.plugins.vllm"):
+        assert P.prove(_Config(names), caches, None, False) is True
+    assert "all 4 host-resident KV views lie in the pool placed on node0" in caplog.text
+    caches["layer.3"] = _View(buf.address + buf.size_bytes)                    # one past the end
+    with pytest.raises(P.PlacementStop, match="1 of 4 host-resident KV views lie outside"):
+        P.prove(_Config(names), caches, None, False)
+
+
+def test_owner_of_follows_vllms_parallel_config(monkeypatch):
+    monkeypatch.delenv("SACTOOL_RANK", raising=False)
+    cfg = types.SimpleNamespace(parallel_config=types.SimpleNamespace(data_parallel_index=3))
+    assert P.owner_of(cfg, True)[0] == 3                       # a shared pool belongs to its DP replica
+    monkeypatch.setattr(P, "_tp", lambda: (1, 2, "vLLM's TP group"))
+    assert P.owner_of(cfg, False)[0] == 3 * 2 + 1              # a private one to its rank
+    assert replace(VllmSettings(tp_size=2, dp_size=4, shared_host_pool=True,
+                                distributed_executor_backend="mp")).pool_owners == 4
