@@ -16,7 +16,7 @@ from sactool.tune.fit import Fit
 from sactool.tune.hotbuffer import HotBufferRuns
 from sactool.tune.options import TuneResult
 from sactool.tune.points import PointsStore
-from sactool.tune.requests import inputs_for, observed_step, trade
+from sactool.tune.requests import inputs_for, ladder, observed_step, trade
 from sactool.units import format_bytes as _gib
 
 @dataclass(frozen=True)
@@ -374,7 +374,10 @@ def _search(d: DesignPoint, placements, gather, sims: HotBufferRuns):
     else:  # the coarse grid plus the largest sizes that fit (arithmetic only), simulated in one pass
         fine = [b for b in search.largest_feasible(x, placements) if b not in search.coarse_buffers(top_k)]
         stage1 = sorted(set(search.coarse_buffers(top_k)) | set(fine))
-    sims.simulate(stage1, "simulate")
+    # fewer requests' larger buffers (tune.requests), simulated in the same pass; evaluated there, not here
+    fits = search.largest_feasible(x, placements, n=1)
+    rungs = ladder(d, placements, gather, sims, fits[-1]) if fits and "concurrency" not in o.given else []
+    sims.simulate(sorted(set(stage1) | {b for _, b in rungs}), "simulate")
     evals = [search.evaluate(c, x) for c in search.candidates_for(stage1, x, placements, knobs=o.exhaustive)]
     best = search.best_feasible_buffer(evals)
     if best is None:
