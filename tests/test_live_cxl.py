@@ -1,7 +1,7 @@
 """The live check (issue 30): sactool on a real Linux 6.12 kernel with two emulated CXL Type-3 devices
 (scripts/live-cxl). Marked ``live_cxl``: it runs only with ``pytest -m live_cxl`` — it fetches packages
 from the Debian mirror into a cache outside the checkout the first time, and boots a TCG machine
-(about 10 minutes on 2 cores; docs/live-cxl.md has the measured times)."""
+(5-15 minutes on 2 loaded cores; docs/accuracy/live-cxl.md has the measured times)."""
 
 from __future__ import annotations
 

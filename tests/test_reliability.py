@@ -20,8 +20,7 @@ from sactool.errors import RecordError
 
 REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "tests" / "fixtures" / "bench" / "node0-gather.json"
-SMALL_GATHER = ["--size", "16MiB", "--preset", "fast", "--record-bytes", "200", "--threads", "1", "--topk", "64",
-                "--prefetch", "3"]
+SMALL_GATHER = ["--size", "16MiB", "--preset", "fast", "--record-bytes", "656", "--threads", "1", "--topk", "64"]
 
 
 # ---- R4: a mistyped field is exit 4 with one error line, not a traceback (exit 1) -------------------

@@ -197,3 +197,18 @@ def test_a_vllm_launch_leaves_the_run_file_watch_finds_it_by(tmp_path, machine, 
         assert any(n.endswith("(vllm)") for n in w.notes)
     finally:
         w.close()
+
+
+def test_profile_show_lists_vllms_settings_not_sglangs(capsys):
+    assert main(["profile", "show", str(TP8)]) == 0
+    out = capsys.readouterr().out
+    assert "vllm.host_pool_gib" in out and "vllm.shared_host_pool" in out and "hisparse.device_buffer_size" in out
+    assert "sglang.tp_size" not in out and "hisparse.host_to_device_ratio" not in out
+
+
+def test_simulate_refuses_a_vllm_profile(tmp_path, capsys):
+    """simulate models SGLang's HiSparse: a vLLM profile is refused, not run with SGLang's defaults."""
+    p = load_profile(TP8)
+    path = save_profile(dataclasses.replace(p, bench={"source": "test"}), tmp_path / "v.yaml")
+    assert main(["simulate", "--profile", str(path), "--context", "16k", "--concurrency", "8"]) == 4
+    assert "is for vllm: simulate models SGLang 0.5.23's HiSparse" in capsys.readouterr().err

@@ -17,21 +17,20 @@ def render_profile(p, path) -> None:
     con.print(f"model {p.model.name} ({p.model.hf_id}, {p.model.num_layers} layers, top_k {p.model.index_topk})",
               markup=False)
     t = Table(show_edge=False)
-    names = [f"{sect}.{n}" for sect in ("pool", "hisparse", "sglang") for n in getattr(p, sect).__dataclass_fields__]
+    from sactool.profile import settings_fields
+
+    names = settings_fields(p.engine)   # a vLLM profile: pool, hisparse's top_k and buffer, vllm
     # a setting's name is what one types to change it: never cut (whole, on one line); values fold
     # rather than end in "…"; the detail takes what is left
     t.add_column("setting", no_wrap=True, min_width=max(map(len, names)))
     t.add_column("value", overflow="fold", max_width=max(18, con.width // 4))
     t.add_column("source", no_wrap=True)
     t.add_column("detail", ratio=1, overflow="fold")
-    for sect in ("pool", "hisparse", "sglang"):
-        obj = getattr(p, sect)
-        for name in obj.__dataclass_fields__:
-            key = f"{sect}.{name}"
-            prov = p.provenance.get(key)
-            v = getattr(obj, name)
-            t.add_row(key, Text(_yaml_value(name, v)), prov.source if prov else "-",
-                      prov.detail if prov else "")
+    for key in names:
+        sect, name = key.split(".", 1)
+        prov = p.provenance.get(key)
+        v = getattr(getattr(p, sect), name)
+        t.add_row(key, Text(_yaml_value(name, v)), prov.source if prov else "-", prov.detail if prov else "")
     con.print(t)
     pr = p.predictions or {}
     if pr.get("fetch_time_per_token_s") is not None:

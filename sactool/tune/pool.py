@@ -318,6 +318,7 @@ def measure_rounds(pool: PoolInfo, record_bytes: int, top_k: int, rounds: int, *
     hits every target alike. ``done``: points from an earlier run (``--resume``)."""
     from sactool.bench import run_quick_gather
     from sactool.bench.figures import fetch_figure
+    from sactool.errors import unsettle
 
     if pool.mode != "numa":
         raise TopologyError("tune cannot measure a devdax pool itself",
@@ -338,6 +339,7 @@ def measure_rounds(pool: PoolInfo, record_bytes: int, top_k: int, rounds: int, *
                      "ns_per_record": fig.ns_per_record, "threads": fig.threads, "source": fig.source,
                      "detail": fig.detail}
                 on_point(p)
+                unsettle()   # the point is on disk: a signal that came after the gather stops tune here
             rnd[t.name] = float(p["bandwidth_bytes_per_s"])
             last = p
             n += 1
