@@ -103,6 +103,16 @@ def machine(tmp_path):
     return unpack_tree
 
 
+@pytest.fixture
+def gpu_root(machine):
+    """``gpu_root(n=8)``: the recording of this VM's node 0 (``this-machine``) with ``n`` constructed H100s on
+    node 0 (:func:`fixtures.trees.add_gpus`) — for a serve that must get past the GPU check (this VM has no
+    GPU: fewer visible NVIDIA GPUs than ranks is exit 3) to test what comes after it."""
+    from fixtures.trees import add_gpus
+
+    return lambda n=8: add_gpus(machine("this-machine"), [0] * n)
+
+
 @pytest.fixture(scope="session")
 def fast_bench_record(tmp_path_factory) -> Path:
     """A bench record of one real quick gather on node 0 (656 B records, top-k 2048, a 64 MiB buffer

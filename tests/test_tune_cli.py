@@ -94,7 +94,7 @@ def test_corrupt_and_foreign_bench(tmp_path, bench_file, capsys, FAST):
     assert "elsewhere" in capsys.readouterr().err
     assert main(["tune", *FAST, "--bench", str(other), "--out", str(tmp_path / "c.yaml")]) == 0
     o, e = capsys.readouterr()
-    assert "warning: bench record" in e and "elsewhere" in e and "elsewhere" not in o
+    assert "warning [bench_other_machine] bench record" in e and "elsewhere" in e and "elsewhere" not in o
 
 
 def test_unwritable_output(tmp_path, bench_file, capsys, FAST):
@@ -171,7 +171,7 @@ def test_recorded_cxl_machine(tmp_path, bench_file, capsys, machine):
     out = tmp_path / "c.yaml"
     assert main([*args, "--bench", str(bench_file), "--out", str(out)]) == 0
     o, e = capsys.readouterr()
-    assert "warning: bench record" in e
+    assert "warning [bench_other_node] bench record" in " ".join(e.split())
     p = load_profile(out)
     assert p.pool.nodes == (2,) and p.pool.rank_targets == ("node2",) and not p.pool.stand_in
     row = p.predictions["per_context"][0]
@@ -231,7 +231,7 @@ def test_tune_warnings_are_one_line_per_kind(tmp_path, bench_file, capsys, machi
     out, err = capsys.readouterr()
     kept = [w["code"] for w in json.loads(out)["warnings"]]
     assert kept.count("bench_other_machine") == 2 and kept.count("context_does_not_fit") == 2
-    lines = " ".join(err.split()).split("warning: ")[1:]   # rich wraps lines at the terminal width
+    lines = " ".join(err.split()).split("warning [")[1:]   # rich wraps lines at the terminal width
     assert len(lines) == len(set(kept)), err
     ctx = [ln for ln in lines if "tokens" in ln and "fits" in ln]
     assert len(ctx) == 1 and "65536" in ctx[0] and "131072" in ctx[0]     # both contexts, one line

@@ -70,8 +70,10 @@ def run_probe(fmt: str = "table", sysfs_root: Optional[Path] = None, snapshot: O
         render_probe(topo)
     else:
         from sactool.render import emit_data
+        from sactool.render.probe import render_warnings
 
         emit_data(topo, fmt)
+        render_warnings(topo)      # on stderr, as every command with --format json|yaml (-q: none)
 
 
 def with_ranks(topo, reader, profile):
@@ -104,7 +106,7 @@ def check_plot(plot: Optional[Path], force: bool) -> Optional[str]:
     if plot is None:
         return None
     from sactool.records import check_writable, refuse_existing
-    from sactool.render.machinedraw import plot_format
+    from sactool.render.figures import plot_format
 
     fmt = plot_format(plot)
     refuse_existing(plot, force, "pass --force to overwrite it, or choose another --plot")
@@ -139,7 +141,7 @@ def register(app) -> None:
             None, "--snapshot", help="Also write the files the prober read to this .tar.gz (for bug reports)."),
         plot: Optional[Path] = typer.Option(
             None, "--plot", help="Also draw the machine (sockets, host bridges, links, devices, regions, DAX, "
-                                 "nodes, GPUs) to this .svg or .png (needs matplotlib)."),
+                                 "nodes, GPUs) to this .svg, .pdf or .png (by the extension; needs matplotlib)."),
         force: bool = flag("--force", help="Overwrite an existing --snapshot / --plot file."),
         poison: bool = flag("--poison", help="Ask each CXL device for its poison list (root; writes "
                                              "memX/trigger_poison_list, reads cxl_poison trace events)."),

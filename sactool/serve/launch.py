@@ -55,6 +55,13 @@ class Launch:
     def engine(self) -> str:
         return self.profile.engine
 
+    @property
+    def warnings(self) -> tuple[Any, ...]:
+        """The checks that are warnings (:class:`sactool.records.Warning`: code, message, hint)."""
+        from sactool.records import WarningLine
+
+        return tuple(line.warning for line in self.checks if isinstance(line, WarningLine))
+
     def to_data(self) -> dict[str, Any]:
         c = self.command
         pool = None
@@ -79,7 +86,8 @@ class Launch:
             "placement": c.placement,
             "flags": [{"args": list(f.args), "source": f.source, "why": f.why} for f in (*c.prefix, *c.flags)],
             "env": [{"name": e.name, "value": e.value, "source": e.source, "why": e.why} for e in c.env],
-            "checks": list(self.checks),
+            "checks": [str(line) for line in self.checks],
+            "warnings": [w.to_data() for w in self.warnings],
             "pool": pool,
             "plan": plan.to_data() if plan is not None else None,
             "plan_rule": plan.rule if plan is not None else None,
@@ -99,12 +107,12 @@ class Launch:
 def build_launch(profile_path: str, extra_args: Sequence[str] = (), *, python: str | None = None,
                  entrypoint: str | None = None, dry_run: bool = False, allow_untested: bool = False,
                  sysfs_root: str | None = None, environ: Mapping[str, str] | None = None,
-                 placement: str | None = None, engine: str | None = None) -> Launch:
+                 placement: str | None = None, engine: str | None = None, strict: bool = False) -> Launch:
     """Validate profile, model, extras, the engine and pool; build argv and env delta.
 
     ``placement`` overrides ``pool.placement`` (e.g. ``none`` for the DRAM half of an A/B run with
     otherwise identical settings). ``engine`` (``--engine``) must be the profile's: the settings
-    were tuned for one engine."""
+    were tuned for one engine. ``strict`` refuses a profile tuned on another machine (else a warning)."""
     profile = load_profile(profile_path)
     if engine is not None and engine != profile.engine:
         raise UsageError(f"--engine {engine}: {profile_path} is a profile for {profile.engine}",
@@ -152,7 +160,11 @@ def build_launch(profile_path: str, extra_args: Sequence[str] = (), *, python: s
             found["script"] = info.console_script
         return out
 
-    lines.extend(attempt(engine_lines) or [])
+    engine_ok = attempt(engine_lines)
+    lines.extend(engine_ok or [])
+    if engine_ok is not None and cmd.placement == "plugin" and profile.sglang.role != "prefill":
+        lines.extend(attempt(lambda: checks.check_hooks(profile, checks.probe_hooks(python), python=python,
+                                                        allow_untested=allow_untested)) or [])
     if ep == "serve" and "script" in found:
         cmd = build_command(profile, profile_path=profile_path, extra_args=extra, python=python,
                             entrypoint=entrypoint, environ=environ, sglang_script=found["script"],
@@ -165,6 +177,7 @@ def build_launch(profile_path: str, extra_args: Sequence[str] = (), *, python: s
                                          "apt-get install numactl, or use pool.placement plugin")
             return [f"numactl: {path}"]
         lines.extend(attempt(numactl) or [])
+    lines.extend(attempt(lambda: _pool_here(profile, sysfs_root, strict)) or [])
     pool = attempt(lambda: _check_pool(profile, SysfsReader(sysfs_root)))
     if pool is not None:
         lines.extend(_pool_lines(pool) + _health_lines(profile, pool, attempt, sysfs_root))
@@ -173,6 +186,22 @@ def build_launch(profile_path: str, extra_args: Sequence[str] = (), *, python: s
     if profile.pool.stand_in and cmd.placement != "none":
         lines.append("pool.stand_in: the profile's pool node is a DRAM node standing in for CXL")
     return Launch(os.path.abspath(profile_path), profile, cmd, tuple(lines), pool, tuple(problems), dry_run)
+
+
+def _pool_here(profile: Profile, sysfs_root: str | None, strict: bool) -> list[str]:
+    """The profile's pool targets checked against this machine's probe (CXL, CPU-less, size) and its
+    machine block against this machine's (:mod:`sactool.pool.match`)."""
+    from sactool.host.machine import machine_block
+    from sactool.pool import match as poolmatch
+    from sactool.topology import probe
+
+    reader = SysfsReader(sysfs_root)
+    topo = probe(reader)
+    out: list[str] = []
+    if profile.sglang.role != "prefill" and profile.pool.placement != "none":
+        out += poolmatch.check_targets(profile.pool, topo, (profile.request or {}).get("pool_targets") or ())
+    return out + poolmatch.check_machine(profile.machine, machine_block(reader), strict=strict,
+                                         where="this machine" if topo.live else "the recording")
 
 
 def _pool_lines(pool) -> list[str]:

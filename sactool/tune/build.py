@@ -296,13 +296,20 @@ def _request(d) -> dict[str, Any]:
     """What was asked, as recorded in the profile."""
     o, budget, pool, kv, contexts, replicates = d.o, d.budget, d.pool, d.kv, d.contexts, d.replicates
     return {"model": o.model, "contexts": list(contexts), "concurrency": o.concurrency, "tp": o.tp,
-               "attn_dp": o.attn_dp, "gpu": budget.gpu, "gpu_kv_budget_bytes": o.gpu_kv_budget_bytes,
+               "attn_dp": o.attn_dp, "gpu": budget.gpu, "gpu_from": _gpu_from(d),
+               "gpu_kv_budget_bytes": o.gpu_kv_budget_bytes,
                "gpu_kv_budget": {"bytes_per_gpu": budget.bytes_per_gpu, "source": budget.source,
                                  "detail": budget.detail},
                "kv_dtype": kv, "steps": o.steps, "replicates": replicates, "seed": o.seed,
                "trace": str(o.trace) if o.trace else None, "bench": _bench_request(o.bench),
                "pool_targets": [{"name": t.name, "capacity_bytes": t.capacity_bytes, "source": t.capacity_source}
                                 for t in pool.targets]}
+
+
+def _gpu_from(d) -> dict[str, Any] | None:
+    """Where the GPU the budget is planned for came from (tune.gpu.GpuChoice): user, probe or default."""
+    g = getattr(d, "gpu", None)
+    return g.to_data() if g is not None else None
 
 
 def _summary(d, c, hs, gather, predictions) -> dict[str, Any]:
@@ -319,6 +326,8 @@ def _summary(d, c, hs, gather, predictions) -> dict[str, Any]:
                "hisparse_config": hs.config_json(), "prefetch": hs.prefetch,
                "placement": c.placement.label, "rank_targets": list(c.placement.rank_targets),
                "tp": o.tp, "attn_dp": attn_dp, "workload": getattr(d, "workload", None),
+               "gpu": d.budget.gpu, "gpu_from": _gpu_from(d),
+               "gpu_kv_budget": {"source": d.budget.source, "detail": d.budget.detail},
                **{k: predictions[k] for k in (
                    "fetch_time_per_token_s", "design_concurrency", "concurrency", "gpu_bytes_per_rank",
                    "hot_buffer_bytes_per_rank",

@@ -44,6 +44,7 @@ class DesignPoint:
     attn_dp: int
     rec_bytes: int
     budget: Any                     # hisparse.gpus.GpuBudget
+    gpu: Any                        # tune.gpu.GpuChoice: the GPU the budget is planned for, and why
     pool: Any                       # sactool.pool.discover.PoolInfo
     machine: dict
     dep: Deployment
@@ -69,13 +70,15 @@ def execute(job: Job) -> TuneResult:
 
     unsettle()   # the next host of a fleet after one whose profile is written: a signal that came between stops here
     warnings: list[dict[str, str]] = []
-    budget = gpus.kv_budget(model_name=job.spec.name, tp=job.o.tp, gpu=job.o.gpu,
+    topo, reader = _probe(job)
+    gpu = _gpu_choice(job, topo, warnings)
+    budget = gpus.kv_budget(model_name=job.spec.name, tp=job.o.tp, gpu=gpu.name,
                             budget_bytes=job.o.gpu_kv_budget_bytes, weights_bytes=job.o.weights_bytes,
-                            checkpoint=job.spec.checkpoint)
+                            checkpoint=job.spec.checkpoint, gpu_source=gpu.detail)
     contexts, replicates, trace = _workload(job, warnings)
     model_wl = _model_workload(job)
     _check_one_request(job, budget, contexts)
-    machine, pool = _probe_pool(job, warnings)
+    machine, pool = _probe_pool(job, warnings, topo, reader)
     real_pool = pool
     if job.o.engine == "vllm":
         from sactool.tune.vllm import as_search_pool
@@ -92,7 +95,7 @@ def execute(job: Job) -> TuneResult:
     warnings += list(gather.warnings)
     page = _page_size(job, pool, replicates, points, size)
     d = DesignPoint(o=job.o, spec=job.spec, kv=job.kv, attn_dp=job.attn_dp, rec_bytes=job.rec_bytes, budget=budget,
-                    pool=pool, machine=machine, dep=fit.dep, contexts=contexts, design=design,
+                    gpu=gpu, pool=pool, machine=machine, dep=fit.dep, contexts=contexts, design=design,
                     concurrency=concurrency, cap_kw=fit.cap_kw, replicates=replicates, warnings=warnings,
                     page=page, workload=_workload_block(job, model_wl, trace, replicates), real_pool=real_pool)
     sims = HotBufferRuns(job, design, replicates, trace, points, model_wl)
@@ -240,11 +243,30 @@ def _check_one_request(job: Job, budget, contexts) -> None:
             "give a larger --gpu-kv-budget, a larger --gpu, or more GPUs (--tp)")
 
 
-def _probe_pool(job: Job, warnings: list):
-    """(machine block, pool info) of this host or of the recording ``--sysfs-root`` names."""
-    from sactool.host.machine import machine_block
+def _probe(job: Job):
+    """(topology, reader) of this host or of the recording ``--sysfs-root`` names; (None, None) for
+    tune --fleet, whose pool comes from the fleet record."""
     from sactool.host.sysfs import SysfsReader
     from sactool.topology import probe
+
+    if job.o.pool_source is not None:
+        return None, None
+    reader = SysfsReader(job.o.sysfs_root)
+    return probe(reader), reader
+
+
+def _gpu_choice(job: Job, topo, warnings: list):
+    """The GPU the budget is planned for (:mod:`sactool.tune.gpu`): probe's NVIDIA GPUs, ``--gpu`` over them."""
+    from sactool.tune.gpu import choose_gpu
+
+    choice = choose_gpu(job.o.gpu, getattr(topo, "gpus", ()) or ())
+    warnings.extend(choice.warnings)
+    return choice
+
+
+def _probe_pool(job: Job, warnings: list, topo, reader):
+    """(machine block, pool info) of this host or of the recording ``--sysfs-root`` names."""
+    from sactool.host.machine import machine_block
     from sactool.pool.discover import pool_info
     from sactool.tune.pool import gpu_warnings
 
@@ -254,8 +276,6 @@ def _probe_pool(job: Job, warnings: list):
         if pool.stand_in:
             warnings.append(warning("stand_in", pool.reason, "figures describe DRAM, not CXL"))
         return o.pool_source.machine, pool
-    reader = SysfsReader(o.sysfs_root)
-    topo = probe(reader)
     warnings.extend(gpu_warnings(topo))
     machine = machine_block(reader)
     pool = pool_info(topo, reader, pool_bytes=o.pool_bytes)
