@@ -478,6 +478,12 @@ def test_strict_stops_when_the_allocation_hook_did_not_place_the_pool(monkeypatc
         _coordinator()
 
 
+def test_a_vllm_profile_is_not_placed_by_the_sglang_plugin(monkeypatch, tmp_path, sglang, caplog):
+    monkeypatch.setenv("SACTOOL_PROFILE", str(REPO / "profiles/examples/vllm-tp8-one-node.yaml"))
+    assert sp.register() is False and "is a profile for vllm, not SGLang" in caplog.text
+    assert not sglang.HookRegistry._hooks
+
+
 def test_non_plugin_profiles_register_nothing(monkeypatch, tmp_path, sglang):
     for name in ("dram-baseline.yaml", "cxl-numactl.yaml", "prefill.yaml"):
         monkeypatch.setenv("SACTOOL_PROFILE", str(REPO / "profiles/examples" / name))

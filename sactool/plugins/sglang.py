@@ -182,6 +182,12 @@ def register(registry: Any = None, hook_type: Any = None) -> bool:
             raise SystemExit(f"sactool_cxl: {msg} ({STRICT_ENV}=1: stopping)")
         _fallback(msg)
         return False
+    if getattr(profile, "engine", "sglang") != "sglang":
+        msg = f"{path} is a profile for {profile.engine}, not SGLang"
+        if profile.pool.strict or strict_env:
+            raise SystemExit(f"sactool_cxl: {msg} (pool.strict: stopping)")
+        _fallback(msg)
+        return False
     reset()
     _HOOKS.profile = profile
     _HOOKS.placer = new_placer(profile, strict=profile.pool.strict or strict_env)
