@@ -127,3 +127,16 @@ def kv_budget(*, model_name: str, tp: int, gpu: str | None, budget_bytes: int | 
     detail = (f"{mem_fraction_static:g} x {format_bytes(spec.hbm_bytes)} ({spec.name}) - "
               f"{format_bytes(per_gpu_weights)} weights/GPU ({wsrc}, / tp {tp})")
     return GpuBudget(left, "derived", detail, spec.name, mem_fraction_static)
+
+
+def kv_read_seconds_per_request(gpu: str | None, *, top_k: int, record_bytes: int, index_key_bytes: int,
+                                layers: int, context_tokens: int) -> tuple[float, str]:
+    """(seconds, where from): what one more request adds to a decode step by its HBM reads alone — the
+    ``top_k`` records attention reads from its hot buffer and the indexer keys of its whole context,
+    which the indexer scores, in every layer — over the HBM bandwidth of ``gpu`` (None: the catalog
+    default). The per-request term of ``simulate``'s roofline (:mod:`sactool.simulate.gpu`): a lower
+    bound, since kernels, communication and scheduling add to it."""
+    spec = get_gpu(gpu or DEFAULT_GPU)
+    per_req = (top_k * record_bytes + context_tokens * index_key_bytes) * layers
+    return per_req / spec.hbm_bytes_per_s, (f"{format_bytes(per_req)} of KV and indexer keys per request per step over "
+                                            f"{spec.name}'s {spec.hbm_bytes_per_s / 1e12:g} TB/s HBM ({spec.roofline_source})")

@@ -175,13 +175,7 @@ def build_launch(profile_path: str, extra_args: Sequence[str] = (), *, python: s
                             entrypoint=entrypoint, environ=environ, sglang_script=found["script"],
                             extra_env=extra_env)
     if cmd.placement == "numactl":
-        def numactl() -> list[str]:
-            path = shutil.which("numactl")
-            if not path:
-                raise EngineMissingError("numactl is not installed (placement numactl)",
-                                         "apt-get install numactl, or use pool.placement plugin")
-            return [f"numactl: {path}"]
-        lines.extend(attempt(numactl) or [])
+        lines.extend(attempt(_numactl_lines) or [])
     lines.extend(attempt(lambda: _pool_here(profile, sysfs_root, strict)) or [])
     pool = attempt(lambda: _check_pool(profile, SysfsReader(sysfs_root)))
     if pool is not None:
@@ -193,6 +187,15 @@ def build_launch(profile_path: str, extra_args: Sequence[str] = (), *, python: s
     if profile.pool.stand_in and cmd.placement != "none":
         lines.append("pool.stand_in: the profile's pool node is a DRAM node standing in for CXL")
     return Launch(os.path.abspath(profile_path), profile, cmd, tuple(lines), pool, tuple(problems), dry_run)
+
+
+def _numactl_lines() -> list[str]:
+    """Placement numactl: the numactl the launch will run."""
+    path = shutil.which("numactl")
+    if not path:
+        raise EngineMissingError("numactl is not installed (placement numactl)",
+                                 "apt-get install numactl, or use pool.placement plugin")
+    return [f"numactl: {path}"]
 
 
 def _pool_here(profile: Profile, sysfs_root: str | None, strict: bool) -> list[str]:
