@@ -344,3 +344,19 @@ def test_a_malformed_poison_set_stops_a_strict_rank(monkeypatch, tmp_path):
     monkeypatch.setenv(POISON_ENV, "{oops")
     with pytest.raises(PlacementStop, match=POISON_ENV):
         HostPoolPlacer(_devdax_spec(), strict=True).place(0, 4 * MiB)
+
+
+def test_watch_compares_with_the_slices_the_engine_was_handed(poisoned):
+    """watch plans each rank's slice from the set serve handed the engine ($SACTOOL_POOL_POISON in the
+    engine's /proc/PID/environ), not from what it would read itself: here the engine was handed a record
+    on dax1.0 only (the recording's own list names dax0.0), and watch's plan follows the engine."""
+    from sactool.watch.plan import plan_rows
+
+    proc = poisoned / "proc" / "4242"
+    proc.mkdir(parents=True)
+    given = poison_value({"dax0.0": (), "dax1.0": ((0x40, 64),)})
+    (proc / "environ").write_bytes(f"PATH=/usr/bin\0{POISON_ENV}={given}\0".encode())
+    rows, note = plan_rows(_profile(), SysfsReader(poisoned), [4242])
+    assert [(r.target, r.offset_bytes, r.size_bytes) for r in rows] == [
+        ("dax0.0", 0, 256 * MiB), ("dax1.0", A, 254 * MiB), ("dax0.0", 256 * MiB, 256 * MiB), ("dax1.0", 256 * MiB, 254 * MiB)]
+    assert note.startswith(f"slices carved around known poison (${POISON_ENV} of pid 4242): dax1.0: skipped [0x0, 0x200000)")
