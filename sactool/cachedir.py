@@ -11,7 +11,8 @@ locator available" at import. Importing this module, before numba is imported, p
 2. otherwise ``<tempdir>/sactool-<uid>``.
 
 Every candidate, and its ``numba``/``kernels`` subdirectory, is created mode 0700 and used only if
-it is a real directory (not a symbolic link) owned by this user that nobody else can write: numba
+it is a real directory (not a symbolic link) owned by this user that nobody else can write (group
+write only for the user's private group, as a umask of 002 leaves it): numba
 loads pickled index files and compiled code from it and sactool imports the generated gather
 kernels from it, so a directory another user can write is code they choose (issue 27: the rule
 held for the temporary-directory fallback only). A candidate that exists and fails the rule is
@@ -54,11 +55,25 @@ def _refusal(d: Path) -> str | None:
         return "is not a directory"
     if st.st_uid != os.getuid():
         return f"is owned by uid {st.st_uid}, not {os.getuid()}"
-    if st.st_mode & 0o022:
+    if st.st_mode & 0o002 or (st.st_mode & 0o020 and not _private_group(st.st_gid)):
         return f"is writable by others (mode {stat.S_IMODE(st.st_mode):04o})"
     if not os.access(d, os.W_OK | os.X_OK):
         return "is not writable"
     return None
+
+
+def _private_group(gid: int) -> bool:
+    """Whether ``gid`` is this user's private group (Debian's and Ubuntu's user groups: the user's
+    primary group, nobody else in it), whose write bit a umask of 002 leaves on every directory."""
+    import grp
+    import pwd
+
+    try:
+        g, me = grp.getgrgid(gid), pwd.getpwuid(os.getuid())
+    except KeyError:
+        return False
+    return gid == me.pw_gid and set(g.gr_mem) <= {me.pw_name} and not any(
+        p.pw_gid == gid and p.pw_uid != me.pw_uid for p in pwd.getpwall())
 
 
 def _private(d: Path, *, say: bool = True) -> bool:

@@ -50,6 +50,19 @@ def warning(code: str, message: str, hint: str | None = None) -> dict[str, Any]:
     return Warning(code, message, hint).to_data()
 
 
+class WarningLine(str):
+    """A warning among a report's lines (``serve``'s checks): the line as it reads (``warning: message
+    (hint)``), carrying its :class:`Warning` (``.warning``) so a renderer can print it on stderr as every
+    command prints warnings, and JSON can list it with its code."""
+
+    warning: Warning
+
+    def __new__(cls, code: str, message: str, hint: str | None = None) -> "WarningLine":
+        line = super().__new__(cls, f"warning: {message}" + (f" ({hint})" if hint else ""))
+        line.warning = Warning(code, message, hint)
+        return line
+
+
 def utc_now() -> str:
     """Current UTC time as ``2026-11-29T09:50:05Z``."""
     return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")

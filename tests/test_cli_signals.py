@@ -61,9 +61,15 @@ def _points(path: Path, kind: str) -> int:
 
 # The moments are points on disk, not delays: once the journal holds the n-th point of a kind, the
 # next quick gather (or page-size gather) is being set up or measured when the signal comes.
-@pytest.mark.parametrize("sig,kind,n", [(signal.SIGINT, "gather", 1), (signal.SIGINT, "gather", 2),
-                                        (signal.SIGINT, "pagesize", 1), (signal.SIGTERM, "gather", 1),
-                                        (signal.SIGTERM, "gather", 2)],
+# One moment in the README's selection; the others measure more before their signal (.ci/run's slow step).
+SLOW = pytest.mark.slow
+
+
+@pytest.mark.parametrize("sig,kind,n", [pytest.param(signal.SIGINT, "gather", 1, marks=SLOW),
+                                        pytest.param(signal.SIGINT, "gather", 2, marks=SLOW),
+                                        pytest.param(signal.SIGINT, "pagesize", 1, marks=SLOW),
+                                        (signal.SIGTERM, "gather", 1),
+                                        pytest.param(signal.SIGTERM, "gather", 2, marks=SLOW)],
                          ids=["SIGINT-after-gather-1", "SIGINT-after-gather-2", "SIGINT-after-pagesize-1",
                               "SIGTERM-after-gather-1", "SIGTERM-after-gather-2"])
 def test_ctrl_c_during_tune_quick_gather_is_an_interrupt(tmp_path, sig, kind, n):

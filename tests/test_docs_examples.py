@@ -141,9 +141,11 @@ def jq_path(data, expr: str):
 
 def shell_env() -> dict[str, str]:
     """bash commands find this interpreter's ``sactool`` and ``mpirun`` first; Open MPI may run as
-    root (CI is root) and put more ranks than cores on this machine, as the fleet examples do."""
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-               PRTE_MCA_rmaps_default_mapping_policy=":oversubscribe")
+    root (CI is root: a user is not, and the fleets page says what root needs). More ranks than cores
+    is not allowed here: a page's mpirun says --oversubscribe where it needs it, as a reader must."""
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    env.pop("PRTE_MCA_rmaps_default_mapping_policy", None)
+    env.pop("OMPI_MCA_rmaps_base_oversubscribe", None)
     if os.geteuid() == 0:
         env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     return env

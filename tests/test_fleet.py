@@ -344,3 +344,11 @@ def test_an_interrupted_fleet_record_is_planned_with_a_warning():
     data["fleet"]["rounds_done"] = 2
     warns = plan(data, 656)[1]
     assert any(w["code"] == "fleet_incomplete" and "2 of 5 rounds" in w["message"] for w in warns), warns
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "abc", "nan", "inf"])
+def test_fleet_timeout_variable_refuses_what_is_not_a_positive_number(value):
+    """SACTOOL_FLEET_TIMEOUT's rule without a launcher (test_fleet_mpi.py runs one value under mpirun)."""
+    with pytest.raises(UsageError, match="is not a positive number of seconds"):
+        mpi.timeout_from_env({"SACTOOL_FLEET_TIMEOUT": value})
+    assert mpi.timeout_from_env({"SACTOOL_FLEET_TIMEOUT": "12.5"}) == 12.5 and mpi.timeout_from_env({}) == 300.0

@@ -158,8 +158,9 @@ def test_snapshot_keeps_what_the_mailbox_and_trace_said(tmp_path):
 
 
 @pytest.mark.parametrize("strict", [True, False])
-def test_serve_refuses_strict_and_warns_otherwise_on_poison_in_a_slice(tmp_path, strict):
-    from sactool.errors import TopologyError
+def test_serve_carves_the_slices_around_poison_strict_or_not(tmp_path, strict):
+    """The poisoned 2 MiB block of rank 2's slice is skipped (tests/test_carve.py has the rule); a plan
+    made before the record was read is refused, strict (ibid.)."""
     from sactool.pool.capacity import check_pool as pool_check
     from sactool.pool.plan import PoolSpec
 
@@ -170,13 +171,10 @@ def test_serve_refuses_strict_and_warns_otherwise_on_poison_in_a_slice(tmp_path,
     reader = SysfsReader(_poisoned_tree(tmp_path, 256 * MiB + 0x1000))
     prof = _profile(strict=strict)
     pool = check_pool(prof, reader)
-    if strict:
-        with pytest.raises(TopologyError, match="poison in rank 2's slice of dax0.0 at pool offset 0x1000") as e:
-            check_health(prof, reader, pool.plan)
-        assert e.value.exit_code == 3
-    else:
-        lines = check_health(prof, reader, pool.plan)
-        assert any(x.startswith("warning: poison in rank 2's slice") for x in lines)
+    assert pool.plan.slot(2).offset_bytes == 258 * MiB and [n for n, _ in pool.plan.carved] == ["dax0.0"]
+    lines = check_health(prof, reader, pool.plan)
+    assert any(x.startswith("poison skipped: the slices of dax0.0 are carved around it") for x in lines)
+    assert not any(x.startswith("warning:") for x in lines)
 
 
 def test_serve_refuses_degraded_media(tmp_path):

@@ -88,7 +88,7 @@ def test_probe_plot_on_the_fast_path_and_its_output_rules(machine, tmp_path, cap
     bad = tmp_path / "m.jpg"
     assert entry_main(["probe", "--sysfs-root", str(root), "--plot", str(bad), "-q"]) == 2
     err = capsys.readouterr().err
-    assert "SVG or PNG" in err and ".svg" in err and not bad.exists()
+    assert "SVG, PDF or PNG" in err and ".svg" in err and not bad.exists()
     # checked before the work: an unwritable place is refused before anything is probed or printed
     assert entry_main(["probe", "--sysfs-root", str(root), "--plot", str(tmp_path / "m.svg" / "x.svg")]) == 1
     cap = capsys.readouterr()

@@ -58,7 +58,7 @@ def test_fleet_topology_record_pool_map_has_numbers(tmp_path):
 
 
 def test_fleet_topology_schema_1_is_upgraded(tmp_path):
-    from sactool.fleet.probe import build_record, load_fleet_topology
+    from sactool.fleet.probe import SCHEMA_VERSION, build_record, load_fleet_topology
     from sactool.records import dumps
 
     topo = probe_data(tmp_path)
@@ -75,7 +75,8 @@ def test_fleet_topology_schema_1_is_upgraded(tmp_path):
     p = tmp_path / "old.json"
     p.write_text(dumps(old, "json"))
     back = load_fleet_topology(p)
-    assert back["pool_map"] == rec["pool_map"] and back["hosts"] == rec["hosts"] and back["schema_version"] == 2
+    assert back["pool_map"] == rec["pool_map"] and back["hosts"] == rec["hosts"]
+    assert back["schema_version"] == SCHEMA_VERSION
 
 
 def probe_data(tmp_path):
@@ -95,12 +96,14 @@ def test_bench_record_written_now_has_numbers(fast_bench_record):
 
 
 def test_profile_machine_block_has_numbers_and_targets_stay_names(tmp_path, fast_bench_record, machine, capsys):
+    from sactool.profile import SCHEMA_VERSION as PROFILE_SCHEMA
+
     out = tmp_path / "p.yaml"
     assert main(["tune", "--context", "4k", "--steps", "6", "--replicates", "2", "--sysfs-root",
                  str(machine("this-machine")), "--bench", str(fast_bench_record), "--out", str(out)]) == 0
     capsys.readouterr()
     prof = yaml.safe_load(out.read_text())
-    assert prof["schema_version"] == 3 and prof["machine"]["numa_nodes"][0]["node"] == 0
+    assert prof["schema_version"] == PROFILE_SCHEMA and prof["machine"]["numa_nodes"][0]["node"] == 0
     # pool targets are names (node2 or dax0.0): the bench block's memory_node, rank targets, targets
     names = bare_node_names(prof)
     assert ".bench.memory_node" in names and prof["bench"]["memory_node"] == "node0"

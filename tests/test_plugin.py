@@ -251,32 +251,166 @@ def test_hooks_fall_back_or_stop_when_placement_fails(monkeypatch, tmp_path, sgl
         _coordinator()
 
 
-def test_missing_hook_target_falls_back(monkeypatch, tmp_path, sglang, caplog):
-    monkeypatch.setenv("SACTOOL_PROFILE", str(_write(tmp_path, node0_profile())))
-    monkeypatch.setattr(sp, "COORDINATOR_TARGET", "sglang.srt.managers.gone_in_this_version.Coordinator.__init__")
-    assert sp.register() is False and "does not exist in this SGLang" in caplog.text
-    assert not sglang.HookRegistry._hooks
-    strict = _write(tmp_path, node0_profile(strict=True))
-    monkeypatch.setenv("SACTOOL_PROFILE", str(strict))
-    with pytest.raises(SystemExit, match="gone_in_this_version"):
-        sp.register()
+REMOVABLE = [   # (module, owner or None, attribute): every "around" target of the 0.5.23 table
+    ("sglang.srt.model_executor.model_runner", "ModelRunner", "maybe_init_hisparse_coordinator"),
+    ("sglang.srt.managers.hisparse_coordinator", "HiSparseCoordinator", "__init__"),
+    ("sglang.srt.mem_cache.pool_host.base", None, "host_memory_budget_bytes"),
+    ("sglang.srt.mem_cache.pool_host.common", "HostTensorAllocator", "allocate"),
+]
 
 
-@pytest.mark.parametrize("target", [
-    "sglang.srt.managers.hisparse_coordinator.HiSparseCoordinator.__init_renamed__",   # module there, method not
-    "sglang.srt.mem_cache.pool_host.base.host_memory_budget_renamed",                  # function gone
-])
-def test_a_hook_target_whose_attribute_is_gone_fails_register_in_strict_mode(monkeypatch, tmp_path, sglang,
-                                                                            caplog, target):
-    """apply_hooks() would log "Failed to apply hooks" and go on; register() resolves the whole
-    target first, so strict mode stops instead of starting with the pool in DRAM."""
-    attr = "COORDINATOR_TARGET" if "Coordinator" in target else "BUDGET_TARGET"
-    monkeypatch.setattr(sp, attr, target)
+def test_every_patched_symbol_of_the_table_is_removable_here():
+    from sactool.plugins.hooks import SGLANG_TABLES
+
+    assert {f"{m}.{o + '.' if o else ''}{a}" for m, o, a in REMOVABLE} == \
+        {h.target for h in SGLANG_TABLES[0].hooks if h.use == "around"}
+
+
+@pytest.mark.parametrize("module, owner, attr", REMOVABLE)
+def test_a_hook_target_removed_stops_a_strict_rank_and_warns_otherwise(monkeypatch, tmp_path, sglang, caplog,
+                                                                       module, owner, attr):
+    """The symbol is gone from the engine (a class without the method, a module without the
+    function): SGLang's apply_hooks would log "Failed to apply hooks" and go on; the plug-in's table
+    check at load names the symbol and the SGLang version — strict stops, else a WARNING and no hook."""
+    caplog.set_level(logging.WARNING, logger="sactool")
+    mod = importlib.import_module(module)
+    if attr == "__init__":      # a class has an __init__ always: the coordinator class itself goes
+        monkeypatch.delattr(mod, owner)
+        gone = f"{module} has no attribute {owner}"
+    else:
+        monkeypatch.delattr(getattr(mod, owner) if owner else mod, attr)
+        gone = f"has no attribute {attr}"
     monkeypatch.setenv("SACTOOL_PROFILE", str(_write(tmp_path, node0_profile(strict=True))))
-    with pytest.raises(SystemExit, match="has no attribute"):
+    with pytest.raises(SystemExit, match=rf"hook target \S*{owner or attr}\S* is missing: .*{gone} in SGLang 0\.5\.23"):
         sp.register()
     monkeypatch.setenv("SACTOOL_PROFILE", str(_write(tmp_path, node0_profile(strict=False))))
-    assert sp.register() is False and "has no attribute" in caplog.text and not sglang.HookRegistry._hooks
+    assert sp.register() is False and not sglang.HookRegistry._hooks
+    warn = [r.getMessage() for r in caplog.records if "WARNING:" in r.getMessage()]
+    assert warn and gone in warn[-1] and "SGLang 0.5.23" in warn[-1] and "will be in DRAM" in warn[-1]
+
+
+def test_a_hook_target_whose_signature_changed_is_refused(monkeypatch, tmp_path, sglang):
+    """Still there, but the plug-in reads its arguments by name and position: a renamed parameter
+    is a changed target (signature checked at load)."""
+    from sglang.srt.mem_cache.pool_host import common
+
+    def allocate(self, shape, dtype, device):   # 'dims' renamed
+        raise AssertionError("never called")
+
+    monkeypatch.setattr(common.HostTensorAllocator, "allocate", allocate)
+    monkeypatch.setenv("SACTOOL_PROFILE", str(_write(tmp_path, node0_profile(strict=True))))
+    with pytest.raises(SystemExit, match=r"allocate changed: has parameters \(self, shape, dtype, device\); the "
+                                         r"plug-in relies on \(self, dims, dtype, device, …\) in SGLang 0\.5\.23"):
+        sp.register()
+
+
+def test_an_sglang_outside_every_table_is_checked_against_the_newest(monkeypatch, sglang):
+    check = sp.check_engine("0.7.1")
+    assert check.ok and "outside every hook table's range" in check.note and check.version == "0.7.1"
+
+
+# ---- a second coordinator class beside intact hooks -------------------------------------------------
+
+class _BypassCoordinator:
+    """A coordinator class other than HiSparseCoordinator whose host pool comes from another
+    allocation path (a plain array: not HostTensorAllocator.allocate)."""
+
+    def __init__(self, req_to_token_pool, token_to_kv_pool_allocator, top_k, device_buffer_size, device, tp_group,
+                 host_to_device_ratio=2, **kw):
+        from types import SimpleNamespace
+
+        tokens = device_buffer_size * host_to_device_ratio + 64
+        self.mem_pool_host = SimpleNamespace(kv_buffer=np.zeros((4, tokens, 1, 656), dtype=np.uint8))
+
+
+class _AllocatorCoordinator:
+    """A second coordinator class that builds its pool through SGLang's own allocator."""
+
+    def __init__(self, req_to_token_pool, token_to_kv_pool_allocator, top_k, device_buffer_size, device, tp_group,
+                 host_to_device_ratio=2, **kw):
+        from types import SimpleNamespace
+
+        from sglang.srt.mem_cache.pool_host.common import HostTensorAllocator, alloc_with_host_register
+
+        tokens = device_buffer_size * host_to_device_ratio + 64
+        kv = alloc_with_host_register((4, tokens, 1, 656), dtype=np.uint8, device="cpu", pin_memory=True,
+                                      allocator=HostTensorAllocator())
+        self.mem_pool_host = SimpleNamespace(kv_buffer=kv)
+
+
+def _runner(monkeypatch, second=None):
+    from sglang.srt.model_executor import model_runner
+
+    monkeypatch.setattr(model_runner, "SECOND_COORDINATOR", [second])
+    return model_runner.ModelRunner()
+
+
+def test_a_second_coordinator_class_with_its_own_allocation_is_caught(monkeypatch, tmp_path, sglang, caplog):
+    """Every hook target intact, HiSparseCoordinator never built: the caller hook
+    (maybe_init_hisparse_coordinator) checks the coordinator it built — strict stops, else WARNING."""
+    caplog.set_level(logging.WARNING, logger="sactool")
+    monkeypatch.setenv("SACTOOL_RANK", "1")
+    monkeypatch.setenv("SACTOOL_PROFILE", str(_write(tmp_path, node0_profile())))
+    assert sp.register() is True
+    sglang.HookRegistry.apply_hooks()
+    runner = _runner(monkeypatch, _BypassCoordinator)
+    runner.maybe_init_hisparse_coordinator()
+    assert isinstance(runner.hisparse_coordinator, _BypassCoordinator) and not sp.placed_pools()
+    assert ("rank 1: host pool NOT on node0: the allocation hook did not run or did not place it; the coordinator "
+            "is _BypassCoordinator (built by maybe_init_hisparse_coordinator") in caplog.text
+    sp.placer().strict = True
+    with pytest.raises(sp.PlacementStop, match="NOT on node0.*_BypassCoordinator"):
+        _runner(monkeypatch, _BypassCoordinator).maybe_init_hisparse_coordinator()
+
+
+def test_a_second_coordinator_class_through_sglang_s_allocator_is_placed(monkeypatch, tmp_path, sglang, caplog):
+    caplog.set_level(logging.WARNING, logger="sactool")
+    monkeypatch.setenv("SACTOOL_RANK", "0")
+    monkeypatch.setenv("SACTOOL_PROFILE", str(_write(tmp_path, node0_profile(strict=True))))
+    assert sp.register() is True
+    sglang.HookRegistry.apply_hooks()
+    runner = _runner(monkeypatch, _AllocatorCoordinator)
+    runner.maybe_init_hisparse_coordinator()                 # strict: would raise if it were not placed
+    (res,) = sp.placed_pools()
+    assert runner.hisparse_coordinator.mem_pool_host.kv_buffer.ctypes.data == res.address
+    assert "NOT on" not in caplog.text
+
+
+def test_the_caller_hook_checks_the_hooked_coordinator_once(monkeypatch, tmp_path, sglang, caplog):
+    caplog.set_level(logging.WARNING, logger="sactool")
+    monkeypatch.setenv("SACTOOL_RANK", "0")
+    monkeypatch.setenv("SACTOOL_PROFILE", str(_write(tmp_path, node0_profile(strict=True))))
+    assert sp.register() is True
+    sglang.HookRegistry.apply_hooks()
+    checks = []
+    real = sp.check_placed
+    monkeypatch.setattr(sp, "check_placed", lambda c, **kw: checks.append(type(c).__name__) or real(c, **kw))
+    _runner(monkeypatch).maybe_init_hisparse_coordinator()
+    assert checks == ["HiSparseCoordinator"] and len(sp.placed_pools()) == 1
+
+
+# ---- a pinned capacity share smaller than the pool ----------------------------------------------------
+
+def test_a_pinned_share_smaller_than_the_pool_falls_back_or_stops_with_sactool_s_own_reason(monkeypatch, tmp_path,
+                                                                                          sglang, caplog):
+    """pool.capacity_bytes 8 MiB over 2 ranks: each rank's share (4 MiB) is smaller than its 10.9 MB
+    pool. Non-strict: SGLang's own budget and allocator (the pool in DRAM, said); strict: the
+    plug-in's stop naming the share — never SGLang's "Not enough host memory"."""
+    caplog.set_level(logging.WARNING, logger="sactool")
+    from sglang.srt.mem_cache.pool_host import common
+
+    monkeypatch.setenv("SACTOOL_RANK", "0")
+    monkeypatch.setenv("SACTOOL_PROFILE", str(_write(tmp_path, node0_profile(capacity_bytes=8 * MiB))))
+    assert sp.register() is True
+    sglang.HookRegistry.apply_hooks()
+    coord = _coordinator()
+    assert common.STOCK_ALLOCATIONS[-1] == coord.host_buffer.shape and not sp.placed_pools()
+    assert ("rank 0: the 10915840-byte HiSparse pool does not fit rank 0's share of node0's pinned capacity: 4.00 MiB "
+            "(pool.capacity_bytes over 2 rank(s)) (4194304 bytes); SGLang's own allocator is used") in caplog.text
+    assert "host pool NOT on node0: the plug-in stepped aside" in caplog.text
+    sp.placer().strict = True
+    with pytest.raises(sp.PlacementStop, match="10915840-byte HiSparse pool does not fit rank 0's share"):
+        _coordinator()
 
 
 def test_budget_check_answered_for_the_placed_memory(monkeypatch, tmp_path, sglang, caplog):
@@ -342,6 +476,12 @@ def test_strict_stops_when_the_allocation_hook_did_not_place_the_pool(monkeypatc
     sp.placer().strict = True
     with pytest.raises(sp.PlacementStop, match="host pool NOT on node0"):
         _coordinator()
+
+
+def test_a_vllm_profile_is_not_placed_by_the_sglang_plugin(monkeypatch, tmp_path, sglang, caplog):
+    monkeypatch.setenv("SACTOOL_PROFILE", str(REPO / "profiles/examples/vllm-tp8-one-node.yaml"))
+    assert sp.register() is False and "is a profile for vllm, not SGLang" in caplog.text
+    assert not sglang.HookRegistry._hooks
 
 
 def test_non_plugin_profiles_register_nothing(monkeypatch, tmp_path, sglang):
@@ -436,6 +576,15 @@ def test_numa_mode_honours_a_pinned_capacity(caplog):
     assert sp.pool_budget(sp.plans_for(0))[0] > 64 * MiB
 
 
+def _table_target(monkeypatch, role, target):
+    """The plug-in's hook table with ``role`` pointing at ``target`` (a release that moved it)."""
+    from dataclasses import replace as dc_replace
+
+    (t,) = sp.SGLANG_TABLES
+    monkeypatch.setattr(sp, "SGLANG_TABLES", (dc_replace(t, hooks=tuple(
+        dc_replace(h, target=target) if h.role == role else h for h in t.hooks)),))
+
+
 def test_a_hook_target_whose_module_fails_to_import_keeps_the_import_error(monkeypatch, tmp_path, sglang, caplog):
     """The coordinator's module exists but one of its imports is missing (as when SGLang's environment
     lacks a dependency): the plug-in's error names that ImportError, not just "no attribute"."""
@@ -444,7 +593,7 @@ def test_a_hook_target_whose_module_fails_to_import_keeps_the_import_error(monke
     (pkg / "__init__.py").write_text("")
     (pkg / "coord.py").write_text("import sactool_test_missing_dependency\n\nclass Coordinator:\n    pass\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(sp, "COORDINATOR_TARGET", "brokensg.coord.Coordinator.__init__")
+    _table_target(monkeypatch, "coordinator", "brokensg.coord.Coordinator.__init__")
     monkeypatch.setenv("SACTOOL_PROFILE", str(_write(tmp_path, node0_profile())))
     assert sp.register() is False
     assert ("importing brokensg.coord failed: ModuleNotFoundError: No module named "

@@ -20,8 +20,7 @@ from sactool.errors import RecordError
 
 REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "tests" / "fixtures" / "bench" / "node0-gather.json"
-SMALL_GATHER = ["--size", "16MiB", "--preset", "fast", "--record-bytes", "200", "--threads", "1", "--topk", "64",
-                "--prefetch", "3"]
+SMALL_GATHER = ["--size", "16MiB", "--preset", "fast", "--record-bytes", "656", "--threads", "1", "--topk", "64"]
 
 
 # ---- R4: a mistyped field is exit 4 with one error line, not a traceback (exit 1) -------------------
@@ -108,12 +107,18 @@ def _numba_cache_dir(env: dict) -> subprocess.CompletedProcess:
                           env={**base, **env})
 
 
-@pytest.mark.parametrize("make", ["world-writable", "symlink", "other-owner"])
+@pytest.mark.parametrize("make", ["world-writable", "group-writable-shared-group", "symlink", "other-owner"])
 def test_a_cache_candidate_others_could_write_is_not_loaded_from(tmp_path, make):
     bad = tmp_path / "shared"
     if make == "world-writable":
         bad.mkdir()
         bad.chmod(0o777)
+    elif make == "group-writable-shared-group":
+        if os.geteuid() != 0:
+            pytest.skip("giving a directory to another group needs root")
+        bad.mkdir()
+        os.chown(bad, os.getuid(), 65534)   # nogroup: nobody's primary group, not this user's own
+        bad.chmod(0o770)
     elif make == "symlink":
         (tmp_path / "real").mkdir(mode=0o700)
         bad.symlink_to(tmp_path / "real")
@@ -126,6 +131,22 @@ def test_a_cache_candidate_others_could_write_is_not_loaded_from(tmp_path, make)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == str(tmp_path / "xdg" / "sactool" / "numba")
     assert f"note: cache directory {bad} not used" in r.stderr
+
+
+def test_a_group_writable_cache_of_the_users_private_group_is_used(tmp_path):
+    """A umask of 002 (Debian's user private groups) left an older sactool's cache 0775: still the user's."""
+    import grp
+    import pwd
+
+    me = pwd.getpwuid(os.getuid())
+    g = grp.getgrgid(me.pw_gid)
+    if set(g.gr_mem) - {me.pw_name} or any(p.pw_gid == me.pw_gid and p.pw_uid != me.pw_uid for p in pwd.getpwall()):
+        pytest.skip(f"this user's primary group {g.gr_name} is shared")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    mine.chmod(0o775)
+    r = _numba_cache_dir({"SACTOOL_CACHE_DIR": str(mine)})
+    assert r.returncode == 0 and r.stdout.strip() == str(mine / "numba") and "note:" not in r.stderr, r.stderr
 
 
 def test_a_private_cache_candidate_is_used_and_made_private(tmp_path):

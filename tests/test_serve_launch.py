@@ -61,9 +61,9 @@ def _wait_for(path: Path, proc, timeout=300.0):
 
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 17)])
-def test_exec_signal_and_exit_code(node0_pinned, tmp_path, standin_env, sig, code):
+def test_exec_signal_and_exit_code(node0_pinned, tmp_path, standin_env, gpu_root, sig, code):
     prof = node0_pinned()
-    proc = _serve(["--profile", str(prof), "--python", sys.executable, "--",
+    proc = _serve(["--profile", str(prof), "--python", sys.executable, "--sysfs-root", str(gpu_root(1)), "--",
                    "--model-path", "deepseek-ai/DeepSeek-V3.2", "--port", "30123"],
                   {"STANDIN_SIGNAL_EXIT": str(code)})
     rec = _wait_for(standin_env, proc)
@@ -87,15 +87,17 @@ def test_exec_signal_and_exit_code(node0_pinned, tmp_path, standin_env, sig, cod
     assert "sactool serve: exec" in err and out == ""
 
 
-def test_immediate_exit_code_propagates(node0_pinned, tmp_path, standin_env):
-    proc = _serve(["--profile", str(node0_pinned()), "--python", sys.executable], {"STANDIN_EXIT": "3"})
+def test_immediate_exit_code_propagates(node0_pinned, tmp_path, standin_env, gpu_root):
+    proc = _serve(["--profile", str(node0_pinned()), "--python", sys.executable, "--sysfs-root", str(gpu_root(1))],
+                  {"STANDIN_EXIT": "3"})
     proc.communicate(timeout=300)
     assert proc.returncode == 3 and standin_env.exists()
 
 
-def test_dry_run_json(node0_pinned, tmp_path, standin_env, capsys):
+def test_dry_run_json(node0_pinned, tmp_path, standin_env, gpu_root, capsys):
     prof = node0_pinned()
     rc = main(["serve", "--profile", str(prof), "--dry-run", "--python", sys.executable, "--format", "json",
+               "--sysfs-root", str(gpu_root(1)),
                "--", "--model-path", "deepseek-ai/DeepSeek-V3.2"])
     out = json.loads(capsys.readouterr().out)
     assert rc == 0 and out["problems"] == [] and not standin_env.exists()
@@ -131,8 +133,9 @@ def _site_with_version(tmp_path, version):
 
 
 def test_bad_inputs_have_distinct_exit_codes_and_launch_nothing(node0_pinned, node0_profile_file, tmp_path, standin_env, monkeypatch,
-                                                               capsys):
+                                                               gpu_root, capsys):
     good = node0_pinned()
+    tree = ("--sysfs-root", str(gpu_root(1)))             # one GPU: past the GPU check (this VM has none)
     corrupt = tmp_path / "corrupt.yaml"
     corrupt.write_text("kind: profile\nschema_version: [\n")
     newer = tmp_path / "newer.yaml"
@@ -153,27 +156,28 @@ def test_bad_inputs_have_distinct_exit_codes_and_launch_nothing(node0_pinned, no
         ([f"--profile={good}", "--entrypoint", "nope"], ExitCode.USAGE, "entrypoint"),
     ]
     for args, code, says in cases:
-        rc = main(["serve", *args[:1], "--python", sys.executable, *args[1:]])
+        rc = main(["serve", *args[:1], "--python", sys.executable, *tree, *args[1:]])
         err = capsys.readouterr().err
         assert rc == code, (args, err)
         assert err.startswith("error:") and says in err and "Traceback" not in err, err
     monkeypatch.setenv("PYTHONPATH", str(_site_with_version(tmp_path, "0.5.22")))
-    rc = main(["serve", f"--profile={good}", "--python", sys.executable])
+    rc = main(["serve", f"--profile={good}", "--python", sys.executable, *tree])
     err = capsys.readouterr().err
     assert rc == ExitCode.ENGINE_VERSION and ">=0.5.23,<0.6" in err and "--allow-untested-sglang" in err
     monkeypatch.setenv("PYTHONPATH", str(tmp_path / "nowhere"))
-    rc = main(["serve", f"--profile={good}", "--python", sys.executable])
+    rc = main(["serve", f"--profile={good}", "--python", sys.executable, *tree])
     assert rc == ExitCode.ENGINE_MISSING and "not installed" in capsys.readouterr().err
-    rc = main(["serve", f"--profile={good}", "--python", str(tmp_path / "no-python")])
+    rc = main(["serve", f"--profile={good}", "--python", str(tmp_path / "no-python"), *tree])
     assert rc == ExitCode.ENGINE_MISSING
     assert not standin_env.exists()                       # nothing was launched
 
 
-def test_placement_override_for_ab_runs(node0_pinned, tmp_path, standin_env, capsys):
+def test_placement_override_for_ab_runs(node0_pinned, tmp_path, standin_env, gpu_root, capsys):
     prof = node0_pinned()
     runs = {}
     for placement in ("plugin", "none"):
         rc = main(["serve", "--profile", str(prof), "--dry-run", "--python", sys.executable, "-f", "json",
+                   "--sysfs-root", str(gpu_root(1)),
                    "--placement", placement])
         assert rc == 0
         runs[placement] = json.loads(capsys.readouterr().out)
@@ -183,7 +187,58 @@ def test_placement_override_for_ab_runs(node0_pinned, tmp_path, standin_env, cap
     assert b["placement"] == "none" and any("--placement none" in c for c in b["checks"])
 
 
-def test_serve_entrypoint_needs_the_console_script(node0_pinned, tmp_path, standin_env, capsys):
-    rc = main(["serve", "--profile", str(node0_pinned()), "--python", sys.executable, "--entrypoint", "serve"])
+def test_serve_entrypoint_needs_the_console_script(node0_pinned, tmp_path, standin_env, gpu_root, capsys):
+    rc = main(["serve", "--profile", str(node0_pinned()), "--python", sys.executable, "--entrypoint", "serve",
+               "--sysfs-root", str(gpu_root(1))])
     err = capsys.readouterr().err
     assert rc == ExitCode.ENGINE_MISSING and "console script" in err and not standin_env.exists()
+
+
+def _site_without(tmp_path, rel: str, old: str, new: str):
+    """The stand-in SGLang with one hook target changed in its source (``old`` -> ``new`` in ``rel``)."""
+    site = tmp_path / "site-moved"
+    shutil.copytree(SITE, site)
+    f = site / rel
+    text = f.read_text()
+    assert old in text
+    f.write_text(text.replace(old, new))
+    return site
+
+
+def test_dry_run_checks_the_plugins_hook_targets_in_sglangs_python(node0_pinned, tmp_path, standin_env, gpu_root,
+                                                                    monkeypatch, capsys):
+    """serve asks SGLang's Python (the plug-in's own check, sactool.plugins.sglang.check_engine) before
+    the launch: all there -> a check line; a hook target gone -> refused (exit 9) naming the symbol and
+    the version, even for a non-strict profile; --allow-untested-sglang -> launched with a warning line."""
+    prof = node0_pinned()
+    args = ["serve", "--profile", str(prof), "--dry-run", "--python", sys.executable, "--format", "json",
+            "--sysfs-root", str(gpu_root(1))]
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [c for c in out["checks"] if c.startswith("hook targets:")] == [
+        "hook targets: SGLang 0.5.23, the >=0.5.23,<0.6 table: every symbol resolved, signatures as the plug-in "
+        "relies on"]
+    monkeypatch.setenv("PYTHONPATH", str(_site_without(tmp_path, "sglang/srt/model_executor/model_runner.py",
+                                                       "def maybe_init_hisparse_coordinator(self)",
+                                                       "def maybe_init_hisparse_coordinator_v2(self)")))
+    rc = main(args)
+    out = json.loads(capsys.readouterr().out)
+    (p,) = [q for q in out["problems"] if "hook target" in q["message"]]
+    assert rc == p["exit_code"] == ExitCode.ENGINE_VERSION
+    assert p["message"].startswith("hook target sglang.srt.model_executor.model_runner.ModelRunner."
+                                   "maybe_init_hisparse_coordinator is missing: ") and "in SGLang 0.5.23" in p["message"]
+    assert "--allow-untested-sglang" in p["hint"]
+    assert main([*args, "--allow-untested-sglang"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert any(c.startswith("warning: hook target sglang.srt.model_executor") for c in out["checks"])
+
+
+def test_dry_run_refuses_a_changed_signature(node0_pinned, tmp_path, standin_env, gpu_root, monkeypatch, capsys):
+    monkeypatch.setenv("PYTHONPATH", str(_site_without(tmp_path, "sglang/srt/mem_cache/pool_host/common.py",
+                                                       "def allocate(self, dims: tuple, dtype, device: str):",
+                                                       "def allocate(self, shape: tuple, dtype, device: str):")))
+    rc = main(["serve", "--profile", str(node0_pinned()), "--dry-run", "--python", sys.executable, "--format", "json",
+               "--sysfs-root", str(gpu_root(1))])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == ExitCode.ENGINE_VERSION
+    assert any("allocate changed: has parameters (self, shape, dtype, device)" in q["message"] for q in out["problems"])

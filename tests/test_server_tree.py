@@ -13,6 +13,9 @@ import pytest
 from sactool.cli import main
 
 GiB = 1 << 30
+H100_BUDGET = ("--gpu-kv-budget", "30GiB")
+"""The tree's GPUs are H100s (80 GB), which cannot hold DeepSeek-V3.2's FP8 weights at tp 8 (tune refuses:
+test_tune_plans_for_the_gpus_probe_sees); pool-planning tests give the per-GPU budget a larger part would leave."""
 
 
 def _probe(tree, capsys) -> dict:
@@ -55,7 +58,7 @@ def test_probe_devdax_mode_names_four_devices(server_tree, capsys):
 def test_tune_bench_plans_eight_ranks_over_the_four_cxl_nodes(tmp_path, server_tree, fast_bench_record, capsys):
     out = tmp_path / "server.yaml"
     rc = main(["tune", "--sysfs-root", str(server_tree()), "--bench", str(fast_bench_record), "--context", "32k",
-               "--steps", "4", "--replicates", "1", "--out", str(out), "--format", "json"])
+               "--steps", "4", "--replicates", "1", "--out", str(out), "--format", "json", *H100_BUDGET])
     o, err = capsys.readouterr()
     assert rc == 0, err
     res = json.loads(o)
@@ -74,7 +77,7 @@ def test_serve_dry_run_places_eight_ranks_on_four_devices_by_locality(tmp_path, 
     tree = server_tree()
     prof = tmp_path / "server.yaml"
     assert main(["tune", "--sysfs-root", str(tree), "--bench", str(fast_bench_record), "--context", "32k",
-                 "--steps", "4", "--replicates", "1", "--out", str(prof)]) == 0
+                 "--steps", "4", "--replicates", "1", "--out", str(prof), *H100_BUDGET]) == 0
     p = load_profile(prof)
     gpus = (0, 0, 0, 0, 3, 3, 3, 3)      # the tree's GPUs' sockets, in PCI order
     save_profile(replace(p, pool=replace(p.pool, rank_assignment="locality", rank_targets=(), gpu_local_nodes=gpus)),

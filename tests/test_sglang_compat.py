@@ -294,6 +294,67 @@ def test_hook_targets_exist_with_the_assumed_signatures(src):
     assert any(isinstance(n, ast.FunctionDef) and n.name == fname and not n.args.args for n in ps.body)
 
 
+def _defined(src: Path, target: str) -> ast.FunctionDef | None:
+    """The function or method ``target`` names in the released source (module path found by
+    trying each split of the dotted name), None when it is not defined there."""
+    parts = target.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        path = src.parent / ("/".join(parts[:i]) + ".py")
+        if not path.is_file():
+            continue
+        body: list = _tree(path).body
+        for name in parts[i:-1]:                       # classes on the way
+            cls = next((n for n in body if isinstance(n, ast.ClassDef) and n.name == name), None)
+            if cls is None:
+                return None
+            body = cls.body
+        return next((n for n in body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                     and n.name == parts[-1]), None)
+    return None
+
+
+def test_every_symbol_of_the_plugins_hook_table_is_in_the_release(src):
+    """The 0.5.23 row of the hook table (sactool/plugins/hooks.py), read against the released source:
+    each symbol defined where the table says, undecorated, with the leading parameters the plug-in
+    relies on (a ``call`` takes none that is required) — the check the plug-in runs at load and
+    ``serve`` before the launch, here on the release itself."""
+    from sactool.plugins.hooks import SGLANG_TABLES
+
+    (table,) = [t for t in SGLANG_TABLES if "0.5.23" in t.versions]
+    for h in table.hooks:
+        fn = _defined(src, h.target)
+        assert fn is not None, f"{h.target} is not defined in SGLang 0.5.23"
+        assert not fn.decorator_list, h.target
+        names = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
+        if h.use == "call":
+            assert len(fn.args.defaults) >= len(names) and not [
+                k for k, d in zip(fn.args.kwonlyargs, fn.args.kw_defaults) if d is None], h.target
+        else:
+            assert names[:len(h.params)] == list(h.params), (h.target, names)
+
+
+def test_the_caller_hook_is_where_0_5_23_builds_its_only_hisparse_coordinator(src):
+    """The premise of the caller hook: ``ModelRunner.maybe_init_hisparse_coordinator`` is the one
+    place the release constructs ``HiSparseCoordinator``, and it keeps it as
+    ``self.hisparse_coordinator`` — what the hook checks after the call."""
+    calls = []
+    for path in (src / "srt").rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        if "HiSparseCoordinator(" not in text:
+            continue
+        for fn in ast.walk(_tree(path)):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for c in ast.walk(fn):
+                    if isinstance(c, ast.Call) and _name(c.func) == "HiSparseCoordinator":
+                        calls.append((path.relative_to(src).as_posix(), fn.name))
+    assert sorted(set(calls)) == [("srt/model_executor/model_runner.py", "maybe_init_hisparse_coordinator")]
+    fn = _defined(src, sglang_plugin.CALLER_TARGET)
+    assert fn is not None
+    stores = [t for n in ast.walk(fn) if isinstance(n, ast.Assign) for t in n.targets
+              if isinstance(t, ast.Attribute) and t.attr == "hisparse_coordinator"]
+    assert stores and all(isinstance(t.value, ast.Name) and t.value.id == "self" for t in stores)
+
+
 def test_plugin_mechanism_matches(src):
     plug = _tree(src / "srt" / "plugins" / "__init__.py")
     consts = {n.value for n in ast.walk(plug) if isinstance(n, ast.Constant) and isinstance(n.value, str)}

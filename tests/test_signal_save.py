@@ -29,8 +29,7 @@ from fixtures.progress import default_sigint
 
 REPO = Path(__file__).resolve().parent.parent
 SMALL = ["--size", "64MiB", "--preset", "fast"]
-SMALL_GATHER = ["--size", "16MiB", "--preset", "fast", "--record-bytes", "200", "--threads", "1", "--topk", "64",
-                "--prefetch", "3"]
+SMALL_GATHER = ["--size", "16MiB", "--preset", "fast", "--record-bytes", "656", "--threads", "1", "--topk", "64"]
 NAMES = {signal.SIGTERM: "terminated (SIGTERM)", signal.SIGINT: "interrupted (SIGINT)"}
 
 

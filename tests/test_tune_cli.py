@@ -94,7 +94,7 @@ def test_corrupt_and_foreign_bench(tmp_path, bench_file, capsys, FAST):
     assert "elsewhere" in capsys.readouterr().err
     assert main(["tune", *FAST, "--bench", str(other), "--out", str(tmp_path / "c.yaml")]) == 0
     o, e = capsys.readouterr()
-    assert "warning: bench record" in e and "elsewhere" in e and "elsewhere" not in o
+    assert "warning [bench_other_machine] bench record" in e and "elsewhere" in e and "elsewhere" not in o
 
 
 def test_unwritable_output(tmp_path, bench_file, capsys, FAST):
@@ -171,7 +171,7 @@ def test_recorded_cxl_machine(tmp_path, bench_file, capsys, machine):
     out = tmp_path / "c.yaml"
     assert main([*args, "--bench", str(bench_file), "--out", str(out)]) == 0
     o, e = capsys.readouterr()
-    assert "warning: bench record" in e
+    assert "warning [bench_other_node] bench record" in " ".join(e.split())
     p = load_profile(out)
     assert p.pool.nodes == (2,) and p.pool.rank_targets == ("node2",) and not p.pool.stand_in
     row = p.predictions["per_context"][0]
@@ -179,12 +179,11 @@ def test_recorded_cxl_machine(tmp_path, bench_file, capsys, machine):
     assert row["max_concurrency"] == 1 and row["fits"]
 
 
+@pytest.mark.slow   # tune's own quick gathers at the size it picks here (8x the LLC: GiBs, per page kind)
 def test_pool_page_size_is_chosen_by_measurement(tmp_path, capsys):
     """Without --bench tune measures the gather on each page kind node 0 can give (4 KiB, THP;
     hugetlb where reserved), rounds interleaved, and records the pick with its figures. The pool's
     capacity is pinned (--pool-bytes), so the plan does not follow this host's momentary free memory."""
-    from sactool.tune.pagesize import choose
-
     out = tmp_path / "p.yaml"
     rc = main(["tune", *FAST_ARGS, "--pool-bytes", "2GiB", "--gpu-kv-budget", "10GiB", "--out", str(out)])
     assert rc == 0, capsys.readouterr().err
@@ -204,7 +203,12 @@ def test_pool_page_size_is_chosen_by_measurement(tmp_path, capsys):
 
         want = max(256 << 20, CACHE_MULTIPLE * rule["llc"]["bytes"] + ALIGN_BYTES)   # whole records reach the multiple
         assert rule["size_bytes"] == want or "most the node holds" in rule["rule"]
-    # the rule itself: a kind other than THP wins only when it is faster in every paired round
+
+
+def test_a_page_kind_other_than_thp_wins_only_when_faster_in_every_paired_round():
+    """The page-size rule on its own (the measured pipeline around it: the slow test above)."""
+    from sactool.tune.pagesize import choose
+
     assert choose({"none": [3.0, 1.0], "thp": [2.0, 2.0]}, {}).kind == "thp"
     assert choose({"none": [3.0, 3.0], "thp": [2.0, 2.0]}, {}).kind == "none"
     assert choose({"none": [1.0, 1.0], "thp": [2.0, 2.1]}, {}).kind == "thp"
@@ -227,7 +231,7 @@ def test_tune_warnings_are_one_line_per_kind(tmp_path, bench_file, capsys, machi
     out, err = capsys.readouterr()
     kept = [w["code"] for w in json.loads(out)["warnings"]]
     assert kept.count("bench_other_machine") == 2 and kept.count("context_does_not_fit") == 2
-    lines = " ".join(err.split()).split("warning: ")[1:]   # rich wraps lines at the terminal width
+    lines = " ".join(err.split()).split("warning [")[1:]   # rich wraps lines at the terminal width
     assert len(lines) == len(set(kept)), err
     ctx = [ln for ln in lines if "tokens" in ln and "fits" in ln]
     assert len(ctx) == 1 and "65536" in ctx[0] and "131072" in ctx[0]     # both contexts, one line
@@ -268,6 +272,7 @@ def test_gather_size_too_small_to_measure_is_refused_before_any_work(tmp_path, c
     assert "has no unit" in capsys.readouterr().err
 
 
+@pytest.mark.slow   # quick gathers over a 1.25 GiB buffer, on each page kind
 def test_gather_size_sizes_the_quick_gathers(tmp_path, capsys):
     """A given buffer is measured as given and recorded with the rule: warned exactly when it is under
     8x the gathering CPUs' cache (as the profile's rule block reads it, not as the test does)."""

@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow   # a fresh cache: a minute of CPU; .ci/run's own mypy step checks the same
 def test_mypy_passes_on_sactool(tmp_path):
     run = subprocess.run([sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path / "cache")], cwd=REPO,
                          capture_output=True, text=True, timeout=600)

@@ -171,3 +171,44 @@ def test_the_hook_check_runs_in_the_target_python_before_the_launch():
     with pytest.raises(EngineVersionError) as e:
         check_hooks_in(sys.executable, "0.35.0")
     assert "has no hook table (verified: 0.34.x)" in e.value.message and int(e.value.exit_code) == 9
+
+
+def test_a_vllm_launch_leaves_the_run_file_watch_finds_it_by(tmp_path, machine, monkeypatch):
+    """serve records a vLLM launch for sactool watch (sactool/runfile.py) with engine "vllm" and vLLM's
+    metrics endpoint (its HTTP port, 8000 unless --port; vLLM always serves /metrics), and watch reads
+    the engine, the profile and the endpoint back from it (issue 31)."""
+    from sactool import runfile
+    from sactool.cli.serve import _run_file
+    from sactool.serve.launch import build_launch
+    from sactool.watch.api import WatchOptions, Watcher
+
+    monkeypatch.setenv("SACTOOL_RUN_DIR", str(tmp_path / "run"))
+    path = _node0_profile(tmp_path, host_pool_gib=1.0, max_num_seqs=1, max_model_len=16384)
+    for extra, port in (([], "8000"), (["--port", "8123"], "8123")):
+        launch = build_launch(str(path), extra, python="/opt/vllm/bin/python", dry_run=True,
+                              sysfs_root=str(machine("this-machine")))
+        _run_file(launch)
+        run = runfile.read(runfile.latest())
+        assert (run["engine"], run["profile"]) == ("vllm", str(path))
+        assert run["argv"][1] == "serve" and run["metrics_url"] == f"http://127.0.0.1:{port}/metrics"
+    w = Watcher(WatchOptions(interval_s=0.1))   # nothing named: the newest run file of a live process
+    try:
+        assert w.url == "http://127.0.0.1:8123/metrics" and w.profile_path == str(path)
+        assert any(n.endswith("(vllm)") for n in w.notes)
+    finally:
+        w.close()
+
+
+def test_profile_show_lists_vllms_settings_not_sglangs(capsys):
+    assert main(["profile", "show", str(TP8)]) == 0
+    out = capsys.readouterr().out
+    assert "vllm.host_pool_gib" in out and "vllm.shared_host_pool" in out and "hisparse.device_buffer_size" in out
+    assert "sglang.tp_size" not in out and "hisparse.host_to_device_ratio" not in out
+
+
+def test_simulate_refuses_a_vllm_profile(tmp_path, capsys):
+    """simulate models SGLang's HiSparse: a vLLM profile is refused, not run with SGLang's defaults."""
+    p = load_profile(TP8)
+    path = save_profile(dataclasses.replace(p, bench={"source": "test"}), tmp_path / "v.yaml")
+    assert main(["simulate", "--profile", str(path), "--context", "16k", "--concurrency", "8"]) == 4
+    assert "is for vllm: simulate models SGLang 0.5.23's HiSparse" in capsys.readouterr().err

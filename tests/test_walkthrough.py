@@ -66,10 +66,10 @@ def test_profile_show_spells_values_as_the_yaml_file_does(capsys, monkeypatch):
     rc = main(["profile", "show", SAC_EXAMPLE])
     assert rc == 0
     rows = {}
-    for line in capsys.readouterr().out.splitlines():
-        cells = [c.strip() for c in re.split(r"[│┃]", line)]
-        if len(cells) >= 2 and cells[0].startswith(("pool.", "hisparse.", "sglang.")):
-            rows[cells[0]] = cells[1]
+    for line in capsys.readouterr().out.splitlines():   # "pool.strict = true  (user)", a line per setting
+        m = re.match(r"((?:pool|hisparse|sglang)\.\w+) = (.*?)  \(\w+\)$", line)
+        if m:
+            rows[m.group(1)] = m.group(2)
     assert rows["pool.strict"] == "true" and rows["pool.stand_in"] == "false"
     assert rows["pool.capacity_bytes"] == "null" and rows["hisparse.prefetch"] == "true"
     assert rows["pool.dax_devices"] == "[dax0.0, dax1.0]"

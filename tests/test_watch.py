@@ -256,6 +256,8 @@ def test_engine_demand_from_vllm_s_exposition_over_loopback_against_the_predicti
     assert e.naming == "vllm-0.34" and e.window == "totals since the engine started"
     assert e.miss_rate == pytest.approx(0.08957, rel=1e-6)
     assert e.h2d_bytes_per_token == pytest.approx(0.08957 * 61 * 2048 * 656, rel=1e-4)
+    # the decode step as vLLM serves it (inter-token latency sum / count) and the batch it was serving
+    assert e.step_time_s == pytest.approx(0.06764, rel=1e-6) and e.requests_running == 8
     assert p.workload == "sharegpt-dsv32" and p.predicted_hit_rate is not None
     assert p.miss_ratio == pytest.approx(0.08957 / (1 - p.predicted_hit_rate), rel=1e-6)
     assert p.bytes_ratio == pytest.approx(e.h2d_bytes_per_token / p.predicted_bytes_per_token, rel=1e-6)
@@ -402,3 +404,24 @@ def test_the_metrics_endpoint_from_the_engine_s_argv():
         "http://127.0.0.1:30123/metrics"
     assert metrics_url(["--enable-metrics"], "sglang") == "http://127.0.0.1:30000/metrics"
     assert metrics_url(["--host", "::1"], "vllm") == "http://[::1]:8000/metrics"
+
+
+def test_the_decode_step_over_a_window_is_the_difference_of_two_scrapes():
+    """Between two scrapes the inter-token latency's sum and count are differenced, as the counters are:
+    the step over the window, not since the engine started; the running gauge is the later scrape's."""
+    from sactool.watch import engine
+
+    text = VLLM.read_text()
+    first = engine.Counts.of(engine.totals(text), 0.0)
+    later = (text.replace("inter_token_latency_seconds_count{engine=\"0\",model_name=\"deepseek-ai/DeepSeek-V3.2\"} "
+                          "250000.0", "inter_token_latency_seconds_count{engine=\"0\",model_name=\"deepseek-ai/"
+                          "DeepSeek-V3.2\"} 260000.0")
+             .replace("16909.999999942724", f"{16909.999999942724 + 10000 * 0.1!r}")
+             .replace("vllm:generation_tokens_total{engine=\"0\",model_name=\"deepseek-ai/DeepSeek-V3.2\"} 250000.0",
+                      "vllm:generation_tokens_total{engine=\"0\",model_name=\"deepseek-ai/DeepSeek-V3.2\"} 260000.0")
+             .replace("vllm:num_requests_running{engine=\"0\",model_name=\"deepseek-ai/DeepSeek-V3.2\"} 8.0",
+                      "vllm:num_requests_running{engine=\"0\",model_name=\"deepseek-ai/DeepSeek-V3.2\"} 6.0"))
+    assert later != text
+    d = engine.demand("u", engine.Counts.of(engine.totals(later), 5.0), first)
+    assert d.window == "rate over 5.0 s" and d.step_time_s == pytest.approx(0.1) and d.requests_running == 6
+    assert engine.demand("u", first).step_time_s == pytest.approx(0.06764, rel=1e-6)

@@ -40,7 +40,11 @@ def run_quick_gather(node: int | None, record_bytes: int, topk: int, threads: in
     (imports, placement and kernel load come on top: ~2–3 s here). ``hugepages``: the buffer's
     page kind (thp, none = 4 KiB, 2MB/1GB hugetlb). Another sactool measurement running: it waits,
     telling ``notify`` (a one-line text callback) whom for (:mod:`sactool.bench.lock`). Returns a full
-    bench record; Ctrl-C raises KeyboardInterrupt (a partial measurement is not a figure).
+    bench record; Ctrl-C raises KeyboardInterrupt (a partial measurement is not a figure). A complete
+    record comes back settled (:func:`sactool.errors.settle`: a signal after the measurement is
+    recorded, not raised): the caller saves it (tune: its journal), then calls
+    :func:`sactool.errors.unsettle` to go on interruptibly — a signal that came meanwhile is raised
+    there, the point already on disk.
     """
     from sactool.bench.api import BenchOptions, run_bench as _run
     from sactool.bench.protocol import Protocol
@@ -67,9 +71,6 @@ def run_quick_gather(node: int | None, record_bytes: int, topk: int, threads: in
         _, cpus = resolve_cpus(topo, mem, None)
         opts = replace(opts, threads=(len(cpus),))
     rec = _run(opts, reader=reader, notify=notify)
-    from sactool.errors import unsettle
-
-    unsettle()   # the caller (tune) goes on working: interruptible again, a signal that came meanwhile raised here
     if not rec.complete:
         # run_bench keeps a partial record for 'sactool bench' to write; a quick figure built
         # from it ("median of 1 samples") would be silently wrong, so the interrupt goes on

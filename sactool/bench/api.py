@@ -155,7 +155,7 @@ def run_bench(opts: BenchOptions, *, reader: SysfsReader | None = None, progress
     if not topo.live:
         plan = _recording_plan(opts, topo, reader)
         raise TopologyError(f"the topology comes from a recording ({topo.sysfs_root}), not this system"
-                            + (f"; there bench would measure {plan}" if plan else ""),
+                            + (f"; {plan}" if plan else ""),
                             "sactool bench measures the running machine: drop --sysfs-root")
     mem = _memory_node(opts, topo, reader)
     cpu_node, cpus = resolve_cpus(topo, mem, opts.cpus)
@@ -299,7 +299,8 @@ def plan_bench(opts: BenchOptions, *, reader: SysfsReader | None = None) -> dict
     if topo.live:
         cpu_node, cpus = resolve_cpus(topo, mem, opts.cpus)
     else:    # this process's CPU affinity says nothing about a recorded machine
-        cpu_node = topo.nearest_cpu_node(mem)
+        near = topo.dax_locality(opts.dax.rsplit("/", 1)[-1]).cpu_node if opts.dax else None
+        cpu_node = near if near is not None else topo.nearest_cpu_node(mem)
         cpus = tuple(opts.cpus or topo.node(cpu_node).cpus)
     rule = buffer_rule(opts, topo, reader, mem, cpu_node, cpus)
     warnings = [dict(w) for w in rule.warnings]
@@ -320,9 +321,12 @@ def plan_bench(opts: BenchOptions, *, reader: SysfsReader | None = None) -> dict
         warnings.append(warning("in_cache", f"the planned gathers' working sets ({format_bytes(low)} and up) are under "
                                 f"{CACHE_MULTIPLE}x the {format_bytes(llc)} last-level cache",
                                 f"drop {opts.size_option}: the default is sized from the machine"))
-    where = f"memory node{mem}" + (f" ({opts.dax})" if opts.dax else "")
-    text = (f"{where} from CPUs {format_cpulist(cpus)} (node{cpu_node}), {'/'.join(opts.tests)} with "
-            f"{', '.join(map(str, _thread_sweep(opts, len(cpus))))} threads over a buffer of {rule.rule}")
+    # a devdax device's memory is no node (its target_node is where it would go once onlined): name the device
+    where = (f"DAX device {opts.dax.rsplit('/', 1)[-1]} (devdax, {format_bytes(dev.size_bytes or 0)})"
+             if opts.dax and dev is not None else f"memory node{mem}")
+    threads = _thread_sweep(opts, len(cpus))
+    text = (f"{where} from CPUs {format_cpulist(cpus)} (node{cpu_node}): {'/'.join(opts.tests)} with "
+            f"{', '.join(map(str, threads))} thread{'s' if threads != [1] else ''} over a buffer of {rule.rule}")
     if gathers and llc:
         g = gathers[0]
         text += (f"; gather working set {format_bytes(g['footprint_bytes'])} ({g['cache_multiple']:g}x the cache, "
@@ -333,10 +337,21 @@ def plan_bench(opts: BenchOptions, *, reader: SysfsReader | None = None) -> dict
 
 
 def _recording_plan(opts: BenchOptions, topo, reader: SysfsReader) -> str:
-    """What bench would do on the machine a recording shows (:func:`plan_bench`), or "" where the
-    recording does not tell."""
+    """What bench would do on the machine a recording shows (:func:`plan_bench`) — or why it could not there
+    (a node or DAX device the recording does not have) — as a clause of the refusal; "" where the recording
+    does not tell."""
+    if opts.dax:
+        name = opts.dax.rsplit("/", 1)[-1]
+        dev = next((d for d in topo.dax_devices if d.name == name), None)
+        if dev is None:
+            return f"there DAX device {name} does not exist (DAX devices: {', '.join(d.name for d in topo.dax_devices) or 'none'})"
+        if dev.mode != "devdax":
+            return (f"there {name} is in {dev.mode or 'no'} mode, not devdax"
+                    + (f" (its memory is node{dev.target_node})" if dev.mode == "system-ram" else ""))
+    elif opts.node is not None and opts.node not in topo.node_ids:
+        return f"there node{opts.node} does not exist (NUMA nodes: {', '.join(f'node{n}' for n in topo.node_ids)})"
     try:
-        return plan_bench(opts, reader=reader)["text"]
+        return "there bench would measure " + plan_bench(opts, reader=reader)["text"]
     except (StopIteration, IndexError, KeyError, ValueError, TypeError, SactoolError):
         return ""
 

@@ -59,10 +59,10 @@ from sactool.units import format_bytes, format_size_arg
 # ---- the run ------------------------------------------------------------------------------------
 
 
-def default_size(o: GpuGatherOptions, steps_max: int) -> int:
+def default_size(o: GpuGatherOptions, steps_max: int, floor: int = 1 << 30) -> int:
     region = (o.context_tokens + steps_max) * max(o.record_bytes)
     need = max(o.blocks) * region
-    return -(-max(need, 1 << 30) // (2 << 20)) * (2 << 20)
+    return -(-max(need, floor) // (2 << 20)) * (2 << 20)
 
 
 def run_gpu_gather(o: GpuGatherOptions, *, reader: SysfsReader | None = None, progress=None) -> R.BenchRecord:
@@ -163,7 +163,8 @@ def _plan(o: GpuGatherOptions, gpu, sim: bool, topo, mem, reader, warnings: list
     l2 = gpu.l2_bytes or (0 if sim else L2_FALLBACK_BYTES)  # the simulator has no cache to outrun
     need_steps = {(k, rb): o.steps or steps_for(k, rb, l2, max(o.blocks)) for k in o.topk for rb in o.record_bytes}
     steps_max = max(need_steps.values())
-    size = o.size_bytes or default_size(o, steps_max)
+    # the simulator has no cache to outrun either: no 1 GiB floor (filling it took ~50 s of a 60 s run under load)
+    size = o.size_bytes or default_size(o, steps_max, floor=(64 << 20) if sim else (1 << 30))
     region_records = o.context_tokens + steps_max
     for rb in o.record_bytes:
         if size // rb < max(o.blocks) * region_records:

@@ -28,6 +28,16 @@ DEFAULT_CONTEXT = 32768
 """Prefix length per request, tokens (records). A sweep parameter, not a fact about a model."""
 
 PATTERNS = ("uniform", "clustered", "trace")
+
+SIMULATOR_SWEEP = {"blocks": (1,), "threads": (32,), "record_bytes": (656,), "topk": (64,), "patterns": ("uniform",),
+                   "context_tokens": 4096}
+"""The sweep of every option not given, under numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``): it runs each
+GPU thread as a Python thread, so the default sweep (7 block counts x 4 widths x 2 record sizes x 3 patterns of
+2048 records) did not end in 300 s, and one 2048-record step of one 256-thread block took 2 minutes on the
+2-vCPU development VM; this one, one warp gathering 64 records (and a 64 MiB buffer: no cache to outrun),
+took 4 s there at load 5, 10 s at load 17. The simulator checks the kernels and the record, never speed,
+so nothing is lost."""
+
 LINE = 64
 L2_FALLBACK_BYTES = 64 << 20
 """Used for the footprint rule only when the device does not report its L2 size (the simulator)."""

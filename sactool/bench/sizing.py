@@ -138,14 +138,14 @@ def derive(cache: Cache | None, room: int | None, *, where: str, floor: int = FL
     want = max(floor, wanted(cache)) if cache else floor
     basis = (f"{CACHE_MULTIPLE}x the {format_bytes(cache.bytes)} last-level cache of {where} ({cache.source}"
              f"{f', {cache.instances} caches' if cache.instances > 1 else ''})" if cache else
-             f"the last-level cache of {where} is not reported; {format_bytes(floor)}")
+             f"the {format_bytes(floor)} floor, as the last-level cache of {where} is not reported")
     if cache and want == floor and wanted(cache) < floor:
         basis += f"; at least {format_bytes(floor)}"
     if room is None or want <= room:
         return BufferRule(want, False, cache, room, f"{format_bytes(want)}: {basis}")
     size = _down(room)
     rule = (f"{format_bytes(size)}: the most the node holds ({format_bytes(room)} free after the margin), "
-            f"less than {format_bytes(want)} = {basis}")
+            f"less than the {format_bytes(want)} wanted ({basis})")
     warns: tuple[dict, ...] = ()
     if cache:
         warns = (warning(code, f"{rule}; {share_text(cache, size)}",

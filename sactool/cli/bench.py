@@ -80,15 +80,10 @@ def _check_outputs(test: str, out: Path | None, plot: Path | None, force: bool) 
         if not any(t in PLOTTED for t in TEST_SETS[test]):
             raise UsageError(f"--plot draws loaded latency and gathers; 'bench {test}' measures neither",
                              "use --plot with bench loaded, gather or all")
-        check_output(plot, force, "--plot")
-        from sactool.cachedir import ensure_mpl_config
+        from sactool.render.figures import plot_format
 
-        ensure_mpl_config()
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            raise UsageError("--plot needs matplotlib",
-                             "pip install matplotlib (the 'plot' extra: pip install -e '.[plot]' in sactool's checkout)") from None
+        plot_format(plot)                 # .svg, .pdf or .png (and matplotlib), or refused: the one --plot rule
+        check_output(plot, force, "--plot")
 
 
 def run_command(test: str, *, node, cpus, size, threads, record_bytes, topk, prefetch, pattern, trace, hugepages,
@@ -152,7 +147,10 @@ def run_command(test: str, *, node, cpus, size, threads, record_bytes, topk, pre
             failed.append(("record", e))
     if plot is not None:
         try:
-            write_result(plot, plot_bench(rec), force=force, kind="bench-plot", suffix=".png")
+            from sactool.render.figures import plot_format
+
+            fmt_plot = plot_format(plot)
+            write_result(plot, plot_bench(rec, fmt_plot), force=force, kind="bench-plot", suffix=f".{fmt_plot}")
             note(f"plot: {plot}")
         except Exception as e:  # noqa: BLE001
             failed.append(("plot", e))
@@ -224,7 +222,8 @@ _B_PRESET = typer.Option(Preset("default"), "--preset", case_sensitive=False,
 _B_SEED = typer.Option(1, "--seed", help="Seed for chains and indices.")
 _B_OUT = typer.Option(None, "--out", "-o", help="Write the bench record here (JSON, or YAML by suffix).")
 _B_FORCE = flag("--force", help="Overwrite --out / --plot.")
-_B_PLOT = typer.Option(None, "--plot", help="Draw the loaded-latency and gather curves to this PNG (needs matplotlib).")
+_B_PLOT = typer.Option(None, "--plot", help="Draw the loaded-latency and gather curves to this .svg, .pdf or .png "
+                                            "(by the extension; needs matplotlib).")
 _B_DRY = flag("--dry-run", help="Plan only: the buffer, each gather's working set against the cache rule, what "
                                   "would be measured (also on a --sysfs-root recording); nothing is placed or measured.")
 _B_NO_WAIT = flag("--no-wait", help="Another sactool measurement running on this machine: refuse (exit 11) instead "
@@ -263,6 +262,33 @@ def _bench(test: str, kw: dict) -> None:
     run_command(test, **kw)
 
 
+TEST_OPTIONS = {
+    # what each test reads beyond node, cpus, size, hugepages, preset, out, force, format (runner.py, suite.py):
+    # the chains' seed (latency, mlp, loaded), thread counts (bandwidth, gather, convert), the gather's records
+    # and indices, convert's record sizes and seed, and --plot (loaded latency and gather curves)
+    "latency": {"seed"},
+    "mlp": {"seed"},
+    "loaded": {"seed", "plot"},
+    "bandwidth": {"threads"},
+    "gather": {"threads", "record_bytes", "topk", "prefetch", "pattern", "trace", "seed", "plot"},
+    "convert": {"threads", "record_bytes", "seed"},
+}
+"""The test-specific options each ``bench <test>`` uses; the others are not in its --help and are refused."""
+SPECIFIC = set().union(*TEST_OPTIONS.values())
+
+
+def _unused(test: str, given: dict) -> None:
+    """Refuse an option ``bench <test>`` would ignore (given after the subcommand or before it)."""
+    if test == "all":
+        return
+    bad = sorted(k for k in given if k in SPECIFIC and k not in TEST_OPTIONS[test])
+    if bad:
+        opt = "--" + bad[0].replace("_", "-")
+        users = sorted(t for t, used in TEST_OPTIONS.items() if bad[0] in used)
+        raise UsageError(f"{opt} does nothing for 'bench {test}': it is read by bench {', '.join(users)}",
+                         f"drop {opt}, or run one of those tests (bench all runs every test)")
+
+
 def _bench_cmd(test: str, doc: str, ex: str):
     def cmd(ctx: typer.Context, node: Optional[str] = _B_NODE, cpus: Optional[str] = _B_CPUS,
             size: Optional[str] = _B_SIZE, threads: Optional[str] = _B_THREADS,
@@ -274,9 +300,25 @@ def _bench_cmd(test: str, doc: str, ex: str):
         kw = dict(node=node, cpus=cpus, size=size, threads=threads, record_bytes=record_bytes, topk=topk,
                   prefetch=prefetch, pattern=pattern, trace=trace, hugepages=hugepages, preset=preset, seed=seed,
                   out=out, force=force, fmt=fmt, plot=plot, sysfs_root=sysfs_root, no_wait=no_wait, dry_run=dry_run)
+        _unused(test, {**(ctx.obj or {}).get("bench_options", {}), **_given(ctx, kw)})
         _bench(test, _merge(ctx, test, kw))
 
     cmd.__doc__ = doc
+    if test in TEST_OPTIONS:   # --help lists what this test reads: the other tests' options are hidden
+        import copy
+
+        names = [n for n in cmd.__code__.co_varnames[:cmd.__code__.co_argcount] if n != "ctx"]
+        assert len(names) == len(cmd.__defaults__ or ()), "every parameter after ctx has a default"
+        hidden = []
+        for name, default in zip(names, cmd.__defaults__ or ()):
+            if name in SPECIFIC and name not in TEST_OPTIONS[test]:
+                default = copy.copy(default)
+                default.hidden = True
+            elif name == "force" and "plot" not in TEST_OPTIONS[test]:
+                default = copy.copy(default)
+                default.help = "Overwrite --out."
+            hidden.append(default)
+        cmd.__defaults__ = tuple(hidden)
     bench_app.command(name=test, epilog=example(ex))(cmd)
 
 

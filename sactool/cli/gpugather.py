@@ -20,6 +20,7 @@ def _ints(text: str | None, what: str):
 
 
 def gpu_gather(
+    ctx: typer.Context,
     node: Optional[str] = typer.Option(None, "--node", "-n", help="Pool memory: a NUMA node (2 or node2) or a devdax "
                                        "device (dax0.0). Default: the pool node of 'sactool probe'."),
     gpu: int = typer.Option(0, "--gpu", "-g", help="CUDA device index."),
@@ -75,20 +76,46 @@ def gpu_gather(
     from sactool.bench.gpuplace import gpu_runtime
 
     gpu_runtime()  # no GPU: one line, exit 3, before the topology, the buffer or any index
+    opts = _simulator_sweep(opts, {"blocks": "blocks", "threads": "threads", "record_bytes": "record_bytes",
+                                   "topk": "topk", "patterns": "pattern", "context_tokens": "context"}, ctx)
     if cpus is not None:
         from dataclasses import replace
 
         from sactool.memory.nodes import topology
 
         opts = replace(opts, cpus=parse_cpus(cpus, topology()))
-    from sactool.render.bench import progress_reporter
+    from sactool.render.bench import PLAIN_PROGRESS_S, progress_reporter
 
-    cb, close = progress_reporter()
+    cb, close = progress_reporter(PLAIN_PROGRESS_S)   # off a terminal too: a run takes minutes
     try:
         rec = run_gpu_gather(opts, progress=cb)
     finally:
         close()
     _emit(rec, out, fmt, force)
+
+
+def _simulator_sweep(opts, params: dict, ctx):
+    """Under numba's CUDA simulator, every sweep option not given (``params``: option field -> CLI
+    parameter) takes the small simulator sweep (:data:`sactool.bench.gpuoptions.SIMULATOR_SWEEP`), and a
+    note says so; on a GPU, ``opts`` as they are."""
+    from dataclasses import replace
+
+    from sactool.bench.gpuoptions import SIMULATOR_SWEEP
+    from sactool.bench.gpuplace import simulated
+    from sactool.render import note
+
+    if not simulated():
+        return opts
+    def given(param: str) -> bool:
+        src = ctx.get_parameter_source(param)
+        return src is not None and getattr(src, "name", "") not in ("DEFAULT", "DEFAULT_MAP")
+
+    small = {k: v for k, v in SIMULATOR_SWEEP.items() if not given(params[k])}
+    if small:
+        note("gpu-gather: numba's CUDA simulator runs every GPU thread in Python: options not given take a small "
+             "sweep (" + ", ".join(f"{k} {v if not isinstance(v, tuple) else ','.join(map(str, v))}"
+                                   for k, v in small.items()) + "); the simulator checks correctness, not speed")
+    return replace(opts, **small)
 
 
 def _emit(rec, out: Path | None, fmt: str, force: bool) -> None:

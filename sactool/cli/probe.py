@@ -70,14 +70,18 @@ def run_probe(fmt: str = "table", sysfs_root: Optional[Path] = None, snapshot: O
         render_probe(topo)
     else:
         from sactool.render import emit_data
+        from sactool.render.probe import render_warnings
 
         emit_data(topo, fmt)
+        render_warnings(topo)      # on stderr, as every command with --format json|yaml (-q: none)
 
 
 def with_ranks(topo, reader, profile):
     """``topo`` with each poisoned range of its health block placed in the profile's rank plan
     (devdax: the rank whose slice holds it and the offset in its pool); unchanged for a numa pool,
-    whose pages the kernel places (a poisoned page there is the kernel's to offline)."""
+    whose pages the kernel places (a poisoned page there is the kernel's to offline). The plan is
+    the one made without the known poison — the slices an engine launched before the poison was
+    read maps; the next ``serve`` carves around it."""
     from dataclasses import replace
 
     from sactool.topology.health import locate
@@ -90,11 +94,15 @@ def with_ranks(topo, reader, profile):
 
 
 def plan_slots(topo, reader, profile) -> list:
-    """The rank plan's slots of ``profile`` on ``topo`` (rank, target, offset_bytes, size_bytes)."""
+    """The rank plan's slots of ``profile`` on ``topo`` (rank, target, offset_bytes, size_bytes), made
+    without the devices' known poison (the plain slices)."""
+    from dataclasses import replace
+
     from sactool.pool.plan import PoolSpec, rank_plan
     from sactool.pool.targets import target_facts, target_names
 
-    targets = target_facts(topo, reader, target_names(profile.pool), capacity_bytes=profile.pool.capacity_bytes)
+    targets = [replace(t, poison=None) for t in
+               target_facts(topo, reader, target_names(profile.pool), capacity_bytes=profile.pool.capacity_bytes)]
     return list(rank_plan(PoolSpec.of(profile), targets, check_pool=False).slots)
 
 
@@ -104,7 +112,7 @@ def check_plot(plot: Optional[Path], force: bool) -> Optional[str]:
     if plot is None:
         return None
     from sactool.records import check_writable, refuse_existing
-    from sactool.render.machinedraw import plot_format
+    from sactool.render.figures import plot_format
 
     fmt = plot_format(plot)
     refuse_existing(plot, force, "pass --force to overwrite it, or choose another --plot")
@@ -139,7 +147,7 @@ def register(app) -> None:
             None, "--snapshot", help="Also write the files the prober read to this .tar.gz (for bug reports)."),
         plot: Optional[Path] = typer.Option(
             None, "--plot", help="Also draw the machine (sockets, host bridges, links, devices, regions, DAX, "
-                                 "nodes, GPUs) to this .svg or .png (needs matplotlib)."),
+                                 "nodes, GPUs) to this .svg, .pdf or .png (by the extension; needs matplotlib)."),
         force: bool = flag("--force", help="Overwrite an existing --snapshot / --plot file."),
         poison: bool = flag("--poison", help="Ask each CXL device for its poison list (root; writes "
                                              "memX/trigger_poison_list, reads cxl_poison trace events)."),

@@ -58,9 +58,11 @@ def serve(
                                                   help="Override pool.placement (none: the DRAM A/B baseline)."),
     sysfs_root: Optional[Path] = SysfsRootOpt,
     plot: Optional[Path] = typer.Option(None, "--plot", help="With --dry-run: draw the rank plan on the machine "
-                                                             "(each rank's GPU → its pool target) to this .svg or "
-                                                             ".png (needs matplotlib)."),
+                                                             "(each rank's GPU → its pool target) to this .svg, "
+                                                             ".pdf or .png (by the extension; needs matplotlib)."),
     force: bool = flag("--force", help="Overwrite an existing --plot file."),
+    strict: bool = flag("--strict", help="Refuse a profile tuned on another machine (its machine block: host, CPU "
+                                         "model, CPUs, NUMA layout); without it, a warning."),
     fmt=FormatOpt,
     quiet: bool = QuietOpt,
 ) -> None:
@@ -78,7 +80,7 @@ def serve(
         plot_fmt = check_plot(plot, force)
     launch = build_launch(str(profile), sglang_args(ctx.args), python=python, entrypoint=value(entrypoint), dry_run=dry_run,
                           allow_untested=allow_untested, sysfs_root=str(sysfs_root) if sysfs_root else None,
-                          placement=value(placement), engine=value(engine))
+                          placement=value(placement), engine=value(engine), strict=strict)
     if dry_run:
         from sactool.render.serve import render_launch
 

@@ -48,7 +48,8 @@ def simulate(
     convert_bench: Optional[Path] = typer.Option(
         None, "--convert-bench", help="Bench record of 'sactool bench convert': the RDMA baseline's CPU-pass rate "
         "measured on this host instead of the platform's (read from the authors' logs)."),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="Write throughput, TTFT and TBT vs concurrency (PNG)."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Write throughput, TTFT and TBT vs concurrency to this .svg, .pdf or .png "
+                                                            "(by the extension; needs matplotlib)."),
     force: bool = flag("--force", help="Overwrite an existing --plot file."),
     fmt=FormatOpt,
     quiet: bool = QuietOpt,
@@ -62,6 +63,10 @@ def simulate(
     if platform is None and profile is None:
         raise UsageError("give --platform FILE or --profile P",
                          f"e.g. sactool simulate --platform {paper_platform()}")
+    if plot is not None:                  # .svg, .pdf or .png (and matplotlib), or refused: the one --plot rule
+        from sactool.render.figures import plot_format
+
+        plot_format(plot)
     check_output(plot, force, "--plot")   # before the work: exists, unwritable directory, full disk
     if plot is not None:
         from sactool.render.figures import require_matplotlib
@@ -159,5 +164,8 @@ def _emit(res, sens, *, fmt: str, explain: bool, plot: Optional[Path], force: bo
         from sactool.render import note
         from sactool.render.simfigure import plot_png
 
-        write_result(plot, plot_png(res), force=force, kind="simulate-plot", suffix=".png")
+        from sactool.render.figures import plot_format
+
+        fmt_plot = plot_format(plot)
+        write_result(plot, plot_png(res, fmt_plot), force=force, kind="simulate-plot", suffix=f".{fmt_plot}")
         note(f"plot: {plot}")

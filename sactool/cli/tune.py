@@ -65,7 +65,8 @@ def tune(
     tp: int = typer.Option(8, "--tp", help="GPU ranks (tensor parallel size)."),
     attn_dp: Optional[int] = typer.Option(None, "--attn-dp", help="Attention-DP groups (default: = --tp for SGLang; "
                                           "1 for vLLM: one TP replica sharing one pool)."),
-    gpu: Optional[Gpu] = typer.Option(None, "--gpu", case_sensitive=False, help="GPU from the catalog (default h200)."),
+    gpu: Optional[Gpu] = typer.Option(None, "--gpu", case_sensitive=False, help="GPU the budget is planned for (default: the NVIDIA GPUs probe sees, by PCI "
+                                   "device id; h200 where probe sees none). Differing from probe: a warning."),
     gpu_kv_budget: Optional[str] = typer.Option(None, "--gpu-kv-budget",
                                                 help="GPU memory per GPU for hot buffers + indexer keys, with its "
                                                      "unit (e.g. 30GiB)."),

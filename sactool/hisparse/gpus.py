@@ -50,7 +50,26 @@ GPUS: dict[str, GpuSpec] = {
 }
 
 DEFAULT_GPU = "h200"
-"""The HiSparse reference deployment (LMSYS HiSparse blog, 8x H200) — a default, recorded as such."""
+"""The HiSparse reference deployment (LMSYS HiSparse blog, 8x H200) — a default, recorded as such,
+used only where probe sees no NVIDIA GPU of the catalog and ``--gpu`` is not given."""
+
+PCI_DEVICE_IDS: dict[int, str] = {
+    # NVIDIA (vendor 0x10de) PCI device ids -> catalog name, the ids of the parts the catalog sizes.
+    # pci.ids (pci-ids.ucw.cz, vendor 10de): 2330 "GH100 [H100 SXM5 80GB]", 2331 "GH100 [H100 PCIe]" (80 GB)
+    0x2330: "h100", 0x2331: "h100",
+    # NVIDIA gpu-admin-tools, gpu/devid_names.py: 0x2335 and 0x233B "H200" (H200 SXM 141GB, H200 NVL
+    # 141GB), 0x2329 "H20" (96 GB, the SAC testbed's)
+    0x2335: "h200", 0x233B: "h200", 0x2329: "h20",
+}
+"""Which catalog GPU a PCI function is, by its ``device`` id; an id not here is a GPU sactool cannot size."""
+
+
+def catalog_name(device: str | None) -> str | None:
+    """The catalog name of an NVIDIA PCI ``device`` id as sysfs prints it (``0x2330``), or None."""
+    try:
+        return PCI_DEVICE_IDS.get(int(str(device), 16))
+    except ValueError:
+        return None
 
 DEFAULT_MEM_FRACTION_STATIC = 0.85
 """``--mem-fraction-static`` of the SAC runs (docs/sources.md, SAC §3/§5: "mem_fraction_static 0.85")."""
@@ -76,12 +95,13 @@ class GpuBudget:
 
 def kv_budget(*, model_name: str, tp: int, gpu: str | None, budget_bytes: int | None,
               weights_bytes: int | None = None, checkpoint: tuple[int, str] | None = None,
-              mem_fraction_static: float = DEFAULT_MEM_FRACTION_STATIC) -> GpuBudget:
+              mem_fraction_static: float = DEFAULT_MEM_FRACTION_STATIC, gpu_source: str = "") -> GpuBudget:
     """The per-GPU KV budget: given (``--gpu-kv-budget``), or ``fraction × HBM − weights / tp``.
 
     Weights are split over the ``tp`` GPUs of one model instance (tensor/expert parallel):
     ``weights_bytes`` (given) or the model's ``checkpoint`` (bytes, source: its
     :class:`sactool.models.ModelSpec`'s ``checkpoint_bytes``/``checkpoint_source``).
+    ``gpu_source`` says where the GPU came from (named in the refusal when the weights do not fit).
     Raises CapacityError when the weights leave nothing, UsageError when the weights are unknown.
     """
     if budget_bytes is not None:
@@ -101,8 +121,22 @@ def kv_budget(*, model_name: str, tp: int, gpu: str | None, budget_bytes: int | 
     if left <= 0:
         raise CapacityError(
             f"the weights need {format_bytes(per_gpu_weights)} per GPU at tp {tp}, more than "
-            f"{mem_fraction_static:g} x {format_bytes(spec.hbm_bytes)} of a {spec.name}",
+            f"{mem_fraction_static:g} x {format_bytes(spec.hbm_bytes)} of a {spec.name}"
+            + (f" ({gpu_source})" if gpu_source else ""),
             "use more GPUs (--tp), a larger GPU (--gpu), or give --gpu-kv-budget")
     detail = (f"{mem_fraction_static:g} x {format_bytes(spec.hbm_bytes)} ({spec.name}) - "
               f"{format_bytes(per_gpu_weights)} weights/GPU ({wsrc}, / tp {tp})")
     return GpuBudget(left, "derived", detail, spec.name, mem_fraction_static)
+
+
+def kv_read_seconds_per_request(gpu: str | None, *, top_k: int, record_bytes: int, index_key_bytes: int,
+                                layers: int, context_tokens: int) -> tuple[float, str]:
+    """(seconds, where from): what one more request adds to a decode step by its HBM reads alone — the
+    ``top_k`` records attention reads from its hot buffer and the indexer keys of its whole context,
+    which the indexer scores, in every layer — over the HBM bandwidth of ``gpu`` (None: the catalog
+    default). The per-request term of ``simulate``'s roofline (:mod:`sactool.simulate.gpu`): a lower
+    bound, since kernels, communication and scheduling add to it."""
+    spec = get_gpu(gpu or DEFAULT_GPU)
+    per_req = (top_k * record_bytes + context_tokens * index_key_bytes) * layers
+    return per_req / spec.hbm_bytes_per_s, (f"{format_bytes(per_req)} of KV and indexer keys per request per step over "
+                                            f"{spec.name}'s {spec.hbm_bytes_per_s / 1e12:g} TB/s HBM ({spec.roofline_source})")

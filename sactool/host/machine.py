@@ -100,3 +100,30 @@ def upgrade_machine(block: Any) -> Any:
             n = {**n, "node": node_number(n["node"])}
         nodes.append(n)
     return {**block, "numa_nodes": nodes}
+
+
+def machine_differences(a: Any, b: Any) -> list[str]:
+    """What tells machine block ``a`` (a record's: where it was made) from ``b`` (here), in words; [] for
+    the same machine as far as the blocks can tell. Identity, not settings: the host name and CPU model
+    (where both are known), the online CPU count, and the NUMA layout (node numbers, CPUs per node,
+    CPU-less or not). A kernel update, THP mode or governor does not make another machine."""
+    if not isinstance(a, dict) or not isinstance(b, dict):
+        return []
+    out = []
+    for key, label in (("hostname", "host"), ("cpu_model", "CPU model"), ("cpus_online", "online CPUs")):
+        if a.get(key) is not None and b.get(key) is not None and a[key] != b[key]:
+            out.append(f"{label} {a[key]!r} there, {b[key]!r} here")
+
+    def layout(block: dict) -> dict[Any, tuple[Any, Any]]:
+        nodes = block.get("numa_nodes")
+        return {n.get("node"): (n.get("cpus"), n.get("cpu_less")) for n in nodes if isinstance(n, dict)} \
+            if isinstance(nodes, list) else {}
+
+    la, lb = layout(a), layout(b)
+    if la and lb and la != lb:
+        def word(v) -> str:
+            return "absent" if v is None else "CPU-less" if v[1] else f"{v[0]} CPUs"
+        keys = sorted(set(la) | set(lb), key=lambda k: (not isinstance(k, int), str(k) if not isinstance(k, int) else k))
+        diff = [f"node{k} {word(la.get(k))} there, {word(lb.get(k))} here" for k in keys if la.get(k) != lb.get(k)]
+        out.append("NUMA layout differs: " + ", ".join(diff[:4]) + (f" and {len(diff) - 4} more" if len(diff) > 4 else ""))
+    return out

@@ -64,12 +64,20 @@ ENGINE = "SGLang"
 def _fallback(msg: str) -> None:
     fallback(msg, ENGINE)
 
-COORDINATOR_TARGET = "sglang.srt.managers.hisparse_coordinator.HiSparseCoordinator.__init__"
-ALLOCATE_TARGET = "sglang.srt.mem_cache.pool_host.common.HostTensorAllocator.allocate"
-BUDGET_TARGET = "sglang.srt.mem_cache.pool_host.base.host_memory_budget_bytes"
-RANK_FUNCTION = "sglang.srt.distributed.parallel_state.get_tensor_model_parallel_rank"
+from sactool.plugins.hooks import SGLANG_TABLES  # noqa: E402 (the symbols this plug-in patches, per version)
+
+_TESTED = SGLANG_TABLES[0]   # 0.5.23's row: the names tests and scripts read
+CALLER_TARGET = _TESTED.target("caller")
+COORDINATOR_TARGET = _TESTED.target("coordinator")
+ALLOCATE_TARGET = _TESTED.target("allocate")
+BUDGET_TARGET = _TESTED.target("budget")
+RANK_FUNCTION = _TESTED.target("rank")
+HOOKS = {"caller": "around_caller", "coordinator": "around_coordinator_init", "budget": "around_budget",
+         "allocate": "around_allocate"}
+"""Which function of this module wraps each ``around`` role of the hook table."""
 
 _ALLOCATING: contextvars.ContextVar[bool] = contextvars.ContextVar("sactool_hisparse_host_pool", default=False)
+_DECLINED: contextvars.ContextVar[str] = contextvars.ContextVar("sactool_hisparse_declined", default="")
 
 
 class _Hooks:
@@ -80,6 +88,8 @@ class _Hooks:
         self.profile: Any = None
         self.placer: HostPoolPlacer | None = None
         self.placed_in_init: list[Any] = []
+        self.hooks: Any = None            # the HookCheck of this process's SGLang (the table used)
+        self.checked: set[int] = set()    # ids of the coordinators whose pool was checked
 
 
 _HOOKS = _Hooks()
@@ -94,7 +104,8 @@ def reset() -> None:
     """Forget the profile and unmap what was placed (tests)."""
     if _HOOKS.placer is not None:
         _HOOKS.placer.close()
-    _HOOKS.profile, _HOOKS.placer, _HOOKS.placed_in_init = None, None, []
+    _HOOKS.profile, _HOOKS.placer, _HOOKS.placed_in_init, _HOOKS.hooks = None, None, [], None
+    _HOOKS.checked = set()
 
 
 def new_placer(profile: Any, *, strict: bool = False, reader: Any = None) -> HostPoolPlacer:
@@ -171,6 +182,12 @@ def register(registry: Any = None, hook_type: Any = None) -> bool:
             raise SystemExit(f"sactool_cxl: {msg} ({STRICT_ENV}=1: stopping)")
         _fallback(msg)
         return False
+    if getattr(profile, "engine", "sglang") != "sglang":
+        msg = f"{path} is a profile for {profile.engine}, not SGLang"
+        if profile.pool.strict or strict_env:
+            raise SystemExit(f"sactool_cxl: {msg} (pool.strict: stopping)")
+        _fallback(msg)
+        return False
     reset()
     _HOOKS.profile = profile
     _HOOKS.placer = new_placer(profile, strict=profile.pool.strict or strict_env)
@@ -188,19 +205,39 @@ def register(registry: Any = None, hook_type: Any = None) -> bool:
             _fallback(msg)
             return False
         registry, hook_type = HookRegistry, HookType.AROUND
-    missing = [(t, why) for t in (COORDINATOR_TARGET, BUDGET_TARGET, ALLOCATE_TARGET)
-               for why in [_missing(t)] if why]
-    if missing:
-        msg = f"hook target {missing[0][0]} does not exist in this SGLang ({missing[0][1]})"
+    check = check_engine()
+    if not check.ok:
+        msg = check.message() + ": the plug-in cannot place the pool"
         if _HOOKS.placer.strict:
             raise SystemExit(f"sactool_cxl: {msg} (pool.strict: stopping)")
+        logger.warning("sactool_cxl: WARNING: %s; the HiSparse host pool will be in DRAM where SGLang puts it, "
+                       "not on %s", msg, _targets(profile))
         _fallback(msg)
         return False
-    registry.register(COORDINATOR_TARGET, around_coordinator_init, hook_type)
-    registry.register(BUDGET_TARGET, around_budget, hook_type)
-    registry.register(ALLOCATE_TARGET, around_allocate, hook_type)
-    logger.info("sactool_cxl: hooks registered for profile %s (%s)", path, profile.model.name)
+    if check.note:
+        logger.warning("sactool_cxl: %s", check.note)
+    assert check.table is not None   # check.ok
+    _HOOKS.hooks = check
+    for h in check.table.hooks:
+        if h.use == "around":
+            registry.register(h.target, globals()[HOOKS[h.role]], hook_type)
+    logger.info("sactool_cxl: hooks registered for profile %s (%s), SGLang %s", path, profile.model.name,
+                check.version)
     return True
+
+
+def check_engine(version: str | None = None) -> Any:
+    """The hook table checked against the installed SGLang (:func:`sactool.plugins.hooks.check_hooks`):
+    every symbol resolved, signatures where the plug-in relies on them."""
+    from sactool.plugins.hooks import check_hooks
+
+    return check_hooks(SGLANG_TABLES, version)
+
+
+def _targets(profile: Any) -> str:
+    from sactool.pool.targets import target_names
+
+    return ", ".join(target_names(profile.pool)) or "the profile's pool targets"
 
 
 def with_env_gpu_nodes(profile: Any) -> Any:
@@ -220,17 +257,55 @@ def with_env_gpu_nodes(profile: Any) -> Any:
 # ------------------------------------------------------------------------------------------
 
 
-def around_coordinator_init(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
-    """AROUND ``HiSparseCoordinator.__init__``: host-pool allocations inside it are ours; after it,
-    the pool SGLang kept must be the one placed (strict: stop; else WARNING "NOT on")."""
+def around_caller(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
+    """AROUND ``ModelRunner.maybe_init_hisparse_coordinator``: the scope in which SGLang builds the
+    HiSparse host pool, whichever coordinator class builds it. Host-pool allocations inside are
+    ours; afterwards the coordinator it kept (``self.hisparse_coordinator``) is checked, unless the
+    coordinator hook already checked it — a second coordinator class, building the pool while every
+    hook target still exists, is caught here (strict: stop; else WARNING "NOT on")."""
+    outer = not _ALLOCATING.get()
     token = _ALLOCATING.set(True)
-    _HOOKS.placed_in_init = []
+    if outer:
+        _HOOKS.placed_in_init = []
+    declined = _DECLINED.set("")
     try:
         out = original(self, *args, **kwargs)
+        coord = getattr(self, "hisparse_coordinator", None)
+        if _HOOKS.placer is not None and coord is not None and id(coord) not in _HOOKS.checked:
+            check_placed(coord, via=f"{type(coord).__name__} (built by maybe_init_hisparse_coordinator, not through "
+                                    "the HiSparseCoordinator hook)", declined=_DECLINED.get())
     finally:
+        _DECLINED.reset(declined)
         _ALLOCATING.reset(token)
+    return out
+
+
+def around_coordinator_init(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
+    """AROUND ``HiSparseCoordinator.__init__``: host-pool allocations inside it are ours; after it,
+    the pool SGLang kept must be the one placed (strict: stop; else WARNING "NOT on"). A refusal
+    of SGLang's host-memory check that the plug-in's answer caused becomes the plug-in's own stop
+    in strict mode."""
+    token = _ALLOCATING.set(True)
+    declined = _DECLINED.set("")
+    _HOOKS.placed_in_init = []
+    p = _HOOKS.placer
+    if p is not None:
+        p.budget_answer = None
+    try:
+        out = original(self, *args, **kwargs)
+    except ValueError as e:
+        if p is not None and p.strict and p.budget_answer is not None and "Not enough host memory" in str(e):
+            rank, _ = current_rank()
+            _stop(f"rank {rank}: SGLang's host pool does not fit the {p.budget_answer} bytes the plug-in can place "
+                  f"it in ({e})")
+        raise
+    finally:
+        stepped_aside = _DECLINED.get()
+        _DECLINED.reset(declined)
+        _ALLOCATING.reset(token)
+    _HOOKS.checked.add(id(self))
     if _HOOKS.placer is not None:
-        check_placed(self)
+        check_placed(self, declined=stepped_aside)
     return out
 
 
@@ -243,9 +318,10 @@ def host_tensors(pool: Any) -> list[Any]:
     return list(kv) if isinstance(kv, (list, tuple)) else [kv]
 
 
-def check_placed(coordinator: Any) -> bool:
+def check_placed(coordinator: Any, via: str = "", declined: str = "") -> bool:
     """Does every tensor of ``coordinator.mem_pool_host.kv_buffer`` lie in a buffer placed during
-    its constructor?"""
+    its constructor (``via``: how the coordinator was built, when not through the hooked one;
+    ``declined``: why the plug-in stepped aside, non-strict)?"""
     rank, _ = current_rank()
     try:
         target = plans_for(rank).target if rank is not None else "the profile's pool target"
@@ -257,16 +333,18 @@ def check_placed(coordinator: Any) -> bool:
     outside = [a for a in addrs if not inside(a, placed)]
     if placed and tensors and not outside:
         return True
-    if not placed:
-        why = "the allocation hook did not run or did not place it"
+    if not placed and declined:
+        why = f"the plug-in stepped aside: {declined}"
+    elif not placed:
+        why = "the allocation hook did not run or did not place it" + (f"; the coordinator is {via}" if via else "")
     elif not tensors:
         why = "the coordinator has no mem_pool_host.kv_buffer to check"
     else:
         first = next((a for a in outside if a is not None), None)
         why = (f"{len(outside)} of SGLang's {len(tensors)} kv_buffer tensor(s) are not in the placed buffers"
-               + (f" (one at {first:#x})" if first is not None else ""))
+               + (f" (one at {first:#x})" if first is not None else "") + (f"; the coordinator is {via}" if via else ""))
     msg = f"rank {rank}: host pool NOT on {target}: {why}"
-    if _HOOKS.placer is not None and _HOOKS.placer.strict:
+    if _HOOKS.placer is not None and _HOOKS.placer.strict and not declined:
         _stop(msg)
     logger.warning("sactool_cxl: %s (SGLang's allocator placed it where the rank's memory policy says)", msg)
     return False
@@ -276,7 +354,7 @@ def around_budget(original: Callable, *args: Any, **kwargs: Any) -> Any:
     """AROUND ``host_memory_budget_bytes(requested_bytes=0, *, auto_size=False)``: inside the
     coordinator, the budget of the memory the plug-in places the pool in; elsewhere SGLang's."""
     p = _HOOKS.placer
-    if not _ALLOCATING.get() or p is None:
+    if not _ALLOCATING.get() or p is None or _DECLINED.get():
         return original(*args, **kwargs)
     requested = args[0] if args else kwargs.get("requested_bytes", 0)
     rank, _ = current_rank()
@@ -291,6 +369,17 @@ def around_budget(original: Callable, *args: Any, **kwargs: Any) -> Any:
         logger.warning("sactool_cxl: %s; no pool budget, SGLang's host-memory budget applies", msg)
     if answer is None:
         return original(*args, **kwargs)
+    if requested and requested > answer:    # it cannot go where the plug-in places it (a pinned share, a full node)
+        msg = f"rank {rank}: the {requested}-byte HiSparse pool does not fit {source} ({answer} bytes)"
+        if p.strict:
+            _stop(msg)
+        _fallback(msg)
+        _DECLINED.set(msg)                  # the allocation hook steps aside too: SGLang's own budget and allocator
+        return original(*args, **kwargs)
+    if not requested and not p.strict:      # the pool compares its total itself: a refusal must not come from us
+        own = original(*args, **kwargs)
+        if own > answer:
+            answer, source = own, f"SGLang's own budget, larger than {source} ({answer} bytes; non-strict)"
     p.budget_answer = answer
     what = (f"the {requested}-byte HiSparse pool" if requested else
             "the HiSparse pool (no size passed: the pool compares its total itself)")
@@ -310,7 +399,7 @@ def _bind_allocate_args(args: tuple, kwargs: dict) -> tuple[tuple, Any, str]:
 def around_allocate(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
     """AROUND ``HostTensorAllocator.allocate``: place the HiSparse pool, else call the original."""
     p = _HOOKS.placer
-    if not _ALLOCATING.get() or p is None:
+    if not _ALLOCATING.get() or p is None or _DECLINED.get():
         return original(self, *args, **kwargs)
     dims, dtype, device = _bind_allocate_args(args, kwargs)
     if device != "cpu":
@@ -328,9 +417,13 @@ def around_allocate(original: Callable, self: Any, *args: Any, **kwargs: Any) ->
 
 
 def _sglang_tp_rank() -> int:
-    from sglang.srt.distributed.parallel_state import get_tensor_model_parallel_rank
+    from sactool.plugins.hooks import resolve
 
-    return int(get_tensor_model_parallel_rank())
+    table = _HOOKS.hooks.table if _HOOKS.hooks is not None else _TESTED
+    fn, why = resolve(table.target("rank"))
+    if why:
+        raise LookupError(why)
+    return int(fn())
 
 
 def current_rank() -> tuple[int | None, str]:

@@ -416,7 +416,8 @@ def _wrap_preflight(original: Callable) -> Callable:
         try:
             answer, source = _budget(owner)
         except Exception as e:
-            _stop_or_warn(f"pool {owner}: no budget for vLLM's preflight ({getattr(e, 'message', e)}); vLLM's applies")
+            _stop_or_warn(f"pool {owner}: no budget for vLLM's preflight ({getattr(e, 'message', e)})"
+                          + ("" if _STATE.strict else "; vLLM's own check applies"))
             return original(pool_bytes)
         if answer is None:
             return original(pool_bytes)

@@ -74,14 +74,15 @@ def _node_share(q: Any, per_rank: int, by_target: dict[str, list[int]]) -> dict[
 def check_pool(spec: PoolSpec, reader: SysfsReader) -> PoolCheck:
     """Raise TopologyError (target absent / wrong mode) or CapacityError (too small); else report,
     with the rank plan (:func:`sactool.pool.plan.rank_plan`): each rank's target and, in devdax
-    mode, its own aligned slice of a shared device."""
+    mode, its own aligned slice of a shared device, carved around the devices' known poison (live:
+    the poison lists are asked for — root; a recording replays the list it captured)."""
     sizing = spec.sizing
     q = spec.settings
     if q.placement == "none":
         return PoolCheck(sizing, (), "placement none: the pool stays in the GPU-local DRAM the engine binds each rank to")
     from sactool.topology import probe
 
-    topo = probe(reader)
+    topo = probe(reader, poison=q.mode == "devdax")   # devdax: slices are carved around known poison
     per_rank = spec.bytes_per_rank
     facts = target_facts(topo, reader, target_names(q), capacity_bytes=q.capacity_bytes)
     plan = rank_plan(spec, facts, check_pool=q.mode == "devdax")   # devdax: pool > slice is a CapacityError
@@ -94,9 +95,10 @@ def check_pool(spec: PoolSpec, reader: SysfsReader) -> PoolCheck:
             known = [v for v in sizes if v is not None]
             avail = sum(known) if sizes and len(known) == len(sizes) else t.capacity_bytes
             need = None if per_rank is None else per_rank * len(ranks)
+            carved = " carved around known poison" if any(n == t.name for n, _ in plan.carved) else ""
             checks.append(TargetCheck(t.name, tuple(ranks), need, avail,
-                                      f"{t.capacity_source}; {len(ranks)} aligned slices of {sizes[0] if sizes else 0} bytes",
-                                      True))
+                                      f"{t.capacity_source}; {len(ranks)} aligned slices of {sizes[0] if sizes else 0} "
+                                      f"bytes{carved}", True))
         return PoolCheck(sizing, tuple(checks), "" if per_rank is not None else
                          f"capacity not checked: host bytes per rank {spec.bytes_source}", plan, tuple(facts))
     nodes = sorted({_numa_node(t) for t in by_target} | set(q.interleave_weights if q.policy == "weighted_interleave" else ()))

@@ -13,7 +13,19 @@ set these; ``sactool/plugins/`` read them), whichever engine runs.
                                 GPUs the ranks really get sit elsewhere than the profile says
 ``SACTOOL_DEVDAX_STANDIN``      JSON ``{"dax0.0": {"path": FILE, "align_bytes": N}}``: a file
                                 stands in for a DAX device that is not there (integration checks)
+``SACTOOL_POOL_POISON``         JSON ``{"dax0.0": [[OFFSET, LENGTH], ...]}``: the known poison of
+                                each DAX target as serve read it; every rank carves its slice
+                                around exactly these ranges (unset: serve did not read them)
 ==============================  =========================================================
+
+Why the poison travels in the environment instead of each rank reading the devices' poison lists
+itself: the ranks sharing a device must cut it from the same poison set, or their slices can
+overlap (a rank that saw a new record would shrink and move its slices while the others did not).
+serve reads the lists once, shows the carved plan in ``--dry-run`` and hands that very set to
+every rank, so the plan each rank maps is the one shown. A record that appears after serve read the
+lists is not in that plan (serve's health check refuses, strict, a poisoned planned slice it sees
+at launch; the next launch carves around it). Reading the list also needs root and writes
+``trigger_poison_list`` on every device — once per launch instead of once per rank.
 """
 
 from __future__ import annotations
@@ -40,6 +52,10 @@ may narrow CUDA_VISIBLE_DEVICES per rank process, so the plug-in cannot re-deriv
 
 STANDIN_ENV = "SACTOOL_DEVDAX_STANDIN"
 """JSON ``{"dax0.0": {"path": FILE, "align_bytes": N}}``: a file standing in for a DAX device."""
+
+POISON_ENV = "SACTOOL_POOL_POISON"
+"""JSON ``{"dax0.0": [[offset, length], ...]}``: the known poison of each DAX target, as serve read it
+(the rank plan carves every slice around it, the same in every rank)."""
 
 
 def with_gpu_nodes(profile: Any, nodes: Sequence[int]) -> Any:
@@ -101,3 +117,30 @@ def standin_devices(environ: Mapping[str, str] | None = None) -> dict[str, dict]
         return {str(k): {"path": str(v["path"]), "align_bytes": int(v["align_bytes"])} for k, v in data.items()}
     except (ValueError, TypeError, KeyError, AttributeError) as e:
         raise ValueError(f"${STANDIN_ENV} is not a JSON mapping name -> {{path, align_bytes}}: {e}") from None
+
+
+def poison_value(poison: Mapping[str, Sequence[tuple[int, int]] | None]) -> str | None:
+    """``$SACTOOL_POOL_POISON`` for the known poison of each DAX target (None where a target's lists
+    were not read: such a target is left out); None when no target's poison is known."""
+    import json
+
+    known = {k: [[int(o), int(n)] for o, n in v] for k, v in poison.items() if v is not None}
+    return json.dumps(known, separators=(",", ":"), sort_keys=True) if known else None
+
+
+def poison_from_env(environ: Mapping[str, str] | None = None) -> dict[str, tuple[tuple[int, int], ...]] | None:
+    """``$SACTOOL_POOL_POISON``: DAX device -> its known poison ``(offset, length)``; None when unset.
+    ValueError when malformed (the rank must not guess where its slice is)."""
+    import json
+
+    raw = (os.environ if environ is None else environ).get(POISON_ENV)
+    if raw is None:
+        return None
+    try:
+        data = json.loads(raw)
+        out = {str(k): tuple(sorted((int(o), int(n)) for o, n in v)) for k, v in data.items()}
+    except (ValueError, TypeError, AttributeError) as e:
+        raise ValueError(f"${POISON_ENV} is not a JSON mapping name -> [[offset, length], ...]: {e}") from None
+    if any(o < 0 or n < 0 for v in out.values() for o, n in v):
+        raise ValueError(f"${POISON_ENV}: a negative offset or length")
+    return out

@@ -21,7 +21,7 @@ from typing import Any
 
 from sactool.pool.plan import PoolSpec
 
-from sactool.pool.contract import STANDIN_ENV, standin_devices
+from sactool.pool.contract import POISON_ENV, STANDIN_ENV, poison_from_env, standin_devices
 
 logger = logging.getLogger("sactool.pool")   # the plug-ins log under sactool.plugins.<engine>
 
@@ -103,7 +103,12 @@ class HostPoolPlacer:
 
     def live_targets(self) -> list[Any]:
         """The pool's targets with the facts of this machine (sizes, align, CPU node), or of the
-        files standing in for DAX devices (``$SACTOOL_DEVDAX_STANDIN``)."""
+        files standing in for DAX devices (``$SACTOOL_DEVDAX_STANDIN``); a DAX device's known poison
+        is the set serve read and handed every rank (``$SACTOOL_POOL_POISON``), so all ranks sharing
+        a device carve it alike (unset: what the topology holds — a recording's captured list; a
+        live probe here does not ask the devices)."""
+        import dataclasses
+
         from sactool.pool.targets import Target, target_facts, target_names
 
         q = self.spec.settings
@@ -121,6 +126,10 @@ class HostPoolPlacer:
         if rest:
             for t in target_facts(self.topology(), self.reader, rest, capacity_bytes=q.capacity_bytes):
                 out[t.name] = t
+        given = poison_from_env() if q.mode == "devdax" else None
+        for n, recs in (given or {}).items():
+            if n in out:
+                out[n] = dataclasses.replace(out[n], poison=recs)
         return [out[n] for n in names]
 
 
@@ -132,6 +141,9 @@ class HostPoolPlacer:
         if self._plans is None:
             targets = self.live_targets()
             self._plans = (targets, rank_plan(spec, targets, check_pool=False))
+            for line in self._plans[1].carve_lines():
+                logger.warning("sactool_cxl: slices carved around known poison (%s): %s",
+                               f"${POISON_ENV}" if POISON_ENV in os.environ else "the topology's poison list", line)
         targets, plan = self._plans
         if not 0 <= rank < len(plan.slots):
             from sactool.errors import RecordError

@@ -107,7 +107,7 @@ def rank_plan(spec: PoolSpec, targets: Sequence[Target], *, check_pool: bool = T
     p = plan(spec.world, targets, "explicit", explicit=names, base_gpu_id=spec.base_gpu_id,
              pool_bytes_per_rank=spec.bytes_per_rank if check_pool else None, pool_source=spec.bytes_source)
     rule = "explicit (pool.rank_targets)" if q.rank_targets else q.rank_assignment
-    return RankPlan(rule, p.slots, notes + p.notes)
+    return RankPlan(rule, p.slots, notes + p.notes, p.carved)
 
 
 @dataclass(frozen=True)

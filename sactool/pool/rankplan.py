@@ -33,6 +33,14 @@ none) — like the fork's per-rank partitions (each rank bump-allocates a disjoi
 and ``size_bytes`` is the rank's share of the node's capacity. The pool the engine asks for must
 fit the partition.
 
+Known poison (a DAX device's poisoned ranges, :attr:`Target.poison`, from the devices' poison lists)
+is carved around (:func:`carve`): every align block holding a poisoned byte is skipped, and the
+slices — still disjoint, aligned and equal in size per sharer — are the largest that fit the clean
+extents, laid out from the device's start; without poison this is the partition above. What is
+left must still hold the pool (else CapacityError, as for a device too small); clearing the poison
+restores the plain slices. serve reads the lists once and hands the same set to every rank
+(:data:`sactool.pool.contract.POISON_ENV`), so all sharers carve alike.
+
 A pool shared by several ranks (one region mapped by all of them, as vLLM's shared HiSparse
 pool per DP replica) is not a rule here yet: a shared region is one slot whose ranks are a group,
 added beside :class:`RankSlot` when an engine needs it.
@@ -90,11 +98,115 @@ def target_index(rule: str, rank: int, ranks: int, targets: int) -> int:
     return r.index(rank, ranks, targets)
 
 
-def slice_bytes(capacity_bytes: int, sharers: int, align_bytes: int | None = None) -> int:
+def slice_bytes(capacity_bytes: int, sharers: int, align_bytes: int | None = None,
+                poison: Sequence[tuple[int, int]] = ()) -> int:
     """The slice rule: ``capacity_bytes`` split equally over ``sharers`` ranks, rounded down to
-    ``align_bytes`` (a DAX device's align; None or 1 for a node)."""
+    ``align_bytes`` (a DAX device's align; None or 1 for a node); with known ``poison`` ((offset,
+    length) ranges of a DAX device) the size of the slices :func:`carve` cuts around it."""
+    if poison:
+        return carve(capacity_bytes, sharers, align_bytes, poison).size_bytes
     unit = align_bytes or 1
     return capacity_bytes // sharers // unit * unit
+
+
+@dataclass(frozen=True)
+class Carve:
+    """The slices of one DAX device under the slice rule: ``size_bytes`` each, the i-th sharer's at
+    ``offsets[i]``. ``skipped``: the ``[start, end)`` stretches of whole align blocks left out because
+    they hold known ``poison`` (``(offset, length)`` in the device); ``plain_bytes``: the slice without
+    poison, for saying what carving cost."""
+
+    capacity_bytes: int
+    sharers: int
+    align_bytes: int
+    size_bytes: int
+    offsets: tuple[int, ...]
+    skipped: tuple[tuple[int, int], ...] = ()
+    poison: tuple[tuple[int, int], ...] = ()
+    plain_bytes: int = 0
+
+    @property
+    def changed(self) -> bool:
+        """Whether the poison moved or shrank any slice (poison in the tail no slice reaches does not)."""
+        plain = tuple(i * self.plain_bytes for i in range(self.sharers)) if self.plain_bytes else ()
+        return self.size_bytes != self.plain_bytes or self.offsets != plain
+
+    def describe(self, target: str) -> str:
+        """``dax0.0: skipped [0x10000000, 0x10200000) (poison at +0x10001000, 64 B); 2 slices of …``."""
+        from sactool.units import format_bytes
+
+        skip = ", ".join(f"[{a:#x}, {b:#x})" for a, b in self.skipped)
+        pois = ", ".join(f"+{o:#x}, {n} B" for o, n in self.poison)
+        head = f"{target}: skipped {skip} (the {format_bytes(self.align_bytes)} align blocks holding poison at {pois})"
+        slices = f"{self.sharers} slice{'s' if self.sharers > 1 else ''}"
+        if not self.offsets:
+            return head + f"; what is left cannot give {slices} of one align block"
+        if not self.changed:
+            return head + f"; no slice reaches it: {slices} of {format_bytes(self.size_bytes)} as without poison"
+        return (head + f"; {slices} of {format_bytes(self.size_bytes)} ({format_bytes(self.plain_bytes)} without "
+                "poison) at offsets " + ", ".join(f"{o:#x}" for o in self.offsets))
+
+
+def poisoned_blocks(capacity_bytes: int, align_bytes: int | None, poison: Sequence[tuple[int, int]],
+                    ) -> tuple[tuple[int, int], ...]:
+    """The ``[first, end)`` align-block index ranges of a device of ``capacity_bytes`` that hold any
+    byte of ``poison`` (``(offset, length)``; a length below 1 counts as 1 byte), merged and sorted;
+    only whole blocks inside the capacity count (a slice never reaches the partial tail)."""
+    unit = align_bytes or 1
+    blocks = capacity_bytes // unit
+    spans = []
+    for off, length in poison:
+        if off < 0 or off >= blocks * unit:
+            continue
+        spans.append((off // unit, min(blocks, (off + max(length, 1) - 1) // unit + 1)))
+    merged: list[tuple[int, int]] = []
+    for a, b in sorted(spans):
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        else:
+            merged.append((a, b))
+    return tuple(merged)
+
+
+def carve(capacity_bytes: int, sharers: int, align_bytes: int | None = None,
+          poison: Sequence[tuple[int, int]] = ()) -> Carve:
+    """The slice rule over a device's poison-free extents: every align block holding known poison is
+    skipped; the slices stay disjoint, aligned and equal in size per sharer (as SAC's per-rank
+    partitions), the largest size for which ``sharers`` slices fit in the clean extents, laid out
+    from the device's start, the i-th sharer's first. Without poison: ``[i·s, (i+1)·s)`` with
+    ``s = capacity // sharers`` aligned down — the plain rule. ``offsets`` is empty when what is
+    left cannot give every sharer one aligned block."""
+    unit = align_bytes or 1
+    blocks = capacity_bytes // unit
+    plain = blocks // sharers * unit if sharers > 0 else 0
+    bad = poisoned_blocks(capacity_bytes, unit, poison)
+    extents, at = [], 0
+    for a, b in bad:
+        if a > at:
+            extents.append((at, a))
+        at = b
+    if blocks > at:
+        extents.append((at, blocks))
+
+    def fits(k: int) -> int:
+        return sum((b - a) // k for a, b in extents)
+
+    lo, hi = 0, (max((b - a for a, b in extents), default=0) if sharers > 0 else 0)
+    while lo < hi:                 # the largest k blocks per slice with fits(k) >= sharers (monotone in k)
+        mid = (lo + hi + 1) // 2
+        if fits(mid) >= sharers:
+            lo = mid
+        else:
+            hi = mid - 1
+    offsets: list[int] = []
+    if lo:
+        for a, b in extents:
+            for i in range((b - a) // lo):
+                if len(offsets) < sharers:
+                    offsets.append((a + i * lo) * unit)
+    skipped = tuple((a * unit, b * unit) for a, b in bad)
+    kept = tuple(sorted((o, n) for o, n in poison if 0 <= o < blocks * unit))
+    return Carve(capacity_bytes, sharers, unit, lo * unit, tuple(offsets), skipped, kept, plain)
 
 
 def gpu_of(rank: int, base_gpu_id: int = 0) -> int:
@@ -181,7 +293,8 @@ def pool_bytes_per_rank(placement: Placement, targets: Sequence[Target]) -> int:
     """The smallest per-rank partition of ``placement``: each used target's capacity under the
     slice rule (:func:`slice_bytes`) — the slices :func:`plan` cuts."""
     by = {t.name: t for t in targets}
-    return min(slice_bytes(_known_capacity(by[name]), n, by[name].align_bytes)
+    return min(slice_bytes(_known_capacity(by[name]), n, by[name].align_bytes,
+                           (by[name].poison or ()) if by[name].kind == "devdax" else ())
                for name, n in placement.ranks_per_target().items())
 
 
@@ -244,6 +357,11 @@ class RankPlan:
     rule: str
     slots: tuple[RankSlot, ...]
     notes: tuple[str, ...] = ()
+    carved: tuple[tuple[str, Carve], ...] = ()   # (DAX device, its slices) where known poison was skipped
+
+    def carve_lines(self) -> list[str]:
+        """One line per DAX device whose slices were cut around known poison (:meth:`Carve.describe`)."""
+        return [c.describe(name) for name, c in self.carved]
 
     @property
     def total_bytes(self) -> int | None:
@@ -278,29 +396,46 @@ def plan(world: int, targets: Sequence[Target], rule: str, *, rank_cpu_nodes: Se
             raise RecordError(f"profile field pool.rank_targets[{r}]: {n} is not among the pool's targets "
                               f"({', '.join(by_name) or 'none'})", "fix pool.rank_targets")
         sharing.setdefault(n, []).append(r)
+    carved = {n: c for n, c in ((n, _carve(by_name[n], len(rs))) for n, rs in sharing.items()) if c is not None}
     slots = []
     for r, n in enumerate(names):
         t = by_name[n]
         ranks = sharing[n]
-        size = None if t.capacity_bytes is None else slice_bytes(t.capacity_bytes, len(ranks), t.align_bytes)
-        offset = None if size is None or t.kind != "devdax" else ranks.index(r) * size
+        c = carved.get(n)
+        size = None if t.capacity_bytes is None else c.size_bytes if c is not None else \
+            slice_bytes(t.capacity_bytes, len(ranks), t.align_bytes)
+        offset = None if size is None or t.kind != "devdax" else \
+            (c.offsets[ranks.index(r)] if c.offsets else 0) if c is not None else ranks.index(r) * size
+        around = f", carved around known poison ({c.describe(n)})" if c is not None else ""
         if size is not None and pool_bytes_per_rank is not None and pool_bytes_per_rank > size:
-            what = (f"its {len(ranks)}-way slice of {n} ({size} bytes, align {t.align_bytes})" if t.kind == "devdax"
+            what = (f"its {len(ranks)}-way slice of {n} ({size} bytes, align {t.align_bytes}{around})" if t.kind == "devdax"
                     else f"its share of {n} ({size} bytes: {t.capacity_bytes} over {len(ranks)} ranks)")
             raise CapacityError(f"rank {r}'s host pool of {pool_bytes_per_rank} bytes ({pool_source or 'the profile'}) "
                                 f"does not fit {what}; capacity from {t.capacity_source or 'unknown'}",
                                 "lower hisparse.host_to_device_ratio or sglang.max_running_requests in the profile "
-                                "(sactool tune), spread ranks over more targets, or use larger devices")
+                                "(sactool tune), spread ranks over more targets, or use larger devices"
+                                + ("; once the poisoned data is rewritten, clearing the poison restores the whole "
+                                   "slices" if c is not None else ""))
         if t.kind == "devdax" and size is not None and size <= 0:
             raise CapacityError(f"{n} ({t.capacity_bytes} bytes, align {t.align_bytes}) cannot give {len(ranks)} ranks "
-                                "an aligned slice each", "map fewer ranks onto it")
+                                f"an aligned slice each{around}", "map fewer ranks onto it")
         slots.append(RankSlot(r, gpu_of(r, base_gpu_id), n, t.kind, offset, size, t.cpu_node))
-    return RankPlan(rule, tuple(slots), notes)
+    return RankPlan(rule, tuple(slots), notes, tuple((n, carved[n]) for n in sharing if n in carved))
+
+
+def _carve(t: Target, sharers: int) -> Carve | None:
+    """The slices of DAX device ``t`` cut around its known poison (:func:`carve`); None for a node, a
+    device of unknown size or one without known poison inside its capacity."""
+    if t.kind != "devdax" or t.capacity_bytes is None or not t.poison:
+        return None
+    c = carve(t.capacity_bytes, sharers, t.align_bytes, t.poison)
+    return c if c.skipped else None
 
 
 def check_disjoint(p: RankPlan, targets: Sequence[Target]) -> None:
-    """ValueError unless every devdax slice is aligned, inside its device and disjoint from the
-    others (a property of :func:`plan`, checked again where slices are mapped)."""
+    """ValueError unless every devdax slice is aligned, inside its device, disjoint from the others
+    and clear of the device's known poison (a property of :func:`plan`, checked again where slices
+    are mapped)."""
     by_name = {t.name: t for t in targets}
     for name, ranks in p.ranks_by_target().items():
         t = by_name[name]
@@ -312,3 +447,6 @@ def check_disjoint(p: RankPlan, targets: Sequence[Target]) -> None:
                 raise ValueError(f"{name}: slice at {o} of {s} bytes is not aligned to {t.align_bytes}")
             if o + s > nxt[0]:
                 raise ValueError(f"{name}: slice at {o} of {s} bytes overlaps the next one or leaves the device")
+            hit = next(((po, n) for po, n in t.poison or () if po < o + s and o < po + max(n, 1)), None)
+            if hit is not None:
+                raise ValueError(f"{name}: slice at {o} of {s} bytes holds known poison at +{hit[0]:#x} ({hit[1]} B)")

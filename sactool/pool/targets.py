@@ -32,7 +32,10 @@ class Target:
     (where it was read or who pinned it); ``align_bytes``: ``daxX.Y/align`` (devdax; slices start
     and end on it); ``cpu_node``: the CPU node (socket) the target hangs off, with
     ``cpu_node_evidence``; ``node``: the NUMA node its memory is (``nodeN``: N; a DAX device:
-    its ``target_node`` where known) — what a bench record measured.
+    its ``target_node`` where known) — what a bench record measured; ``poison``: a DAX device's known
+    poisoned ranges, ``(offset in the device, length)`` (the poison list of the memdevs behind it,
+    :mod:`sactool.topology.health`), () when the lists were read and hold none of it, None when they
+    were not read (a node: always None, the kernel places its pages) — the slice rule carves around them.
     """
 
     name: str
@@ -43,6 +46,19 @@ class Target:
     cpu_node: int | None = None
     cpu_node_evidence: str = ""
     node: int | None = None
+    poison: tuple[tuple[int, int], ...] | None = None
+
+
+def dax_poison(topo, name: str) -> tuple[tuple[int, int], ...] | None:
+    """The known poison of DAX device ``name``: ``(offset, length)`` of every record of the health
+    block translated into it (``probe(reader, poison=True)``, or a recording's captured list); None
+    when no memdev behind it had its poison list read."""
+    behind = {m.name for m in topo.memdevs_of_dax(name)}
+    lists = [h.poison for h in getattr(topo, "health", ()) if h.memdev in behind and h.poison is not None]
+    if not lists:
+        return None
+    return tuple(sorted({(p.dax_offset_bytes, p.length_bytes) for recs in lists for p in recs
+                         if p.dax_device == name and p.dax_offset_bytes is not None}))
 
 
 def node_of(name: str) -> int | None:
@@ -116,7 +132,7 @@ def target_facts(topo, reader, names: Sequence[str], *, capacity_bytes: int | No
         if capacity_bytes is not None and cap is not None:
             cap, src = min(cap, capacity_bytes), pinned_source + (f" (capped at {name}'s size)" if capacity_bytes > cap else "")
         cpu, ev = dax_cpu_node(topo, dev)
-        out.append(Target(name, "devdax", cap, src, dev.align_bytes, cpu, ev, dev.target_node))
+        out.append(Target(name, "devdax", cap, src, dev.align_bytes, cpu, ev, dev.target_node, dax_poison(topo, name)))
     return out
 
 

@@ -288,6 +288,26 @@ def version_spec(spec: str, name: str = "sglang.tested") -> list[tuple[str, tupl
     return out
 
 
+def _release(v: str) -> tuple[int, ...]:
+    m = re.match(r"^\s*v?(\d+(?:\.\d+)*)", v)
+    if not m:
+        raise ValueError(v)
+    parts = [int(x) for x in m.group(1).split(".")]
+    while len(parts) > 1 and parts[-1] == 0:
+        parts.pop()
+    return tuple(parts)
+
+
+def version_in(version: str, spec: str) -> bool:
+    """``version`` satisfies a comma-separated PEP 440-style range of >=, >, <=, <, ==, != clauses
+    (:func:`version_spec`; release numbers only, a pre-release counts as its release): the one test
+    ``serve`` applies to the installed engine and the plug-ins to their hook tables."""
+    v = _release(version)
+    ops = {">=": lambda a, b: a >= b, ">": lambda a, b: a > b, "<=": lambda a, b: a <= b,
+           "<": lambda a, b: a < b, "==": lambda a, b: a == b, "!=": lambda a, b: a != b}
+    return all(ops[op](v, release) for op, release in version_spec(spec))
+
+
 def validate(p: Profile) -> Profile:
     """Check every settings field and the cross-field rules (the pydantic schema,
     :mod:`sactool.profile.schema`); raise RecordError naming the field."""

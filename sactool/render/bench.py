@@ -344,11 +344,11 @@ def _label_delays(fig, ax, xs, ys, rs) -> None:
             a.remove()
 
 
-def plot_bench(rec) -> bytes:
-    """:func:`bench_figure` as PNG bytes."""
+def plot_bench(rec, fmt: str = "png") -> bytes:
+    """:func:`bench_figure` as ``png``, ``svg`` or ``pdf`` bytes."""
     from sactool.render.figures import figure_bytes
 
-    return figure_bytes(bench_figure(rec))
+    return figure_bytes(bench_figure(rec), fmt)
 
 
 def warning_lines(rec) -> list[tuple[str, str, str | None]]:
@@ -377,26 +377,41 @@ def warning_lines(rec) -> list[tuple[str, str, str | None]]:
 
 
 def render_warnings(rec, err=None) -> None:
-    from sactool.render import stderr_console
+    from sactool.render import print_warnings, stderr_console
 
-    e = err or stderr_console()
-    for code, msg, hint in warning_lines(rec):
-        e.print(f"[yellow]warning[/] {esc('[' + code + ']')} {esc(msg)}" + (f" — {esc(hint)}" if hint else ""))
+    print_warnings(warning_lines(rec), err or stderr_console())
 
 
-def progress_reporter():
-    """(callback, close) showing a rich progress line on stderr; silent when stderr is no terminal."""
+PLAIN_PROGRESS_S = 10.0
+"""Off a terminal (a log, a CI job, ``2> file``), a long run writes a plain progress line at most this often, so
+it is seen to be alive; a run shorter than this writes none."""
+
+
+def progress_reporter(plain_every_s: float | None = None):
+    """(callback, close) showing a rich progress line on stderr. Off a terminal: nothing, or with
+    ``plain_every_s`` a plain line (``progress: <step> 3/12, 41 s``) at most that often."""
     import sys
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from sactool.render import stderr_console
-
-    from sactool.render import COMPILING, compile_notice, quiet
+    from sactool.render import COMPILING, compile_notice, note, quiet, stderr_console
 
     if not sys.stderr.isatty() or quiet():
         unhook = compile_notice()
-        return (lambda desc, done, total: None), unhook
+        if plain_every_s is None or quiet():
+            return (lambda desc, done, total: None), unhook
+        import time
+
+        t0 = time.monotonic()
+        last = {"t": t0}
+
+        def plain(desc: str, done: int, total: int) -> None:
+            now = time.monotonic()
+            if now - last["t"] >= plain_every_s:
+                last["t"] = now
+                note(f"progress: {desc} {done}/{max(total, 1)}, {now - t0:.0f} s")
+
+        return plain, unhook
     prog = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                     console=stderr_console(), transient=True)
     prog.start()

@@ -23,10 +23,9 @@ def plain_console():
 def render_warnings(data: dict, err=None) -> None:
     from sactool.render import stderr_console
 
-    e = err or stderr_console()
-    for w in data.get("warnings") or []:
-        e.print(f"[yellow]warning[/] {esc(w['code'])}: {esc(w['message'])}"
-                + (f"\n  hint: {esc(w['hint'])}" if w.get("hint") else ""))
+    from sactool.render import print_warnings
+
+    print_warnings(data.get("warnings") or [], err or stderr_console())
 
 
 def _n(count, word: str) -> str:

@@ -16,7 +16,7 @@ def _f(x, fmt: str = "{:.1f}") -> str:
 def render_gpu_gather(rec, console=None, err=None) -> None:
     from rich.table import Table
 
-    from sactool.render import stderr_console, stdout_console
+    from sactool.render import drop_to_fit, stderr_console, stdout_console
     from sactool.render.bench import render_warnings
 
     c = console or stdout_console()
@@ -58,5 +58,5 @@ def render_gpu_gather(rec, console=None, err=None) -> None:
                       str(p["threads_per_block"]), _f(dv["topk_step_us"]), f"{dv['bandwidth_bytes_per_s'] / 1e9:.2f}",
                       str(dv["lines_in_flight"]), _f(dv.get("ceiling_ratio"), "{:.0%}"), _f(dv.get("full_prefix_us")),
                       _f(dv.get("full_prefix_over_topk"), "{:.1f}×"))
-        c.print(t)
+        c.print(drop_to_fit(t, "lines", "×", "÷ceil", "prefix µs"))   # derived or structural: the figures stay
     render_warnings(rec, e)

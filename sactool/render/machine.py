@@ -42,7 +42,9 @@ WARN = "^"                         # …as a link negotiated below what both its
 LINE_H = 0.16                      # inches per text line in a box
 COLOURS = {"socket": "#e8eef7", "bridge": "#f1f1f1", "switch": "#f1f1f1", "memdev": "#fdf1dc", "gpu": "#e3f4e1",
            "region": "#fbe3e3", "dax": "#ece3f7", "node": "#dcefff", "missing": "#ffffff"}
-TARGET_COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22"]
+TARGET_COLOURS = ["#1f77b4", "#2ca02c", "#9467bd", "#17becf", "#393b79", "#bcbd22", "#7f7f7f", "#e377c2"]
+"""One colour per pool target for the rank lines: none red or orange, the colours of a downgraded and of the
+narrowest link (machinedraw: ``#c00000``, ``#b35900``) — a rank line to dax1.0 in red read as a bad link."""
 
 
 @dataclass

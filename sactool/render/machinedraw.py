@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from sactool.render.machine import (COLOURS, GPUS_PER_COLUMN, HIGHLIGHT, LINE_H, ROW_H, WARN, Box, Edge, Scene,
                                     W_GPU)
 
-FORMATS = {".svg": "svg", ".png": "png"}
+from sactool.render.figures import plot_format  # noqa: E402,F401  (the one --plot rule, re-exported)
 
 MARGIN = 0.3
 LEGEND = ("link labels: negotiated speed × width (LnkSta) · per-direction ceiling = GT/s × lanes × encoding / 8 "
@@ -172,22 +172,6 @@ def _draw_edge(ax, sc: Scene, e: Edge, route: _Route) -> None:
         ax.add_patch(FancyArrowPatch((tx, yl), (tx, Y(b.y) + b.height() / 2), arrowstyle="-|>", mutation_scale=10,
                                      lw=1.3, color=col, alpha=0.85, zorder=2, shrinkA=0, shrinkB=0,
                                      gid=f"arrow-{e.label.replace(' ', '-')}"))
-
-
-def plot_format(path) -> str:
-    """``svg`` or ``png`` from ``path``'s extension (UsageError otherwise), and matplotlib there:
-    checked before any work."""
-    from pathlib import Path
-
-    from sactool.errors import UsageError
-    from sactool.render.figures import require_matplotlib
-
-    fmt = FORMATS.get(Path(path).suffix.lower())
-    if fmt is None:
-        raise UsageError(f"--plot {path}: the picture is written as SVG or PNG, by the file's extension",
-                         "name it .svg or .png, e.g. --plot machine.svg")
-    require_matplotlib()
-    return fmt
 
 
 def plot_machine(sc: Scene, fmt: str) -> bytes:

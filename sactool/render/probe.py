@@ -24,11 +24,11 @@ def _hmat_cell(node) -> str:
     return f"{lat} / {bw} ({src})"
 
 
-def render_warnings(topo: Topology, err) -> None:
+def render_warnings(topo: Topology, err=None) -> None:
     """The topology's warnings on ``err`` (stderr): not data, as for every command (README)."""
-    for w in topo.warnings:
-        err.print(f"[yellow]warning[/] {esc('[' + w.code + ']')} {esc(w.message)}"
-                  + (f"\n  hint: {esc(w.hint)}" if w.hint else ""))
+    from sactool.render import print_warnings
+
+    print_warnings(topo.warnings, err)
 
 
 def render_probe(topo: Topology, console=None, err=None) -> None:
@@ -305,7 +305,7 @@ def _gpus(topo: Topology, c) -> None:
     from rich.table import Table
 
     if not topo.gpus:
-        c.print(f"GPUs: none found — {esc(topo.gpu_scan or 'not scanned')}")
+        c.print(f"GPUs: none — {esc(topo.gpu_scan or 'not scanned')}")
         return
     g = Table(title="GPUs (PCI class, read from sysfs)", title_justify="left")
     for col in ("PCI device", "vendor:device", "class", "driver", "socket", "link", "narrowest on path"):

@@ -8,7 +8,8 @@ from sactool.units import format_bytes
 
 def render_profile(p, path) -> None:
     """The settings with their provenance, then the main predictions."""
-    from rich.table import Table
+    import textwrap
+
     from rich.text import Text
 
     con = stdout_console()
@@ -16,23 +17,28 @@ def render_profile(p, path) -> None:
               f"{p.created_at}, host {p.machine.get('hostname', '?')}")
     con.print(f"model {p.model.name} ({p.model.hf_id}, {p.model.num_layers} layers, top_k {p.model.index_topk})",
               markup=False)
-    t = Table(show_edge=False)
-    names = [f"{sect}.{n}" for sect in ("pool", "hisparse", "sglang") for n in getattr(p, sect).__dataclass_fields__]
-    # a setting's name is what one types to change it: never cut (whole, on one line); values fold
-    # rather than end in "…"; the detail takes what is left
-    t.add_column("setting", no_wrap=True, min_width=max(map(len, names)))
-    t.add_column("value", overflow="fold", max_width=max(18, con.width // 4))
-    t.add_column("source", no_wrap=True)
-    t.add_column("detail", ratio=1, overflow="fold")
-    for sect in ("pool", "hisparse", "sglang"):
-        obj = getattr(p, sect)
-        for name in obj.__dataclass_fields__:
-            key = f"{sect}.{name}"
-            prov = p.provenance.get(key)
-            v = getattr(obj, name)
-            t.add_row(key, Text(_yaml_value(name, v)), prov.source if prov else "-",
-                      prov.detail if prov else "")
-    con.print(t)
+    from sactool.render.tune import gpu_line
+
+    req = p.request or {}
+    con.print(gpu_line(req.get("gpu"), req.get("gpu_from"), (req.get("gpu_kv_budget") or {}).get("bytes_per_gpu"),
+                       req.get("gpu_kv_budget")) if req.get("gpu") else
+              "GPU: not recorded (an example, or a profile from before tune recorded it)", markup=False)
+    from sactool.profile import settings_fields
+
+    # one block per setting, not a table: a 4-column table left the detail a strip 27 characters wide at
+    # 100 columns (227 lines for 34 settings at 80, digests and paths split mid-token). The name is what one
+    # types to change it, whole at the line's start; the detail wraps at spaces under it. A vLLM profile:
+    # pool, hisparse's top_k and buffer, vllm.
+    for key in settings_fields(p.engine):
+        sect, name = key.split(".", 1)
+        prov = p.provenance.get(key)
+        head = Text(key, style="bold")
+        head.append(f" = {_yaml_value(name, getattr(getattr(p, sect), name))}", style="")
+        head.append(f"  ({prov.source if prov else 'no provenance'})", style="dim")
+        con.print(head)
+        if prov and prov.detail:
+            for line in textwrap.wrap(prov.detail, width=max(20, con.width - 4), break_on_hyphens=False):
+                con.print("    " + line, markup=False, highlight=False)
     pr = p.predictions or {}
     if pr.get("fetch_time_per_token_s") is not None:
         from sactool.render.tune import _t as fetch_time  # the same figure as tune's summary, spelled alike

@@ -77,8 +77,8 @@ def simulation_figure(res):
     return fig
 
 
-def plot_png(res) -> bytes:
-    """:func:`simulation_figure` as PNG bytes."""
+def plot_png(res, fmt: str = "png") -> bytes:
+    """:func:`simulation_figure` as ``png``, ``svg`` or ``pdf`` bytes."""
     from sactool.render.figures import figure_bytes
 
-    return figure_bytes(simulation_figure(res))
+    return figure_bytes(simulation_figure(res), fmt)

@@ -75,7 +75,9 @@ def tables(s: Any) -> list[Any]:
             lines.append(f"prediction: workload {p.workload}, device_buffer_size {p.device_buffer_size}, mean over "
                          f"design contexts {', '.join(map(str, p.contexts)) or '-'}" + (f"; {p.detail}" if p.detail else ""))
         if e is not None:
-            lines.append(f"engine: {e.url} ({e.naming}), {e.window}" + (f"; {e.detail}" if e.detail else ""))
+            step = ("" if e.step_time_s is None else f"; decode step {e.step_time_s * 1e3:.1f} ms (mean inter-token latency)"
+                    + ("" if e.requests_running is None else f" with {e.requests_running:g} requests running per engine"))
+            lines.append(f"engine: {e.url} ({e.naming}), {e.window}{step}" + (f"; {e.detail}" if e.detail else ""))
         out.append(Text("\n".join(lines)))
     src = "  ".join(f"{r.source}: " + ("ok" if r.ok else ("stale" if r.stale else "failed"))
                     + ("" if r.age_s is None or r.ok else f" ({r.age_s:.1f} s old)") for r in s.sources)

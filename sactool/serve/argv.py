@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from sactool.hisparse.engine import RADIX_CACHE_WHY
 from sactool.profile import Profile
@@ -208,6 +208,28 @@ def build_command(profile: Profile, *, profile_path: str, extra_args: Sequence[s
     return Command(argv=argv, env_delta={e.name: e.value for e in env}, prefix=tuple(prefix), flags=tuple(flags),
                    env=tuple(env), placement=q.placement if hisparse else "none", hisparse=hisparse,
                    notes=tuple(notes))
+
+
+def with_poison_env(cmd: Command, profile: Profile, facts: Sequence[Any]) -> Command:
+    """``cmd`` with ``$SACTOOL_POOL_POISON``: the known poison of each DAX target (``facts``: the
+    targets as serve's pool check read them) — every rank carves its slice around exactly this set,
+    so the plan each rank maps is the one the dry-run shows. Unchanged in NUMA mode, or when no
+    device's poison list was read (then the ranks plan without it, as serve did)."""
+    import dataclasses
+
+    from sactool.pool.contract import POISON_ENV, poison_value
+
+    if profile.pool.mode != "devdax":
+        return cmd
+    value = poison_value({t.name: t.poison for t in facts if t.kind == "devdax"})
+    if value is None:
+        return cmd
+    n = sum(len(t.poison or ()) for t in facts if t.kind == "devdax")
+    var = EnvVar(POISON_ENV, value, "the devices' poison lists (read by this serve)",
+                 f"{n} known poisoned range(s): every rank carves its devdax slice around the same set, as the "
+                 "plan shows" if n else "no known poison: every rank maps the plain slices, as the plan shows")
+    env = tuple(e for e in cmd.env if e.name != POISON_ENV) + (var,)
+    return dataclasses.replace(cmd, env=env, env_delta={e.name: e.value for e in env})
 
 
 def _targets(profile: Profile) -> str:

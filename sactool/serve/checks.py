@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Sequence
 
 from sactool.errors import RecordError
 from sactool.hisparse.layout import CONFIG_FIELDS
-from sactool.profile import ModelRef, Profile
+from sactool.profile import ModelRef, Profile, version_in  # noqa: F401 (version_in: one grammar, re-exported)
 from sactool.serve.errors import ConflictError, EngineMissingError, EngineVersionError, ModelMismatchError
 
 # ------------------------------------------------------------------------------------------
@@ -309,27 +308,6 @@ def probe_engine(python: str, *, timeout_s: float = 60.0) -> EngineInfo:
                       d["console_script"], tuple(d["plugins"]))
 
 
-def _release(v: str) -> tuple[int, ...]:
-    m = re.match(r"^\s*v?(\d+(?:\.\d+)*)", v)
-    if not m:
-        raise ValueError(v)
-    parts = [int(x) for x in m.group(1).split(".")]
-    while len(parts) > 1 and parts[-1] == 0:
-        parts.pop()
-    return tuple(parts)
-
-
-def version_in(version: str, spec: str) -> bool:
-    """``version`` satisfies a comma-separated PEP 440-style range of >=, >, <=, <, ==, != clauses
-    (release numbers only; a pre-release counts as its release)."""
-    from sactool.profile import version_spec   # one grammar for 'profile validate' and serve
-
-    v = _release(version)
-    ops = {">=": lambda a, b: a >= b, ">": lambda a, b: a > b, "<=": lambda a, b: a <= b,
-           "<": lambda a, b: a < b, "==": lambda a, b: a == b, "!=": lambda a, b: a != b}
-    return all(ops[op](v, release) for op, release in version_spec(spec))
-
-
 def check_engine(profile: Profile, info: EngineInfo, *, entrypoint: str, plugin: bool,
                  allow_untested: bool = False) -> list[str]:
     """SGLang installed, in range, its entry point present, and the plug-in visible to it."""
@@ -344,7 +322,9 @@ def check_engine(profile: Profile, info: EngineInfo, *, entrypoint: str, plugin:
             raise EngineVersionError(msg, f"install a tested version (pip install 'sglang{tested}'), or check it with "
                                           "tests/test_sglang_compat.py and widen sglang.tested in the profile, "
                                           "or pass --allow-untested-sglang")
-        lines.append("warning: " + msg + " (--allow-untested-sglang)")
+        from sactool.records import WarningLine
+
+        lines.append(WarningLine("sglang-untested", msg, "--allow-untested-sglang"))
     if entrypoint == "launch_server" and not info.launch_server:
         raise EngineMissingError(f"sglang.launch_server is missing from SGLang {info.sglang}",
                                  "use --entrypoint serve, or reinstall SGLang")
@@ -358,3 +338,64 @@ def check_engine(profile: Profile, info: EngineInfo, *, entrypoint: str, plugin:
                                      f"install sactool into SGLang's environment: {info.python} -m pip install <sactool checkout>")
         lines.append(f"plug-in {mine[0]}")
     return lines
+
+
+HOOK_PROBE = r"""
+import json, sys
+try:
+    from sactool.plugins.sglang import check_engine
+except Exception as e:
+    print(json.dumps({"error": "%s: %s" % (type(e).__name__, e)}))
+    sys.exit(0)
+print(json.dumps(check_engine().to_data()))
+"""
+"""Run in the target Python: the installed plug-in's hook table checked against the installed SGLang
+(:func:`sactool.plugins.sglang.check_engine`), the same check the plug-in runs when SGLang loads it."""
+
+
+def probe_hooks(python: str, *, timeout_s: float = 300.0) -> dict:
+    """What :data:`HOOK_PROBE` reports in ``python`` (it imports SGLang's modules there: seconds to
+    a minute, as it imports torch), or ``{"error": why}`` where it cannot be asked."""
+    try:
+        out, err = _run_probe(probe_argv(python, HOOK_PROBE), timeout_s)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return {"error": f"{type(e).__name__}: {e}"}
+    try:
+        d = json.loads(out.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"error": (err.strip().splitlines() or ["no output"])[-1]}
+    return d if isinstance(d, dict) else {"error": f"unexpected answer {str(d)[:80]}"}
+
+
+def check_hooks(profile: Profile, found: dict, *, python: str, allow_untested: bool = False) -> list[str]:
+    """The plug-in's hook targets in the installed SGLang (``found``: :func:`probe_hooks`): every
+    symbol the plug-in patches or calls, resolved and its signature checked, before the launch. A
+    missing or changed one is refused (EngineVersionError): the plug-in would place nothing — a
+    strict rank stops, any other starts with the pool in DRAM; ``--allow-untested-sglang`` lets it
+    launch with a warning line."""
+    if "error" in found:
+        if "ModuleNotFoundError" in found["error"] and "sactool.plugins" in found["error"]:
+            raise EngineMissingError(f"the sactool installed in {python} has no sactool.plugins (an older sactool): "
+                                     f"{found['error']}", f"reinstall sactool there: {python} -m pip install <sactool checkout>")
+        return [f"warning: the plug-in's hook targets were not checked in {python} ({found['error']}); the plug-in "
+                "checks them when SGLang loads it"]
+    problems = found.get("problems") or []
+    head = (f"hook targets: SGLang {found.get('version')}, the {found.get('table')} table: "
+            + ("every symbol resolved, signatures as the plug-in relies on" if not problems else
+               f"{len(problems)} missing or changed"))
+    lines = [head] + ([f"warning: {found['note']}"] if found.get("note") else [])
+    if not problems:
+        return lines
+    first = problems[0]
+    msg = (f"hook target {first['target']} {first['why']} in SGLang {found.get('version')}"
+           + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "")
+           + ": the sactool_cxl plug-in cannot place the pool ("
+           + ("pool.strict: every rank would stop" if profile.pool.strict else "each rank would start with it in DRAM")
+           + ")")
+    if not allow_untested:
+        raise EngineVersionError(msg, "install a SGLang the plug-in's hook table covers "
+                                      f"(pip install 'sglang{profile.sglang.tested}'), use --placement none or numactl, "
+                                      "or pass --allow-untested-sglang to launch anyway")
+    return lines + [f"warning: {msg} (--allow-untested-sglang)"] + \
+        [f"warning: {p['role']}: {p['target']} {p['why']}" for p in problems[1:]]
+

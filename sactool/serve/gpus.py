@@ -18,6 +18,7 @@ from sactool.errors import SactoolError, TopologyError
 from sactool.pool.contract import GPU_NODES_ENV, with_gpu_nodes
 from sactool.host.sysfs import SysfsReader
 from sactool.profile import Profile
+from sactool.records import WarningLine
 from sactool.serve.argv import EnvVar
 from sactool.topology.cuda import ORDER_VAR, PCI_ORDER, VISIBLE_VAR, cuda_devices
 
@@ -36,8 +37,9 @@ def resolve_gpus(profile: Profile, reader: SysfsReader, environ: Mapping[str, st
     order = environ.get(ORDER_VAR)
     lines: list[str] = []
     if order and order != PCI_ORDER:
-        lines.append(f"warning: {ORDER_VAR}={order}: sactool's GPU plan (pool.gpu_local_nodes, --numa-node, "
-                     f"placement locality) assumes PCI bus order; unset it or set {ORDER_VAR}={PCI_ORDER}")
+        lines.append(WarningLine("cuda-order", f"{ORDER_VAR}={order}: sactool's GPU plan (pool.gpu_local_nodes, "
+                                 f"--numa-node, placement locality) assumes PCI bus order; unset it or set "
+                                 f"{ORDER_VAR}={PCI_ORDER}"))
     from sactool.topology import probe
 
     try:
@@ -48,28 +50,35 @@ def resolve_gpus(profile: Profile, reader: SysfsReader, environ: Mapping[str, st
     view = cuda_devices(topo.gpus, environ)
     other = _not_cuda(view)
     if other:
-        lines.append("warning: " + other)
+        lines.append(WarningLine("gpu-not-cuda", other))
+    world, base = profile.world_size, s.base_gpu_id
+    if not topo.gpus and topo.gpus_scanned:
+        # the PCI bus was read and holds no GPU: no CUDA device for any rank (documented: exit 3)
+        raise TopologyError(f"{world} ranks from GPU {base} need {base + world} CUDA devices; {where} no NVIDIA GPU "
+                            f"is seen: {topo.gpu_scan}",
+                            "run serve on the GPU server (--dry-run --sysfs-root a recording of it plans for it "
+                            "there), or check that the GPUs are on the PCI bus (lspci -d 10de:)")
     if not topo.gpus:
         lines.append(f"GPUs: none seen {where} ({topo.gpu_scan}); each rank's socket is pool.gpu_local_nodes "
                      f"as the profile has it ({list(q.gpu_local_nodes) or 'none: SGLang asks NVML'})")
         if environ.get(VISIBLE_VAR) is not None and q.gpu_local_nodes:
-            lines.append(f"warning: {VISIBLE_VAR}={environ[VISIBLE_VAR]} is set, but no GPU is seen {where}, so the "
-                         "plan cannot follow it: pool.gpu_local_nodes stays as tune wrote it")
+            lines.append(WarningLine("gpus-unseen", f"{VISIBLE_VAR}={environ[VISIBLE_VAR]} is set, but no GPU is seen "
+                                     f"{where}, so the plan cannot follow it: pool.gpu_local_nodes stays as tune wrote it"))
         return GpuResolution(profile, (), tuple(lines))
-    world, base = profile.world_size, s.base_gpu_id
     if view.known and len(view.gpus) < base + world:
         amd = f"; {other}" if other else ""
         raise TopologyError(f"{world} ranks from GPU {base} need {base + world} CUDA devices; {where} "
                             f"{len(view.gpus)} are visible ({view.describe()}){amd}",
                             f"set {VISIBLE_VAR} to at least {base + world} NVIDIA GPUs, or lower sglang.tp_size / "
                             "sglang.base_gpu_id in the profile")
+    lines.extend(_slow_links(view, base, world))
     nodes = view.sockets(base, world)
     if nodes is None or any(n is None for n in nodes):
         if order and order != PCI_ORDER:       # said once above
             return GpuResolution(profile, (), tuple(lines))
         why = view.why if not view.known else "a visible GPU's socket is unknown (see 'sactool probe')"
-        lines.append(f"warning: the GPUs of ranks 0..{world - 1} cannot be told: {why}; pool.gpu_local_nodes "
-                     "stays as tune wrote it")
+        lines.append(WarningLine("gpu-numbering-unknown", f"the GPUs of ranks 0..{world - 1} cannot be told: {why}; "
+                                 "pool.gpu_local_nodes stays as tune wrote it"))
         return GpuResolution(profile, (), tuple(lines))
     seen = f"GPUs of ranks 0..{world - 1}: {view.describe(base, world)}"
     if not q.gpu_local_nodes:
@@ -87,6 +96,19 @@ def resolve_gpus(profile: Profile, reader: SysfsReader, environ: Mapping[str, st
                  "the socket of each rank's GPU as visible to SGLang (not the profile's pool.gpu_local_nodes); "
                  "the plug-in plans with it")
     return GpuResolution(new, (env,), tuple(lines))
+
+
+def _slow_links(view, base: int, world: int) -> list[WarningLine]:
+    """A warning per rank whose GPU's host link trained below both its ends (probe's gpu-link-degraded)."""
+    from sactool.topology.warn import gpu_link_downgrade
+
+    out = []
+    for i, g in enumerate(view.gpus[base:base + world]):
+        why = gpu_link_downgrade(g)
+        if why is not None:
+            out.append(WarningLine("gpu-link-degraded", f"rank {i}'s GPU {base + i} ({g.pci_device}) link trained at {why}",
+                                   "reseat the GPU or check its riser; lspci -vv: LnkSta vs LnkCap"))
+    return out
 
 
 def _not_cuda(view) -> str:

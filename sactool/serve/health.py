@@ -3,8 +3,10 @@
 A device whose media is degraded (Get Health Info: media status not normal, or maintenance needed /
 performance degraded / replacement needed), or a known poisoned range inside a rank's planned devdax
 slice, makes a strict profile (``pool.strict``) refuse to launch (exit 3: the hardware is not usable as
-planned) and any other profile warn, before SGLang starts. Poison on a NUMA target is a warning only:
-the kernel places that memory page by page (and offlines a poisoned page itself).
+planned) and any other profile warn, before the engine starts. The devdax slices are carved around the
+poison the pool check read (:func:`sactool.pool.rankplan.carve`), so a poisoned planned slice here means
+a record that appeared after that read. Poison on a NUMA target is a warning only: the kernel places
+that memory page by page (and offlines a poisoned page itself).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ def check_health(profile: Any, reader: SysfsReader, plan: Any) -> list[str]:
     topo = probe(reader, poison=True)
     by_name: dict[str, MemdevHealth] = {h.memdev: h for h in topo.health}
     targets = sorted({s.target for s in plan.slots})
+    carved = {n for n, _ in getattr(plan, "carved", ())}
     lines: list[str] = []
     refuse: list[str] = []
     for t in targets:
@@ -56,11 +59,14 @@ def check_health(profile: Any, reader: SysfsReader, plan: Any) -> list[str]:
                                   f"{p.pool_offset_bytes:#x} ({p.where()})")
                 elif t.startswith("node") and p.node is not None:
                     lines.append(f"warning: poison on {t}: {p.where()} (the kernel offlines a poisoned page)")
+                elif t in carved:
+                    lines.append(f"poison skipped: the slices of {t} are carved around it: {p.where()}")
                 else:
                     lines.append(f"poison outside every planned slice: {p.where()}")
     if refuse and profile.pool.strict:
         raise TopologyError("the pool is not healthy as planned: " + "; ".join(refuse),
-                            "replan around it (a devdax slice must not hold a poisoned range), clear the poison once "
-                            "its data is rewritten, or replace the device; pool.strict false only warns")
+                            "run serve again: a devdax plan is carved around the poison the pool check reads (a "
+                            "record in a planned slice appeared after that read); clear the poison once its data is "
+                            "rewritten, or replace the device; pool.strict false only warns")
     lines.extend(f"warning: {r}" for r in refuse)
     return lines

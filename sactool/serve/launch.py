@@ -25,7 +25,7 @@ from sactool.host.sysfs import SysfsReader
 from sactool.profile import Profile, load_profile
 from sactool.pool import capacity
 from sactool.serve import checks
-from sactool.serve.argv import Command, build_command
+from sactool.serve.argv import Command, build_command, with_poison_env
 from sactool.serve.errors import EngineMissingError
 from sactool.serve.gpus import resolve_gpus
 from sactool.serve.sglang_options import resolve as resolve_options
@@ -55,6 +55,13 @@ class Launch:
     def engine(self) -> str:
         return self.profile.engine
 
+    @property
+    def warnings(self) -> tuple[Any, ...]:
+        """The checks that are warnings (:class:`sactool.records.Warning`: code, message, hint)."""
+        from sactool.records import WarningLine
+
+        return tuple(line.warning for line in self.checks if isinstance(line, WarningLine))
+
     def to_data(self) -> dict[str, Any]:
         c = self.command
         pool = None
@@ -79,15 +86,21 @@ class Launch:
             "placement": c.placement,
             "flags": [{"args": list(f.args), "source": f.source, "why": f.why} for f in (*c.prefix, *c.flags)],
             "env": [{"name": e.name, "value": e.value, "source": e.source, "why": e.why} for e in c.env],
-            "checks": list(self.checks),
+            "checks": [str(line) for line in self.checks],
+            "warnings": [w.to_data() for w in self.warnings],
             "pool": pool,
             "plan": plan.to_data() if plan is not None else None,
             "plan_rule": plan.rule if plan is not None else None,
             "plan_total_bytes": plan.total_bytes if plan is not None else None,
             "plan_notes": list(plan.notes) if plan is not None else [],
+            "plan_carved": [{"target": n, "size_bytes": c.size_bytes, "offsets": list(c.offsets),
+                             "plain_size_bytes": c.plain_bytes, "skipped": [list(x) for x in c.skipped],
+                             "poison": [list(x) for x in c.poison], "line": c.describe(n)}
+                            for n, c in plan.carved] if plan is not None else [],
             "plan_targets": [{"target": t.name, "kind": t.kind, "capacity_bytes": t.capacity_bytes,
                               "capacity_source": t.capacity_source, "align_bytes": t.align_bytes,
-                              "cpu_node": t.cpu_node, "cpu_node_evidence": t.cpu_node_evidence}
+                              "cpu_node": t.cpu_node, "cpu_node_evidence": t.cpu_node_evidence,
+                              "poison": None if t.poison is None else [list(x) for x in t.poison]}
                              for t in self.pool.facts] if self.pool is not None else [],
             # engine vllm: "plan" has one slot per pool owner (a DP replica when shared, a rank when private)
             "notes": list(c.notes),
@@ -99,12 +112,12 @@ class Launch:
 def build_launch(profile_path: str, extra_args: Sequence[str] = (), *, python: str | None = None,
                  entrypoint: str | None = None, dry_run: bool = False, allow_untested: bool = False,
                  sysfs_root: str | None = None, environ: Mapping[str, str] | None = None,
-                 placement: str | None = None, engine: str | None = None) -> Launch:
+                 placement: str | None = None, engine: str | None = None, strict: bool = False) -> Launch:
     """Validate profile, model, extras, the engine and pool; build argv and env delta.
 
     ``placement`` overrides ``pool.placement`` (e.g. ``none`` for the DRAM half of an A/B run with
     otherwise identical settings). ``engine`` (``--engine``) must be the profile's: the settings
-    were tuned for one engine."""
+    were tuned for one engine. ``strict`` refuses a profile tuned on another machine (else a warning)."""
     profile = load_profile(profile_path)
     if engine is not None and engine != profile.engine:
         raise UsageError(f"--engine {engine}: {profile_path} is a profile for {profile.engine}",
@@ -152,27 +165,53 @@ def build_launch(profile_path: str, extra_args: Sequence[str] = (), *, python: s
             found["script"] = info.console_script
         return out
 
-    lines.extend(attempt(engine_lines) or [])
+    engine_ok = attempt(engine_lines)
+    lines.extend(engine_ok or [])
+    if engine_ok is not None and cmd.placement == "plugin" and profile.sglang.role != "prefill":
+        lines.extend(attempt(lambda: checks.check_hooks(profile, checks.probe_hooks(python), python=python,
+                                                        allow_untested=allow_untested)) or [])
     if ep == "serve" and "script" in found:
         cmd = build_command(profile, profile_path=profile_path, extra_args=extra, python=python,
                             entrypoint=entrypoint, environ=environ, sglang_script=found["script"],
                             extra_env=extra_env)
     if cmd.placement == "numactl":
-        def numactl() -> list[str]:
-            path = shutil.which("numactl")
-            if not path:
-                raise EngineMissingError("numactl is not installed (placement numactl)",
-                                         "apt-get install numactl, or use pool.placement plugin")
-            return [f"numactl: {path}"]
-        lines.extend(attempt(numactl) or [])
+        lines.extend(attempt(_numactl_lines) or [])
+    lines.extend(attempt(lambda: _pool_here(profile, sysfs_root, strict)) or [])
     pool = attempt(lambda: _check_pool(profile, SysfsReader(sysfs_root)))
     if pool is not None:
         lines.extend(_pool_lines(pool) + _health_lines(profile, pool, attempt, sysfs_root))
+        if cmd.placement == "plugin":
+            cmd = with_poison_env(cmd, profile, pool.facts)
     if cmd.placement == "plugin":
         lines.extend(attempt(lambda: _plugin_lines(profile, pool)) or [])
     if profile.pool.stand_in and cmd.placement != "none":
         lines.append("pool.stand_in: the profile's pool node is a DRAM node standing in for CXL")
     return Launch(os.path.abspath(profile_path), profile, cmd, tuple(lines), pool, tuple(problems), dry_run)
+
+
+def _numactl_lines() -> list[str]:
+    """Placement numactl: the numactl the launch will run."""
+    path = shutil.which("numactl")
+    if not path:
+        raise EngineMissingError("numactl is not installed (placement numactl)",
+                                 "apt-get install numactl, or use pool.placement plugin")
+    return [f"numactl: {path}"]
+
+
+def _pool_here(profile: Profile, sysfs_root: str | None, strict: bool) -> list[str]:
+    """The profile's pool targets checked against this machine's probe (CXL, CPU-less, size) and its
+    machine block against this machine's (:mod:`sactool.pool.match`)."""
+    from sactool.host.machine import machine_block
+    from sactool.pool import match as poolmatch
+    from sactool.topology import probe
+
+    reader = SysfsReader(sysfs_root)
+    topo = probe(reader)
+    out: list[str] = []
+    if profile.sglang.role != "prefill" and profile.pool.placement != "none":
+        out += poolmatch.check_targets(profile.pool, topo, (profile.request or {}).get("pool_targets") or ())
+    return out + poolmatch.check_machine(profile.machine, machine_block(reader), strict=strict,
+                                         where="this machine" if topo.live else "the recording")
 
 
 def _pool_lines(pool) -> list[str]:
@@ -188,6 +227,8 @@ def _pool_lines(pool) -> list[str]:
                    f"{format_bytes(t.available_bytes)} available")
     if pool.note:
         out.append(pool.note)
+    if pool.plan is not None:
+        out.extend(f"slices carved: {line}" for line in pool.plan.carve_lines())
     return out
 
 

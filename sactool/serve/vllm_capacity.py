@@ -50,6 +50,7 @@ class VllmPoolCheck:
     lines: tuple[str, ...]
     preflight: tuple[str, ...] = field(default_factory=tuple)   # where vLLM's own check would refuse falsely
     plan: Any = None
+    facts: tuple = ()                      # the targets as read (a DAX device's known poison included)
 
     def to_data(self) -> dict[str, Any]:
         return {"engine": "vllm", "pool_bytes": self.pool_bytes, "host_blocks": self.blocks, "shared": self.shared,
@@ -74,7 +75,7 @@ def targets(profile: Profile, reader: SysfsReader, topo: Any = None) -> list[Any
     from sactool.topology import probe
 
     q = profile.pool
-    topo = topo or probe(reader)
+    topo = topo or probe(reader, poison=q.mode == "devdax")   # devdax: slices are carved around known poison
     facts = target_facts(topo, reader, target_names(q), capacity_bytes=q.capacity_bytes)
     if q.mode != "numa" or q.hugepages not in HUGE:
         return facts
@@ -148,7 +149,8 @@ def check_pool(profile: Profile, reader: SysfsReader, *, live_shm: bool = True) 
             lines.append(f"/dev/shm: {format_bytes(free)} free for the shared pool's {format_bytes(total)} of files")
     pre = _preflight(profile, reader, per, owners_n, facts, preflight_refuses)
     lines.extend(f"vLLM's own preflight: {p}" for p in pre)
-    return VllmPoolCheck(per, pool.blocks, v.shared_host_pool, owners, tuple(lines), tuple(pre), plan)
+    lines.extend(f"slices carved: {line}" for line in plan.carve_lines())
+    return VllmPoolCheck(per, pool.blocks, v.shared_host_pool, owners, tuple(lines), tuple(pre), plan, tuple(facts))
 
 
 def _is_dir(path: str) -> bool:

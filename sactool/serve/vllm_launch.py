@@ -272,6 +272,10 @@ def build_launch(profile: Profile, profile_path: str, extra_args: Sequence[str],
                                                    live_shm=sysfs_root is None))
     if cap is not None:
         lines.extend(cap.lines)
+        if cmd.placement == "plugin":
+            from sactool.serve.argv import with_poison_env
+
+            cmd = with_poison_env(cmd, profile, cap.facts)
         if cap.plan is not None:          # the devices behind the targets (one plan row per pool)
             from sactool.serve.health import check_health
 

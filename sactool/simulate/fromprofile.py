@@ -95,6 +95,9 @@ def platform_from_profile(profile_path, base: Platform, *, dram_bench: str | Non
     from sactool.profile import load_profile
 
     prof = load_profile(profile_path)
+    if prof.engine != "sglang":
+        raise RecordError(f"profile {profile_path} is for {prof.engine}: simulate models SGLang 0.5.23's HiSparse "
+                          "(per-rank pools, its swap-in), not vLLM's", "simulate a profile from sactool tune (SGLang)")
     if prof.bench is None:
         raise RecordError(f"profile {profile_path} has no bench figures (its bench block is null)", BENCH_HINT)
     spec = get_model(prof.model.name)

@@ -40,7 +40,7 @@ def probe(reader=None, *, poison: bool = False) -> Topology:
     from sactool.topology.classify import classify, verdict
     from sactool.topology.cxl import read_cxl
     from sactool.topology.dax import read_dax
-    from sactool.topology.gpus import read_gpus
+    from sactool.topology.gpus import PCI_DEVICES, read_gpus
     from sactool.topology.nodes import read_nodes
     from sactool.topology.origin import read_origin
     from sactool.topology.warn import iomem_info, late_warnings
@@ -58,7 +58,7 @@ def probe(reader=None, *, poison: bool = False) -> Topology:
         live=r.live, sysfs_root=str(r.root), created_at=created, machine=machine, nodes=tuple(nodes),
         memdevs=tuple(memdevs), decoders=tuple(decoders), regions=tuple(regions), dax_devices=tuple(dax),
         demotion_enabled=demotion, verdict=Verdict((), False, ""), cxl_bus=cxl_present, ports=tuple(ports),
-        gpus=tuple(gpus), gpu_scan=gpu_scan, iomem=iomem_info(ranges, iomem_reason), origin=read_origin(r),
+        gpus=tuple(gpus), gpu_scan=gpu_scan, gpus_scanned=_pci_bus_read(r, PCI_DEVICES), iomem=iomem_info(ranges, iomem_reason), origin=read_origin(r),
     )
     from sactool.topology.hints import auto_online_policy
 
@@ -76,3 +76,10 @@ def probe(reader=None, *, poison: bool = False) -> Topology:
     names, note = devdax_pool(replace(draft, verdict=v))
     v = replace(v, devdax_pool=names, devdax_note=note)   # the JSON says what the table says
     return replace(draft, verdict=v, warnings=tuple(all_warnings), health=health)
+
+
+def _pci_bus_read(r, pci_devices: str) -> bool:
+    """Whether an empty GPU list means "no GPU" (the PCI bus was read and lists devices, and the NVIDIA
+    driver names no GPU of its own that the scan could have missed) rather than "not known" (no PCI bus
+    directory, an empty one as a sandbox shows, or a recording without it)."""
+    return bool(r.is_dir(pci_devices) and r.listdir(pci_devices) and not r.listdir("proc/driver/nvidia/gpus"))

@@ -65,8 +65,10 @@ def read_gpus(r: SysfsReader, nodes: list[NumaNode]) -> tuple[list[GpuDevice], s
             numa_node=numa, local_cpus=tuple(local), host_bridge=hb, cpu_node=cpu, cpu_node_evidence=why,
             link=read_link(r, path), narrowest_link=narrowest(links), path_links=links, uuid=uuid, excluded=excluded,
         ))
-    scan = (f"{len(names)} PCI devices in {PCI_DEVICES}, display class 0x0300/0x0302/0x0380, processing "
-            "accelerator 0x1200 of AMD")
+    looked = ("looked for display classes 0x0300/0x0302/0x0380 from NVIDIA, AMD or Intel, and AMD's "
+              "processing-accelerator class 0x1200")
+    scan = (f"{len(gpus)} of the {len(names)} PCI devices in {PCI_DEVICES} are GPUs ({looked})" if gpus else
+            f"none of the {len(names)} PCI devices in {PCI_DEVICES} is a GPU ({looked})")
     if skipped:
         scan += "; not GPUs (vendor makes no compute GPU of that class): " + ", ".join(skipped)
     return gpus, scan

@@ -431,8 +431,8 @@ def health_warnings(health: Sequence[MemdevHealth]) -> list[Any]:
                                "check 'cxl list -H' and the vendor's tools"))
         for p in h.poison or ():
             out.append(Warning("poison", f"known poison: {p.where()}",
-                               "'sactool probe --poison --profile P' names the rank and pool offset; serve --dry-run "
-                               "refuses a strict profile whose slice holds it; once the data is rewritten the kernel's "
+                               "'sactool probe --poison --profile P' names the rank and pool offset; sactool serve "
+                               "carves devdax slices around it; once the data is rewritten the kernel's "
                                "debugfs cxl/memX/clear_poison (or the device vendor's tools) clears it"))
         if h.aer is not None and (h.aer.fatal or h.aer.nonfatal):
             out.append(Warning("aer-errors", f"{h.memdev} ({h.aer.pci_device}): {h.aer.fatal or 0} fatal, "

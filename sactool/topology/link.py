@@ -70,3 +70,32 @@ def read_link(r: SysfsReader, pci_dir: str) -> PcieLink | None:
         efficiency=eff,
         ceiling_bytes_per_s=ceiling,
     )
+
+
+def link_caps(own: PcieLink, upstream: PcieLink | None = None) -> tuple[float | None, int | None]:
+    """(GT/s, width) both ends of a link can do: the lower ``max_link_*`` of ``own`` and ``upstream`` (the
+    same link seen from the port above it), where known."""
+    ends = [x for x in (own, upstream) if x is not None]
+    speeds = [x.max_speed_gt_s for x in ends if x.max_speed_gt_s]
+    widths = [x.max_width for x in ends if x.max_width]
+    return (min(speeds) if speeds else None), (min(widths) if widths else None)
+
+
+def trained_below(own: PcieLink | None, upstream: PcieLink | None = None) -> str | None:
+    """``"32.0 GT/s x8, both ends capable of 32.0 GT/s x16: its ceiling is 31.5 of 63.0 GB/s per direction"``
+    when the link ``own`` reports trained slower or narrower than both its ends can do (:func:`link_caps`);
+    None when it runs at that, or cannot be told. The rule the machine picture's red link draws
+    (render.machine ``Hop.downgraded``)."""
+    if own is None:
+        return None
+    cs, cw = link_caps(own, upstream)
+    slow = bool(cs and own.speed_gt_s and own.speed_gt_s < cs)
+    narrow = bool(cw and own.width and own.width < cw)
+    if not (slow or narrow):
+        return None
+    text = (f"{own.speed_gt_s} GT/s x{own.width}, " + ("both ends" if upstream is not None else "it is")
+            + f" capable of {cs or own.speed_gt_s} GT/s x{cw or own.width}")
+    full = link_ceiling(cs or own.speed_gt_s, cw or own.width)[2]
+    if own.ceiling_bytes_per_s and full:
+        text += f": its ceiling is {own.ceiling_bytes_per_s / 1e9:.1f} of {full / 1e9:.1f} GB/s per direction"
+    return text

@@ -55,6 +55,9 @@ class Topology:
     ports: tuple[CxlPort, ...] = ()  # the CXL port tree (root → host bridge → switch → endpoint)
     gpus: tuple[GpuDevice, ...] = ()
     gpu_scan: str | None = None      # what was scanned for GPUs, or why nothing could be
+    gpus_scanned: bool = False       # the PCI bus was read and lists devices (sys/bus/pci/devices), and the NVIDIA
+    #                                  driver names no GPU: an empty ``gpus`` means none there, not unknown (a
+    #                                  recording without the PCI tree, an empty one in a sandbox, a reloaded snapshot)
     iomem: IomemInfo | None = None
     origin: Origin | None = None     # live / recording / generated (topology/origin.py); None: as ``live`` says
     health: tuple[MemdevHealth, ...] = ()   # per memdev: media, AER, error mode, poison (topology/health.py)

@@ -30,6 +30,7 @@ def late_warnings(r: SysfsReader, topo: Topology, earlier: Sequence[ProbeWarning
     out.extend(_path_narrower(topo))
     out.extend(_dax_partial(topo))
     out.extend(_not_cuda(topo))
+    out.extend(gpu_link_warnings(topo.gpus))
     policy = auto_online_policy(r)
     for d in topo.dax_devices:
         if d.region and d.mode == "devdax":
@@ -72,6 +73,30 @@ def _not_cuda(topo: Topology) -> list[ProbeWarning]:
                          f"{'it' if len(bdfs) == 1 else 'them'} (SGLang HiSparse with the sactool_cxl plug-in "
                          "runs on CUDA GPUs only)", "serve on NVIDIA GPUs")
             for kind, bdfs in kinds.items()]
+
+
+def gpu_link_warnings(gpus) -> list[ProbeWarning]:
+    """A GPU whose host link trained below what both its ends can do (x8 in an x16 slot, Gen4 on Gen5):
+    its copies to and from host memory — the KV pool's swap-in — get that share of the link's ceiling."""
+    out = []
+    for g in gpus:
+        why = gpu_link_downgrade(g)
+        if why is not None:
+            out.append(ProbeWarning(
+                "gpu-link-degraded", f"GPU {g.pci_device} link trained at {why}",
+                "reseat the GPU or check its riser and the BIOS link settings (lspci -vv: LnkSta vs LnkCap)"))
+    return out
+
+
+def gpu_link_downgrade(g) -> str | None:
+    """How GPU ``g``'s own link trained below both its ends (:func:`sactool.topology.link.trained_below`),
+    or None."""
+    from sactool.topology.link import trained_below
+
+    links: tuple = tuple(g.path_links or ())
+    own = links[0] if links and links[0].pci_device == g.pci_device else g.link
+    up = links[1] if len(links) > 1 and own is links[0] else None
+    return trained_below(own, up)
 
 
 def _meminfo_short(r: SysfsReader, topo: Topology) -> list[ProbeWarning]:

@@ -20,9 +20,10 @@ def _p(source: str, detail: str) -> Provenance:
     return Provenance(source, detail)
 
 
-def build_profile(d, *, chosen, ranked, evals, gather):
+def build_profile(d, *, chosen, ranked, evals, gather, by_buffer_evals=None):
     """(profile, summary, alternatives) for the chosen evaluation of design point ``d``
-    (:class:`sactool.tune.run.DesignPoint`)."""
+    (:class:`sactool.tune.run.DesignPoint`); ``evals``: the candidates at the chosen requests per rank
+    (the alternatives), ``by_buffer_evals``: those at the design's (the by-size table; default ``evals``)."""
     c = chosen.candidate
     req = d.dep.requests_per_rank(d.concurrency)
     plan = rank_sizing(req, c.device_buffer_size, c.host_to_device_ratio, layers=d.spec.num_layers,
@@ -39,15 +40,30 @@ def build_profile(d, *, chosen, ranked, evals, gather):
     predictions["per_miss_cost"] = _per_miss(gather)
     if getattr(d, "sensitivity", None):
         predictions["miss_sensitivity"] = d.sensitivity
+    if getattr(d, "trade", None) is not None:
+        predictions["requests_vs_buffer"] = d.trade.to_data()
     profile = new_profile(model=ModelRef.of(d.spec), pool=pool_s, hisparse=hs, sglang=sg, machine=d.machine,
                           request=_request(d), predictions=predictions, bench=dict(gather.info), provenance=prov,
                           workload=getattr(d, "workload", None),
                           fleet=share.block if share is not None else None)
     summary = _summary(d, c, hs, gather, predictions)
-    summary["by_buffer"] = _by_buffer(chosen, evals)
+    alternatives = _alternatives(chosen, evals)
+    tr = getattr(d, "trade", None)
+    if tr is not None and tr.traded:   # the design's own choice, which the trade beat
+        e = next(r for r in tr.rows if r["requests_per_rank"] == tr.design_requests)
+        w = next(r for r in tr.rows if r["chosen"])
+        gain = w["tokens_per_s_per_rank"] / e["tokens_per_s_per_rank"] - 1
+        alternatives.insert(0, {"candidate": f"{e['device_buffer_size']} R{e['host_to_device_ratio']} x "
+                                             f"{tr.design_requests} requests per rank (the design's)",
+                                "fetch_time_per_token_s": e["fetch_time_per_step_s"],
+                                "gpu_bytes_per_rank": e["gpu_bytes_per_rank"], "feasible": True,
+                                "reason": f"{gain:+.1%} tokens/s per rank for the chosen "
+                                          f"{w['device_buffer_size']} x {w['requests_per_rank']} (significant)"})
+    summary["by_buffer"] = _by_buffer(chosen, by_buffer_evals if by_buffer_evals is not None else evals)
+    summary["requests_vs_buffer"] = predictions.get("requests_vs_buffer")
     summary["per_miss_cost"] = _per_miss(gather)
     summary["miss_sensitivity"] = getattr(d, "sensitivity", None) or []
-    return profile, summary, _alternatives(chosen, evals)
+    return profile, summary, alternatives
 
 
 def _per_miss(gather) -> dict[str, Any]:
@@ -175,7 +191,9 @@ def _provenance(d, c, req: int, gather) -> dict[str, Provenance]:
                                  _p("default", "empty: no GPU seen by probe; SGLang finds each GPU's node with NVML")),
         "hisparse.top_k": _p("engine", f"{spec.name} index_topk (SGLang overrides top_k with it)"),
         "hisparse.device_buffer_size": _p(measured, f"least predicted fetch time per token under the GPU and pool "
-                                          f"limits; misses from LRU simulation on the "
+                                          f"limits at {req} request(s) per rank ("
+                                          + (d.trade.why if getattr(d, "trade", None) is not None else "the design's")
+                                          + "); misses from LRU simulation on the "
                                           f"{workload_summary(getattr(d, 'workload', None))}; bandwidth "
                                           f"{bench_ref}{stand}"),
         "hisparse.host_to_device_ratio": _p("derived", f"smallest ratio whose host pool holds {req} request(s) of "
@@ -192,6 +210,8 @@ def _provenance(d, c, req: int, gather) -> dict[str, Provenance]:
         "sglang.page_size": _p("engine", "DSA forces page size 64 on CUDA"),
         "sglang.mem_fraction_static": _p("default", "0.85, as in the SAC runs"),
         "sglang.max_running_requests": (_p("user", "--concurrency") if "concurrency" in user else
+                                        _p("measured", f"{d.trade.why} (predictions.requests_vs_buffer)")
+                                        if getattr(d, "trade", None) is not None and d.trade.traded else
                                         _p("derived", "design concurrency: SAC's 64, or what the pool holds")),
         "sglang.context_length": _p("derived", "longest requested context the deployment holds"),
         "sglang.dsa_decode_backend": _p("default", "auto: HiSparse picks flashmla_kv (fp8) / flashmla_sparse (bf16)"),
@@ -238,13 +258,15 @@ def _predictions(d, chosen, ranked, plan, req: int) -> dict[str, Any]:
     best = ranked[0]
     cmp = search.compare(chosen, best) if best is not chosen else None
     predictions = {
-        "objective": "fetch time per generated token (pool bytes over the measured bandwidth, plus the "
-                     "per-missed-record cost where it applies: per_miss_cost), mean over the design contexts, at "
-                     "the design concurrency",
+        "objective": "generated tokens per second per rank: at the design's requests the fetch time per generated "
+                     "token decides (pool bytes over the measured bandwidth, plus the per-missed-record cost where it "
+                     "applies: per_miss_cost; mean over the design contexts); fewer requests with larger buffers are "
+                     "weighed against it with the engine's measured decode step (requests_vs_buffer)",
         "fetch_time_per_token_s": chosen.mean_s,
         "fetch_time_per_token_per_round_s": list(chosen.samples_s),
         "device_token_slots": plan.device_slots,
-        "design_concurrency": concurrency,
+        "design_concurrency": getattr(d, "design_concurrency", None) or concurrency,
+        "concurrency": concurrency,
         "design_contexts": list(design),
         "requests_per_rank": req,
         "gpu_bytes_per_rank": plan.gpu_bytes,
@@ -274,13 +296,20 @@ def _request(d) -> dict[str, Any]:
     """What was asked, as recorded in the profile."""
     o, budget, pool, kv, contexts, replicates = d.o, d.budget, d.pool, d.kv, d.contexts, d.replicates
     return {"model": o.model, "contexts": list(contexts), "concurrency": o.concurrency, "tp": o.tp,
-               "attn_dp": o.attn_dp, "gpu": budget.gpu, "gpu_kv_budget_bytes": o.gpu_kv_budget_bytes,
+               "attn_dp": o.attn_dp, "gpu": budget.gpu, "gpu_from": _gpu_from(d),
+               "gpu_kv_budget_bytes": o.gpu_kv_budget_bytes,
                "gpu_kv_budget": {"bytes_per_gpu": budget.bytes_per_gpu, "source": budget.source,
                                  "detail": budget.detail},
                "kv_dtype": kv, "steps": o.steps, "replicates": replicates, "seed": o.seed,
                "trace": str(o.trace) if o.trace else None, "bench": _bench_request(o.bench),
                "pool_targets": [{"name": t.name, "capacity_bytes": t.capacity_bytes, "source": t.capacity_source}
                                 for t in pool.targets]}
+
+
+def _gpu_from(d) -> dict[str, Any] | None:
+    """Where the GPU the budget is planned for came from (tune.gpu.GpuChoice): user, probe or default."""
+    g = getattr(d, "gpu", None)
+    return g.to_data() if g is not None else None
 
 
 def _summary(d, c, hs, gather, predictions) -> dict[str, Any]:
@@ -297,8 +326,11 @@ def _summary(d, c, hs, gather, predictions) -> dict[str, Any]:
                "hisparse_config": hs.config_json(), "prefetch": hs.prefetch,
                "placement": c.placement.label, "rank_targets": list(c.placement.rank_targets),
                "tp": o.tp, "attn_dp": attn_dp, "workload": getattr(d, "workload", None),
+               "gpu": d.budget.gpu, "gpu_from": _gpu_from(d),
+               "gpu_kv_budget": {"source": d.budget.source, "detail": d.budget.detail},
                **{k: predictions[k] for k in (
-                   "fetch_time_per_token_s", "design_concurrency", "gpu_bytes_per_rank", "hot_buffer_bytes_per_rank",
+                   "fetch_time_per_token_s", "design_concurrency", "concurrency", "gpu_bytes_per_rank",
+                   "hot_buffer_bytes_per_rank",
                    "index_key_bytes_per_rank", "gpu_kv_budget_bytes", "host_pool_bytes_per_rank", "host_pool_bytes",
                    "per_context", "engine_constraints")}}
 

@@ -61,7 +61,9 @@ class Fit:
             f"per token{rep}; {_gib(need / job.o.tp)} per rank) and {_gib(gpu_need)} of GPU memory per rank; the "
             f"pool has {_gib(total_cap)} ({', '.join(self.names)}; {_gib(self.part)} per rank) and the GPU budget "
             f"is {_gib(self.budget.bytes_per_gpu)}; at most {job.attn_dp * self.requests(ctx)} such requests fit",
-            "lower --concurrency or --context, add pool memory, or use DP attention (--attn-dp = --tp)")
+            "lower --concurrency or --context, add pool memory"
+            + (", or use DP attention (--attn-dp = --tp): plain TP keeps a copy of each request's KV per rank"
+               if job.attn_dp != job.o.tp else ", or raise the GPU budget"))
 
     def design_point(self, contexts, warnings: list) -> tuple[tuple[int, ...], int]:
         """(design contexts, concurrency): ``--concurrency`` must fit every context; auto takes the

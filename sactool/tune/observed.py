@@ -11,7 +11,9 @@ observation, no longer the published ShareGPT statistics.
 
 **Sensitivity.** Whether or not an observation exists, tune's choice is re-made with every simulated
 miss count multiplied by 2, 5 and 10 (the published gap between model and measurement is of that
-order): the rows say which buffer would be chosen then and what its fetch time per token would be.
+order), the design's requests weighed against fewer with larger buffers as the choice itself is
+(:mod:`sactool.tune.requests`): the rows say which buffer and how many requests per rank would be
+chosen then, what its fetch time per token would be, and why.
 """
 
 from __future__ import annotations
@@ -103,23 +105,25 @@ def refit(model_wl: Any, observation: Any, buffer: int, contexts: Sequence[int],
     return dataclasses.replace(model_wl, rate_scale=scale, refit=rec), rec
 
 
-def sensitivity(evaluate_choice: Callable[[float], tuple[Any, Any]], chosen: Any) -> list[dict[str, Any]]:
-    """Rows: tune's choice with every miss count × 1 (as chosen), × 2, × 5, × 10. ``evaluate_choice(k)``
-    re-runs the search's choice on the scaled misses and returns (chosen evaluation, its buffer's why)."""
-    rows = [_row(1.0, chosen, "the model's misses (the choice made)")]
+def sensitivity(evaluate_choice: Callable[[float], tuple[Any, int, str]], chosen: Any, requests: int,
+                why: str) -> list[dict[str, Any]]:
+    """Rows: tune's choice with every miss count × 1 (as chosen: ``requests`` per rank, ``why``), × 2, × 5,
+    × 10. ``evaluate_choice(k)`` re-makes the choice on the scaled misses and returns (chosen evaluation,
+    requests per rank, why)."""
+    rows = [_row(1.0, chosen, requests, why)]
     for k in FACTORS:
-        e, why = evaluate_choice(k)
-        rows.append(_row(k, e, why))
+        e, req, w = evaluate_choice(k)
+        rows.append(_row(k, e, req, w))
     return rows
 
 
-def _row(k: float, e: Any, why: str) -> dict[str, Any]:
+def _row(k: float, e: Any, requests: int, why: str) -> dict[str, Any]:
     c = e.candidate
     ctx = list(e.per_context.values())
     hit = sum(v["hit_rate"] for v in ctx) / len(ctx) if ctx else None
     return {"miss_factor": k, "device_buffer_size": c.device_buffer_size, "host_to_device_ratio": c.host_to_device_ratio,
-            "placement": c.placement.label, "fetch_time_per_token_s": e.mean_s, "hit_rate": hit,
-            "gpu_bytes_per_rank": e.gpu_bytes_per_rank, "why": why}
+            "requests_per_rank": requests, "placement": c.placement.label, "fetch_time_per_token_s": e.mean_s,
+            "hit_rate": hit, "gpu_bytes_per_rank": e.gpu_bytes_per_rank, "why": why}
 
 
 __all__ = ["FACTORS", "refit", "sensitivity", "simulated_miss_rate"]

@@ -84,6 +84,7 @@ def measure(node: int, kinds: Sequence[str], record_bytes: int, top_k: int, roun
     """``rounds`` quick gathers per kind on ``node``, interleaved over kinds (resumable points)."""
     from sactool.bench import run_quick_gather
     from sactool.bench.figures import fetch_figure
+    from sactool.errors import unsettle
 
     have = {(p["round"], p["page_kind"]): p for p in done}
     out: dict[str, list[float]] = {k: [] for k in kinds}
@@ -99,6 +100,7 @@ def measure(node: int, kinds: Sequence[str], record_bytes: int, top_k: int, roun
                      "bandwidth_bytes_per_s": fig.bandwidth_bytes_per_s,
                      "hugepage_fraction": (rec.data.get("buffer") or {}).get("hugepage_fraction")}
                 on_point(p)
+                unsettle()   # the point is on disk: a signal that came after the gather stops tune here
             out[k].append(float(p["bandwidth_bytes_per_s"]))
             n += 1
             if progress:

@@ -8,6 +8,8 @@ everything downstream says so (``stand_in``).
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
@@ -131,7 +133,40 @@ def from_bench(paths, record_bytes: int, pool: PoolInfo, machine: dict, *, stric
     info["figure_flags"] = [dict(w) for w in flags]
     if swap is not None:
         info["swap_in"] = swap.to_data()
-    return GatherInputs(({r["target"]: r["bandwidth_bytes_per_s"] for r in rows},), info, tuple(warnings))
+    return GatherInputs(_rounds(rows), info, tuple(warnings))
+
+
+def _rounds(rows: list[dict]) -> tuple[dict[str, float], ...]:
+    """The measurement rounds tune compares candidates over: the samples of the figures when every
+    target's figure comes from one record (its protocol took sample i of every configuration in the
+    same rotated round, so they pair) and each has two or more; else one round of the medians
+    (samples of different records, taken at different times, do not pair)."""
+    samples = [r.get("samples") or () for r in rows]
+    n = min(len(v) for v in samples)
+    if len({r["path"] for r in rows}) != 1 or n < 2:
+        return ({r["target"]: r["bandwidth_bytes_per_s"] for r in rows},)
+    return tuple({r["target"]: float(v[i]) for r, v in zip(rows, samples)} for i in range(n))
+
+
+def _gather_samples(rec, f) -> tuple[float, ...]:
+    """Bytes/s of each sample of the gather result a *measured* CPU figure ``f`` is the median of: its
+    records over its seconds (``raw``); () for a derived figure, or when they do not give its median."""
+    import statistics
+
+    if f.source != "measured":
+        return ()
+    for r in rec.results:
+        p, d = r.get("params") or {}, r.get("derived") or {}
+        if (r.get("test") != "gather" or p.get("record_bytes") != f.record_bytes or p.get("threads") != f.threads
+                or d.get("ns_per_record") != f.ns_per_record):
+            continue
+        try:
+            v = tuple(float(x["work"]) * f.record_bytes / float(x["seconds"]) for x in r.get("raw") or ())
+        except (KeyError, TypeError, ValueError, ZeroDivisionError):
+            return ()
+        ok = v and math.isclose(statistics.median(v), f.bandwidth_bytes_per_s, rel_tol=1e-6)
+        return v if ok else ()
+    return ()
 
 
 def _figure_flags(recs, rows) -> list[dict]:
@@ -238,10 +273,11 @@ def _target_row(t, mine, want: dict) -> dict:
         return {"target": t.name, "path": str(p), "figure": "gpu", "bandwidth_bytes_per_s": g.bandwidth_bytes_per_s,
                 "ns_per_record": g.ns_per_record, "blocks": g.blocks, "threads": g.threads_per_block,
                 "topk_step_us": g.topk_step_us, "ceiling_ratio": g.ceiling_ratio, "full_prefix_us": g.full_prefix_us,
-                "figure_source": g.source, "detail": g.detail, "stand_in": bool(rec.stand_in)}
+                "figure_source": g.source, "detail": g.detail, "stand_in": bool(rec.stand_in),
+                "samples": list(g.samples)}
     return {"target": t.name, "path": str(p), "figure": "cpu_proxy", "bandwidth_bytes_per_s": f.bandwidth_bytes_per_s,
             "ns_per_record": f.ns_per_record, "threads": f.threads, "figure_source": f.source, "detail": f.detail,
-            "gpu_not_used": f.gpu_not_used, "stand_in": bool(rec.stand_in)}
+            "gpu_not_used": f.gpu_not_used, "stand_in": bool(rec.stand_in), "samples": list(_gather_samples(rec, f.figure))}
 
 
 def _bench_info(recs, rows, pool: PoolInfo, record_bytes: int, blocks: int | None) -> dict[str, Any]:
@@ -282,6 +318,7 @@ def measure_rounds(pool: PoolInfo, record_bytes: int, top_k: int, rounds: int, *
     hits every target alike. ``done``: points from an earlier run (``--resume``)."""
     from sactool.bench import run_quick_gather
     from sactool.bench.figures import fetch_figure
+    from sactool.errors import unsettle
 
     if pool.mode != "numa":
         raise TopologyError("tune cannot measure a devdax pool itself",
@@ -302,6 +339,7 @@ def measure_rounds(pool: PoolInfo, record_bytes: int, top_k: int, rounds: int, *
                      "ns_per_record": fig.ns_per_record, "threads": fig.threads, "source": fig.source,
                      "detail": fig.detail}
                 on_point(p)
+                unsettle()   # the point is on disk: a signal that came after the gather stops tune here
             rnd[t.name] = float(p["bandwidth_bytes_per_s"])
             last = p
             n += 1

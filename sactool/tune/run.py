@@ -16,6 +16,7 @@ from sactool.tune.fit import Fit
 from sactool.tune.hotbuffer import HotBufferRuns
 from sactool.tune.options import TuneResult
 from sactool.tune.points import PointsStore
+from sactool.tune.requests import inputs_for, ladder, observed_step, trade
 from sactool.units import format_bytes as _gib
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ class DesignPoint:
     attn_dp: int
     rec_bytes: int
     budget: Any                     # hisparse.gpus.GpuBudget
+    gpu: Any                        # tune.gpu.GpuChoice: the GPU the budget is planned for, and why
     pool: Any                       # sactool.pool.discover.PoolInfo
     machine: dict
     dep: Deployment
@@ -56,6 +58,8 @@ class DesignPoint:
     workload: dict | None = None    # where the hot-buffer misses came from (the profile's workload block)
     real_pool: Any = None           # tune --engine vllm: the pool as it is (``pool`` is the search's view)
     sensitivity: list | None = None  # the choice with the misses x1, x2, x5, x10 (tune.observed.sensitivity)
+    trade: Any = None               # tune.requests.Trade: the design's requests against fewer with larger buffers
+    design_concurrency: int | None = None  # asked (concurrency is what the profile holds: fewer when traded)
 
 
 def execute(job: Job) -> TuneResult:
@@ -66,13 +70,15 @@ def execute(job: Job) -> TuneResult:
 
     unsettle()   # the next host of a fleet after one whose profile is written: a signal that came between stops here
     warnings: list[dict[str, str]] = []
-    budget = gpus.kv_budget(model_name=job.spec.name, tp=job.o.tp, gpu=job.o.gpu,
+    topo, reader = _probe(job)
+    gpu = _gpu_choice(job, topo, warnings)
+    budget = gpus.kv_budget(model_name=job.spec.name, tp=job.o.tp, gpu=gpu.name,
                             budget_bytes=job.o.gpu_kv_budget_bytes, weights_bytes=job.o.weights_bytes,
-                            checkpoint=job.spec.checkpoint)
+                            checkpoint=job.spec.checkpoint, gpu_source=gpu.detail)
     contexts, replicates, trace = _workload(job, warnings)
     model_wl = _model_workload(job)
     _check_one_request(job, budget, contexts)
-    machine, pool = _probe_pool(job, warnings)
+    machine, pool = _probe_pool(job, warnings, topo, reader)
     real_pool = pool
     if job.o.engine == "vllm":
         from sactool.tune.vllm import as_search_pool
@@ -80,7 +86,7 @@ def execute(job: Job) -> TuneResult:
         pool = as_search_pool(pool, job.o.tp // job.attn_dp)
     fit = Fit(job, budget, pool)
     design, concurrency = fit.design_point(contexts, warnings)
-    model_wl = _refit(job, model_wl, design, replicates, warnings)
+    model_wl, obs = _refit(job, model_wl, design, replicates, warnings)
     sizing = _gather_size(job, pool, warnings)
     size = sizing.size_bytes if sizing is not None else None
     points = PointsStore(job, [t.name for t in pool.targets], model_wl, size)
@@ -89,13 +95,22 @@ def execute(job: Job) -> TuneResult:
     warnings += list(gather.warnings)
     page = _page_size(job, pool, replicates, points, size)
     d = DesignPoint(o=job.o, spec=job.spec, kv=job.kv, attn_dp=job.attn_dp, rec_bytes=job.rec_bytes, budget=budget,
-                    pool=pool, machine=machine, dep=fit.dep, contexts=contexts, design=design,
+                    gpu=gpu, pool=pool, machine=machine, dep=fit.dep, contexts=contexts, design=design,
                     concurrency=concurrency, cap_kw=fit.cap_kw, replicates=replicates, warnings=warnings,
                     page=page, workload=_workload_block(job, model_wl, trace, replicates), real_pool=real_pool)
     sims = HotBufferRuns(job, design, replicates, trace, points, model_wl)
     chosen, ranked, evals, space = _search(d, fit.placements, gather, sims)
-    d.sensitivity = _sensitivity(d, fit.placements, gather, sims, chosen, evals)
-    profile, summary, alternatives = build_profile(d, chosen=chosen, ranked=ranked, evals=evals, gather=gather)
+    design_evals = evals
+    step = observed_step(d, obs[0], obs[1], fit.placements, gather, sims, chosen, warnings) if obs else None
+    d.trade = trade(d, fit.placements, gather, sims, chosen, step)
+    d.sensitivity = _sensitivity(d, fit.placements, gather, sims, evals, step)
+    d.design_concurrency = concurrency
+    if d.trade.traded:   # the profile holds fewer requests, each with the larger buffer
+        d.concurrency = d.trade.requests_per_rank * d.attn_dp
+        evals = [e for e in d.trade.evals if e.candidate.device_buffer_size == d.trade.chosen.candidate.device_buffer_size]
+        chosen, ranked = d.trade.chosen, search.choose(evals)[1]
+    profile, summary, alternatives = build_profile(d, chosen=chosen, ranked=ranked, evals=evals, gather=gather,
+                                                   by_buffer_evals=design_evals)
     if job.o.engine == "vllm":
         from sactool.tune.vllm import to_vllm
 
@@ -103,7 +118,7 @@ def execute(job: Job) -> TuneResult:
     settle()   # inside tune()'s interrupt handler, its last stop: from here a signal finds the profile finished
     written = _write(job, profile)
     return TuneResult(profile=profile, path=written, summary=summary, alternatives=tuple(alternatives),
-                      evaluated=len(evals), space=space, warnings=tuple(warnings),
+                      evaluated=len(design_evals) + len(d.trade.evals), space=space, warnings=tuple(warnings),
                       elapsed_s=time.perf_counter() - job.t0, chosen_objective_s=chosen.mean_s,
                       best_objective_s=ranked[0].mean_s, simulations=dict(sims.counts))
 
@@ -164,10 +179,11 @@ def _workload_block(job: Job, model_wl, trace, replicates: int) -> dict[str, Any
 
 def _refit(job: Job, model_wl, design, replicates: int, warnings: list):
     """``--observed``: the workload refit so the simulation reproduces the engine's miss rate at the buffer
-    it ran (:mod:`sactool.tune.observed`); without it, the workload as it is."""
+    it ran (:mod:`sactool.tune.observed`), and (the observation, that buffer); without it, the workload as
+    it is and None."""
     o = job.o
     if getattr(o, "observed", None) is None:
-        return model_wl
+        return model_wl, None
     if job.o.trace is not None:
         from sactool.errors import UsageError
 
@@ -191,39 +207,28 @@ def _refit(job: Job, model_wl, design, replicates: int, warnings: list):
                             f"{rec['model_miss_rate']:.2%}): rate_scale {rec['rate_scale']:.3g}, simulated "
                             f"{rec['refit_miss_rate']:.2%}; {rec['note']}", "fit on this one observation: "
                             "observe again after serving with the new profile to check it"))
-    return wl
+    return wl, (obs, buf)
 
 
-def _sensitivity(d: DesignPoint, placements, gather, sims: HotBufferRuns, chosen, evals) -> list:
-    """Tune's choice re-made with every simulated miss count x2, x5, x10 (no new simulation: the
-    buffers the search simulated, their misses scaled; hit rate = 1 - misses / top_k)."""
+def _sensitivity(d: DesignPoint, placements, gather, sims: HotBufferRuns, evals, step) -> list:
+    """Tune's choice re-made with every simulated miss count x2, x5, x10 (no new simulation of the
+    buffers the search simulated: their misses scaled, hit rate = 1 - misses / top_k), the design's
+    requests weighed against fewer with larger buffers as the choice itself is (:mod:`sactool.tune.requests`)."""
     from sactool.tune.observed import sensitivity
 
-    top_k = d.spec.index_topk
     buffers = sorted({e.candidate.device_buffer_size for e in evals})
 
     def choice(k: float):
-        misses = {c: [{b: m * k for b, m in per.items()} for per in reps] for c, reps in sims.misses.items()}
-        hits = {c: [{b: max(0.0, 1.0 - m / top_k) for b, m in per.items()} for per in reps]
-                for c, reps in misses.items()}
-        x = search.Inputs(contexts=d.design, concurrency=d.concurrency, deployment=d.dep, targets=d.pool.targets,
-                          layers=d.spec.num_layers, record_bytes=d.rec_bytes, indexer_bytes=d.spec.indexer_bytes,
-                          top_k=top_k, gpu_budget_bytes=d.budget.bytes_per_gpu, misses=misses, hit_rate=hits,
-                          bandwidth=gather.rounds, swap_in=_swap_in(gather), per_miss=search.per_miss_for(gather.info))
+        x = inputs_for(d, gather, sims, d.concurrency, k)
         ev = [search.evaluate(c, x) for c in search.candidates_for(buffers, x, placements)]
-        ch, ranked = search.choose(ev)
+        ch, _ = search.choose(ev)
         assert ch is not None   # the same candidates fit whatever the misses: feasibility needs none
-        b0 = chosen.candidate.device_buffer_size
-        if ch.candidate.device_buffer_size == b0:
-            why = "the same buffer: the largest that fits still fetches least"
-        else:
-            same = next((e for e in ranked if e.candidate.device_buffer_size == b0), None)
-            gain = f"{(same.mean_s - ch.mean_s) / same.mean_s:+.1%}" if same is not None and same.mean_s else ""
-            why = (f"{ch.candidate.device_buffer_size} slots: fetch time per token {gain} vs {b0} at these misses"
-                   if gain else f"{ch.candidate.device_buffer_size} slots")
-        return ch, why
+        tr = trade(d, placements, gather, sims, ch, step, factor=k)
+        same = (tr.chosen.candidate.device_buffer_size, tr.requests_per_rank) == (b0, d.trade.requests_per_rank)
+        return tr.chosen, tr.requests_per_rank, ("same: " if same else "") + (tr.brief or tr.why)
 
-    return sensitivity(choice, chosen)
+    b0 = d.trade.chosen.candidate.device_buffer_size
+    return sensitivity(choice, d.trade.chosen, d.trade.requests_per_rank, d.trade.brief or d.trade.why)
 
 
 def _check_one_request(job: Job, budget, contexts) -> None:
@@ -238,11 +243,30 @@ def _check_one_request(job: Job, budget, contexts) -> None:
             "give a larger --gpu-kv-budget, a larger --gpu, or more GPUs (--tp)")
 
 
-def _probe_pool(job: Job, warnings: list):
-    """(machine block, pool info) of this host or of the recording ``--sysfs-root`` names."""
-    from sactool.host.machine import machine_block
+def _probe(job: Job):
+    """(topology, reader) of this host or of the recording ``--sysfs-root`` names; (None, None) for
+    tune --fleet, whose pool comes from the fleet record."""
     from sactool.host.sysfs import SysfsReader
     from sactool.topology import probe
+
+    if job.o.pool_source is not None:
+        return None, None
+    reader = SysfsReader(job.o.sysfs_root)
+    return probe(reader), reader
+
+
+def _gpu_choice(job: Job, topo, warnings: list):
+    """The GPU the budget is planned for (:mod:`sactool.tune.gpu`): probe's NVIDIA GPUs, ``--gpu`` over them."""
+    from sactool.tune.gpu import choose_gpu
+
+    choice = choose_gpu(job.o.gpu, getattr(topo, "gpus", ()) or ())
+    warnings.extend(choice.warnings)
+    return choice
+
+
+def _probe_pool(job: Job, warnings: list, topo, reader):
+    """(machine block, pool info) of this host or of the recording ``--sysfs-root`` names."""
+    from sactool.host.machine import machine_block
     from sactool.pool.discover import pool_info
     from sactool.tune.pool import gpu_warnings
 
@@ -252,8 +276,6 @@ def _probe_pool(job: Job, warnings: list):
         if pool.stand_in:
             warnings.append(warning("stand_in", pool.reason, "figures describe DRAM, not CXL"))
         return o.pool_source.machine, pool
-    reader = SysfsReader(o.sysfs_root)
-    topo = probe(reader)
     warnings.extend(gpu_warnings(topo))
     machine = machine_block(reader)
     pool = pool_info(topo, reader, pool_bytes=o.pool_bytes)
@@ -366,17 +388,16 @@ def _page_size(job: Job, pool, replicates: int, points: PointsStore, size: int |
 def _search(d: DesignPoint, placements, gather, sims: HotBufferRuns):
     """(chosen, ranked, evaluations, size of the candidate space)."""
     o, top_k = d.o, d.spec.index_topk
-    x = search.Inputs(contexts=d.design, concurrency=d.concurrency, deployment=d.dep, targets=d.pool.targets,
-                      layers=d.spec.num_layers, record_bytes=d.rec_bytes, indexer_bytes=d.spec.indexer_bytes,
-                      top_k=top_k, gpu_budget_bytes=d.budget.bytes_per_gpu, misses=sims.misses,
-                      hit_rate=sims.hits, bandwidth=gather.rounds, swap_in=_swap_in(gather),
-                      per_miss=search.per_miss_for(gather.info))
+    x = inputs_for(d, gather, sims, d.concurrency)
     if o.exhaustive:
         stage1 = search.all_buffers(top_k)
     else:  # the coarse grid plus the largest sizes that fit (arithmetic only), simulated in one pass
         fine = [b for b in search.largest_feasible(x, placements) if b not in search.coarse_buffers(top_k)]
         stage1 = sorted(set(search.coarse_buffers(top_k)) | set(fine))
-    sims.simulate(stage1, "simulate")
+    # fewer requests' larger buffers (tune.requests), simulated in the same pass; evaluated there, not here
+    fits = search.largest_feasible(x, placements, n=1)
+    rungs = ladder(d, placements, gather, sims, fits[-1]) if fits and "concurrency" not in o.given else []
+    sims.simulate(sorted(set(stage1) | {b for _, b in rungs}), "simulate")
     evals = [search.evaluate(c, x) for c in search.candidates_for(stage1, x, placements, knobs=o.exhaustive)]
     best = search.best_feasible_buffer(evals)
     if best is None:
@@ -389,16 +410,6 @@ def _search(d: DesignPoint, placements, gather, sims: HotBufferRuns):
     chosen, ranked = search.choose(evals)
     space = len(search.all_buffers(top_k)) * 2 * len(search.SWAP_IN_BLOCK_SIZES) * 2 * len(placements)
     return chosen, ranked, evals, space
-
-
-def _swap_in(gather) -> "search.SwapInChoice":
-    """The CTA width choice the gather figures came with (``bench.swap_in`` of the profile)."""
-    d = gather.info.get("swap_in") or {}
-    if not d:
-        return search.default_swap_in("no GPU swap-in figure")
-    return search.SwapInChoice(int(d["block_size"]), d["source"], d["why"], d.get("blocks"),
-                               {int(w): v for w, v in (d.get("us_per_step_per_request") or {}).items()},
-                               d.get("figure") or "")
 
 
 def _write(job: Job, profile) -> Path | None:

@@ -1,9 +1,12 @@
 """Candidate space, evaluation and choice.
 
 A candidate is one HiSparse/pool configuration: ``device_buffer_size``, ``host_to_device_ratio``,
-``swap_in_block_size``, ``prefetch`` and a rank placement. Its *objective* is the predicted fetch
+``swap_in_block_size``, ``prefetch`` and a rank placement. Its *objective* here is the predicted fetch
 time per generated token (:func:`sactool.hisparse.cost.fetch_time_per_token`, slowest pool target),
-averaged over the requested context lengths, at the design concurrency.
+averaged over the requested context lengths, at one request count per rank (``Inputs.concurrency``):
+tune's objective, tokens per second per rank, orders candidates with the same requests exactly so
+(the rest of the step is the same for all of them). Fewer requests with larger buffers are weighed
+against the design's in :mod:`sactool.tune.requests`.
 
 Noise. The workload seeds are samples of the workload, not noise: misses are averaged over them.
 What is noisy is the measured gather bandwidth. It is measured in rounds, interleaved over the

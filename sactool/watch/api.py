@@ -96,7 +96,8 @@ class Watcher:
         self.pids = pids
         from sactool.watch.plan import plan_rows
 
-        self.plan, note = plan_rows(self.profile, self.reader) if self.profile is not None else ([], "")
+        self.plan, note = plan_rows(self.profile, self.reader, [p for p, _ in pids]) if self.profile is not None \
+            else ([], "")
         if note:
             self.notes.append(note)
         self._placement_next = 0.0

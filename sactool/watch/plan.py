@@ -7,7 +7,7 @@ changing anywhere else.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 
 @dataclass(frozen=True)
@@ -31,10 +31,30 @@ class PlanRow:
                 "offset_bytes": self.offset_bytes, "size_bytes": self.size_bytes, "stand_in": self.stand_in}
 
 
-def plan_rows(profile: Any, reader: Any) -> tuple[list[PlanRow], str]:
+def engine_poison(reader: Any, pids: Sequence[int]) -> tuple[dict[str, tuple[tuple[int, int], ...]] | None, str]:
+    """The DAX devices' known poison serve handed the engine (``$SACTOOL_POOL_POISON`` in the first
+    given process's environment that has it: the ranks carved their slices around exactly that set),
+    and where it was read; (None, "") when no process has it (or its environment is unreadable)."""
+    from sactool.pool.contract import POISON_ENV, poison_from_env
+
+    for pid in pids:
+        t = reader.text(f"proc/{pid}/environ")
+        env = dict(kv.split("=", 1) for kv in (t or "").split("\0") if "=" in kv)
+        if POISON_ENV in env:
+            try:
+                return poison_from_env(env), f"${POISON_ENV} of pid {pid}"
+            except ValueError:
+                return None, ""
+    return None, ""
+
+
+def plan_rows(profile: Any, reader: Any, pids: Sequence[int] = ()) -> tuple[list[PlanRow], str]:
     """Every rank's planned pool, and a note ("" or why the slices are unknown). The rank plan is
-    made over this machine's targets when they can be read (sizes, align: devdax slices); where they
-    cannot (a target absent here), the profile's rank rule alone gives each rank its target."""
+    made over this machine's targets when they can be read (sizes, align: devdax slices), its devdax
+    slices carved around the poison serve handed the engine (:func:`engine_poison`, from ``pids``);
+    where they cannot (a target absent here), the profile's rank rule alone gives each rank its target."""
+    import dataclasses
+
     from sactool.errors import SactoolError
     from sactool.pool.plan import PoolSpec, rank_plan, rank_target
     from sactool.pool.targets import node_of
@@ -47,8 +67,13 @@ def plan_rows(profile: Any, reader: Any) -> tuple[list[PlanRow], str]:
         from sactool.pool.placer import HostPoolPlacer
 
         placer = HostPoolPlacer(spec, reader=reader)
-        plan = rank_plan(spec, placer.live_targets(), check_pool=False)
+        targets = placer.live_targets()
+        given, where = engine_poison(reader, pids) if q.mode == "devdax" else (None, "")
+        if given is not None:
+            targets = [dataclasses.replace(t, poison=given[t.name]) if t.name in given else t for t in targets]
+        plan = rank_plan(spec, targets, check_pool=False)
         slots = {s.rank: s for s in plan.slots}
+        note = "; ".join(f"slices carved around known poison ({where}): {line}" for line in plan.carve_lines())
     except (SactoolError, OSError, ValueError) as e:
         note = f"the rank plan over this machine's targets could not be made ({getattr(e, 'message', e)}): " \
                "targets from the profile's rank rule, no slice offsets"

@@ -1,0 +1,1 @@
+"""Stand-in (tests only), not SGLang."""
