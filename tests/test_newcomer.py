@@ -171,6 +171,29 @@ def test_quiet_plot_as_nobody_prints_nothing(shared_tmp):
     assert (shared_tmp / "sactool-65534" / "matplotlib").is_dir()
 
 
+def test_quiet_silences_matplotlib_s_own_font_cache_warning():
+    """matplotlib warns "building the font cache" when that build takes over 5 s — a first plot on a busy
+    machine (the run above printed it once under load): under --quiet its log says nothing below errors."""
+    import logging
+
+    pytest.importorskip("matplotlib", reason="--plot needs the 'plot' extra")
+    from sactool.render import set_quiet
+    from sactool.render.figures import require_matplotlib
+
+    log = logging.getLogger("matplotlib")
+    before = log.level
+    try:
+        set_quiet(False)
+        require_matplotlib()
+        assert log.getEffectiveLevel() <= logging.WARNING
+        set_quiet(True)
+        require_matplotlib()
+        assert log.getEffectiveLevel() == logging.ERROR
+    finally:
+        set_quiet(False)
+        log.setLevel(before)
+
+
 def test_loaded_latency_plot_labels_do_not_overlap():
     """The delays of a real sweep (this VM's: readers' bandwidth from 3.2 GB/s down to 0.06 GB/s and idle,
     on a linear axis) used to pile their labels up at the low end; now no two labels overlap and idle

@@ -20,6 +20,14 @@ def require_matplotlib() -> Any:
     from sactool.cachedir import ensure_mpl_config
 
     ensure_mpl_config()   # no "temporary cache directory" warning for a user without a writable HOME
+    from sactool.render import quiet
+
+    if quiet():
+        # --quiet holds for matplotlib's own log too: its one-time "building the font cache" warning fires
+        # when that build takes over 5 s (a first plot on a busy machine), which no sactool line could silence
+        import logging
+
+        logging.getLogger("matplotlib").setLevel(logging.ERROR)
     try:
         import matplotlib
     except ImportError:
