@@ -95,6 +95,22 @@ def test_gather_range_and_slot_wraparound():
     assert got.tolist() == [11, 3, 2, 7]
 
 
+def test_the_gathers_ring_is_page_aligned_on_every_thread():
+    """suite.gather hands each thread a page-aligned ring (not np.zeros's 16 B past a page): a
+    4096 B memcpy from line-aligned records into a misaligned ring ran 15-35 % slower
+    (docs/accuracy/bench.md, "The C program's own buffer")."""
+    src = np.zeros(64 * 4096, dtype=np.uint8)
+    idx = indices.uniform(64, 8, 4, seed=1)
+    seen = []
+
+    def kern(s, dst, ix, lo, hi, shift, records):
+        seen.append(dst.ctypes.data)
+
+    m = suite.gather(src, [0, 0], 2, 4096, 8, 2, idx, "uniform", kern=kern)
+    m.cfg.run(1)
+    assert len(set(seen)) == 2 and all(a % 4096 == 0 for a in seen)
+
+
 def test_gather_arguments_are_checked_before_raw_addresses():
     from sactool.bench.gathergen import check_args
 

@@ -282,3 +282,19 @@ def test_close_after_an_interrupted_run_does_not_crash_the_save():
     del keep
     buf.close()
     assert buf.closed
+
+
+def test_aligned_zeros_starts_on_its_alignment_where_np_zeros_does_not():
+    """The gather's ring (sactool.bench.suite.gather) starts on a page: np.zeros of a large array
+    starts 16 B past one, and a 4096 B memcpy into it from line-aligned records ran 15-35 % slower."""
+    from sactool.memory.placed import aligned_zeros
+
+    n = 2048 * 4096
+    assert np.zeros(n, dtype=np.uint8).ctypes.data % 64 != 0     # what the ring was: why this exists
+    for align in (64, 4096, 2 << 20):
+        a = aligned_zeros(n, align)
+        assert a.ctypes.data % align == 0 and a.size == n and a.dtype == np.uint8 and not a.any()
+        a[:] = 1                                                  # the whole slice is writable memory
+    assert aligned_zeros(n).ctypes.data % mmap.PAGESIZE == 0
+    with pytest.raises(ValueError, match="power of two"):
+        aligned_zeros(n, 48)

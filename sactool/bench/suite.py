@@ -203,6 +203,7 @@ def gather(src_bytes, cpus: list[int], threads: int, record_bytes: int, topk: in
     replaces the generated numba gather (the C references of scripts/ run this way, on the same
     buffer, indices and shifts)."""
     from sactool.bench.gathergen import check_args, prefetch_bytes
+    from sactool.memory.placed import aligned_zeros
 
     records = records or src_bytes.size // record_bytes
     src = src_bytes[: records * record_bytes]
@@ -210,7 +211,7 @@ def gather(src_bytes, cpus: list[int], threads: int, record_bytes: int, topk: in
     use = cpus[:threads]
     parts = split(indices.size, threads)
     slots = 1 << max(0, (topk - 1).bit_length())
-    dsts = [np.zeros(slots * record_bytes, dtype=np.uint8) for _ in use]
+    dsts = [aligned_zeros(slots * record_bytes) for _ in use]   # page aligned, as a serving engine's staging buffer
     for lo, hi in parts:
         check_args(src, dsts[0], indices, lo, hi, record_bytes, records)
     t0 = time.perf_counter()

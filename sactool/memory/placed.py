@@ -380,6 +380,25 @@ def zero_fill(buf_mm: mmap.mmap, size: int, threads: int, cpus) -> float:
     return time.perf_counter() - t0
 
 
+def aligned_zeros(nbytes: int, align: int = PAGE_SIZE):
+    """A zeroed ``uint8`` numpy array of ``nbytes`` whose first byte sits on a multiple of ``align``
+    (a power of two; default the page). Its pages are faulted in by whichever thread writes them
+    first, as ``np.zeros``'s are (a ring written by a pinned thread is local to that thread's node).
+
+    ``np.zeros`` of a large array starts 16 B past a page (the C library's header of an mmap-backed
+    ``calloc``): records copied from line-aligned sources into it are misaligned against them by
+    16 B, and ``memcpy`` of a 4096 B record then ran 15-35 % slower on the development machine
+    (docs/accuracy/bench.md, "The C program's own buffer"). A serving engine's staging buffer is
+    page aligned (pinned host memory)."""
+    import numpy as np
+
+    if align <= 0 or align & (align - 1):
+        raise ValueError(f"alignment {align} is not a power of two")
+    whole = np.zeros(nbytes + align, dtype=np.uint8)
+    off = -int(whole.ctypes.data) % align
+    return whole[off:off + nbytes]
+
+
 def _policy_nodes(node, policy, nodes, weights) -> tuple[int, list[int]]:
     if policy not in sc.POLICIES:
         raise UsageError(f"unknown placement policy {policy!r}", f"use one of: {', '.join(sc.POLICIES)}")
