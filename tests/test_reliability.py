@@ -32,12 +32,15 @@ def _mutated(tmp_path: Path, change) -> Path:
     return p
 
 
-@pytest.mark.parametrize("change,says", [
+MISTYPED = pytest.mark.parametrize("change,says", [
     (lambda d: d.__setitem__("warnings", 5), "warnings is 5, not a list of {code, message, hint} mappings"),
     (lambda d: d.__setitem__("warnings", [{"code": 1, "message": "m"}]), "warnings is [{'code': 1"),
     (lambda d: d.__setitem__("buffer", 7), "buffer is 7, not a mapping"),
     (lambda d: d["results"][0].__setitem__("on_cpu_fraction", "x"), "on_cpu_fraction is 'x', not a number >= 0"),
 ], ids=["warnings", "warning-code", "buffer", "on_cpu_fraction"])
+
+
+@MISTYPED
 def test_a_mistyped_bench_record_field_is_a_record_error(tmp_path, change, says):
     from sactool.bench import load_bench
 
@@ -46,14 +49,18 @@ def test_a_mistyped_bench_record_field_is_a_record_error(tmp_path, change, says)
     assert says in e.value.message
 
 
-def test_tune_given_a_mistyped_bench_record_exits_4(tmp_path, machine, capsys):
-    bad = _mutated(tmp_path, lambda d: d.__setitem__("buffer", 7))
+@MISTYPED
+def test_tune_given_a_mistyped_bench_record_exits_4(tmp_path, machine, capsys, change, says):
+    """Each field the issue names crashed the CLI with a traceback and exit 1 (tune reads the record
+    through load_bench): here each is exit 4, one error line naming the file and the field, no output."""
+    bad = _mutated(tmp_path, change)
     rc = main(["tune", "--model", "deepseek-v3.2", "--sysfs-root", str(machine("this-machine")), "--bench", str(bad),
                "--context", "4k", "--out", str(tmp_path / "p.yaml")])
     err = capsys.readouterr().err
     assert rc == 4 and "Traceback" not in err, err
-    assert [ln for ln in err.splitlines() if ln.startswith("error: ")] == [
-        f"error: bench record {bad}: buffer is 7, not a mapping"]
+    errors = [ln for ln in err.splitlines() if ln.startswith("error: ")]
+    assert len(errors) == 1 and errors[0].startswith(f"error: bench record {bad}: ") and says in errors[0], err
+    assert not (tmp_path / "p.yaml").exists()
 
 
 def test_the_shipped_bench_records_still_load():
