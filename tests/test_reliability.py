@@ -114,9 +114,12 @@ def _numba_cache_dir(env: dict) -> subprocess.CompletedProcess:
                           env={**base, **env})
 
 
-@pytest.mark.parametrize("make", ["world-writable", "group-writable-shared-group", "symlink", "other-owner"])
-def test_a_cache_candidate_others_could_write_is_not_loaded_from(tmp_path, make):
-    bad = tmp_path / "shared"
+BAD_CACHES = pytest.mark.parametrize("make", ["world-writable", "group-writable-shared-group", "symlink", "other-owner"])
+
+
+def _plant_bad_cache(bad: Path, make: str) -> None:
+    """A directory at ``bad`` that someone else could write into (or a link to one of ours)."""
+    bad.parent.mkdir(parents=True, exist_ok=True)
     if make == "world-writable":
         bad.mkdir()
         bad.chmod(0o777)
@@ -127,16 +130,45 @@ def test_a_cache_candidate_others_could_write_is_not_loaded_from(tmp_path, make)
         os.chown(bad, os.getuid(), 65534)   # nogroup: nobody's primary group, not this user's own
         bad.chmod(0o770)
     elif make == "symlink":
-        (tmp_path / "real").mkdir(mode=0o700)
-        bad.symlink_to(tmp_path / "real")
+        real = bad.parent / (bad.name + "-real")
+        real.mkdir(mode=0o700)
+        bad.symlink_to(real)
     else:
         if os.geteuid() != 0:
             pytest.skip("giving a directory to another user needs root")
         bad.mkdir(mode=0o700)
         os.chown(bad, 65534, 65534)
+
+
+@BAD_CACHES
+def test_a_cache_candidate_others_could_write_is_not_loaded_from(tmp_path, make):
+    bad = tmp_path / "shared"
+    _plant_bad_cache(bad, make)
     r = _numba_cache_dir({"SACTOOL_CACHE_DIR": str(bad), "XDG_CACHE_HOME": str(tmp_path / "xdg")})
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == str(tmp_path / "xdg" / "sactool" / "numba")
+    assert f"note: cache directory {bad} not used" in r.stderr
+
+
+@BAD_CACHES
+@pytest.mark.parametrize("where", ["xdg", "home"])
+def test_the_xdg_and_home_cache_candidates_are_held_to_the_same_rule(tmp_path, make, where):
+    """`$XDG_CACHE_HOME/sactool` (when XDG_CACHE_HOME is set) or else `~/.cache/sactool`, planted bad, is
+    refused with a note and the next candidate, `<tmp>/sactool-<uid>`, is used (TMPDIR points into
+    tmp_path, so the machine's own fallback is never touched). Before 640ae9d only the tmp fallback was
+    checked: numba would have been pointed at the planted directory and this would fail."""
+    home, tmp = tmp_path / "home", tmp_path / "tmp"
+    tmp.mkdir()
+    env = {"HOME": str(home), "TMPDIR": str(tmp)}
+    if where == "xdg":
+        env["XDG_CACHE_HOME"] = str(tmp_path / "xdg")
+        bad = tmp_path / "xdg" / "sactool"
+    else:
+        bad = home / ".cache" / "sactool"
+    _plant_bad_cache(bad, make)
+    r = _numba_cache_dir(env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str(tmp / f"sactool-{os.getuid()}" / "numba"), r.stderr
     assert f"note: cache directory {bad} not used" in r.stderr
 
 
