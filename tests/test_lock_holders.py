@@ -1,5 +1,6 @@
 """Who holds the machine-wide measurement lock beside ``sactool bench`` (issue 28): the ranks of an MPI
-job (one per machine, machines in name order) and ``bench gpu-gather`` (under numba's CUDA simulator).
+job (one per machine, machines in name order), ``bench gpu-gather`` (under numba's CUDA simulator) and
+tune's quick gathers, which also place each buffer once for all their points.
 
 Real locks throughout (``flock`` on files of the test's own, ``SACTOOL_MEASURE_LOCK``); the MPI job's
 ordering across machines is shown with the fleet's collective played by threads of this process, one
@@ -244,3 +245,44 @@ def test_gpu_gather_waits_for_the_holder_and_its_record_says_so(tmp_path):
     assert ml["waited_seconds"] > 0 and rec["measured"]["start_utc"] >= released
     assert rec["measured"]["end_utc"] >= rec["measured"]["start_utc"]
     assert rec["results"] and "measuring after waiting" in err
+
+
+# ---- tune's quick gathers: each buffer placed once, the lock held throughout ------------------------
+
+
+def test_quick_gathers_place_each_buffer_once_for_all_points_and_hold_the_lock(tmp_path, monkeypatch):
+    """tune's gather rounds and page-size rounds (3 rounds each, interleaved over kinds) in one session:
+    9 points on one pool node, 2 buffers placed (THP, reused by the page-size rounds; 4 KiB), each point a full quick
+    gather whose record says how many points its buffer served; the lock is held from the first
+    placement to the session's end."""
+    from sactool.bench.quick import QuickGathers
+    from sactool.pool.discover import pool_info
+    from sactool.host.sysfs import SysfsReader
+    from sactool.topology import probe
+    from sactool.tune import pagesize
+    from sactool.tune.pool import measure_rounds
+
+    lock = tmp_path / "m.lock"
+    monkeypatch.setenv(ENV, str(lock))
+    size = 64 << 20
+    reader = SysfsReader()
+    pool = pool_info(probe(reader), reader)
+    node = pool.targets[0].node
+    points: list[dict] = []
+    with QuickGathers() as qg:
+        assert not _held(lock)                                  # nothing placed, nothing held yet
+        g = measure_rounds(pool, 656, 256, 3, seconds=0.05, done=[], on_point=points.append, size_bytes=size,
+                           gathers=qg)
+        assert _held(lock)
+        figures = pagesize.measure(node, ["none", "thp"], 656, 256, 3, seconds=0.05, done=[],
+                                   on_point=points.append, size_bytes=size, gathers=qg)
+        assert qg.placements == [(t.node, "thp", size) for t in pool.targets] + [(node, "none", size)]
+        rec = qg.gather(node, 656, 256, seconds=0.05, size_bytes=size, hugepages="none")
+        assert rec.buffer["measurement_on_buffer"] == 4             # 3 page-size rounds, then this one
+        assert rec.buffer["size_bytes"] == size and rec.buffer["verified_fraction"] == 1.0
+        (r,) = rec.results
+        assert r["params"]["footprint_bytes"] == size // 656 * 656   # the working set: the buffer's records
+        assert rec.data["measurement_lock"]["held"] and rec.data["measurement_lock"]["waited_for"] is None
+    assert not _held(lock)
+    assert len(points) == 3 * len(pool.targets) + 6 and all(p["bandwidth_bytes_per_s"] > 0 for p in points)
+    assert len(g.rounds) == 3 and {k: len(v) for k, v in figures.items()} == {"none": 3, "thp": 3}
