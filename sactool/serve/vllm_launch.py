@@ -296,8 +296,9 @@ def _engine_lines(profile: Profile, info: VllmInfo | None, python: str, allow_un
     got = attempt(lambda: check_engine(profile, info, plugin=plugin, allow_untested=allow_untested))
     lines.extend(got or [])
     if got is not None and plugin:
-        lines.extend(attempt(lambda: checks.check_hooks(profile, checks.probe_hooks(python, engine="vllm"),
-                                                        python=python, allow_untested=allow_untested)) or [])
+        found = checks.probe_hooks(python, engine="vllm", timeout_s=600.0)   # imports vLLM: ~1 min under load
+        lines.extend(attempt(lambda: checks.check_hooks(profile, found, python=python,
+                                                        allow_untested=allow_untested)) or [])
     if info.console_script and not info.console_script.startswith("declared"):
         return info.console_script
     return None
