@@ -588,6 +588,76 @@ def test_the_pages_cite_no_issue_tracker_numbers():
     assert cited == [], "a reader has no issue tracker: say what was measured instead\n" + "\n".join(cited)
 
 
+def _plot_commands() -> list[tuple[str, ...]]:
+    """Every command path whose --help lists --plot, read from the CLI itself (a new command with --plot is
+    checked without editing this test)."""
+    import typer
+
+    from sactool.cli.app import app
+
+    found = []
+
+    def walk(cmd, path):
+        if any("--plot" in p.opts and not getattr(p, "hidden", False) for p in cmd.params):
+            found.append(path)
+        for name, sub in sorted(getattr(cmd, "commands", {}).items()):   # a group (typer carries its own click)
+            walk(sub, (*path, name))
+
+    walk(typer.main.get_command(app), ())
+    return found
+
+
+def test_every_plot_option_says_the_extension_rule_in_the_real_help(capsys):
+    """N19: `bench --help` said "to this PNG" after --plot learnt .svg and .pdf (7249c6a changed only the
+    code). Each command's real help, with rich's boxes and wrapping taken out, states the rule."""
+    import re
+
+    paths = _plot_commands()
+    assert {p[0] for p in paths} >= {"bench", "probe", "serve", "simulate"} and ("bench",) in paths, paths
+    wrong = []
+    for path in paths:
+        assert main([*path, "--help"]) == 0
+        text = " ".join(re.sub(r"[│╭╮╰╯─]", " ", capsys.readouterr().out).split())
+        if ".svg, .pdf or .png" not in text or "to this PNG" in text:
+            wrong.append(" ".join(path))
+    assert wrong == [], f"--plot help without the .svg/.pdf/.png rule: {wrong}"
+
+
+def test_files_page_lists_every_command_that_writes_a_plot():
+    """N19: docs/reference/files.md's plots row named only `bench --plot` and `simulate --plot`; probe and
+    serve --dry-run draw too. The commands are those whose CLI takes --plot (bench's tests count as bench)."""
+    import re
+
+    rows = [line for line in (REPO / "docs/reference/files.md").read_text().splitlines()
+            if line.startswith("| plots")]
+    assert len(rows) == 1, rows
+    listed = set(re.findall(r"`(?:sactool )?([a-z-]+)[^`]*--plot`", rows[0]))
+    assert {p[0] for p in _plot_commands()} <= listed, rows[0]
+    assert "SVG, PDF or PNG" in rows[0], rows[0]
+
+
+def test_no_page_ends_a_paragraph_on_a_colon_with_nothing_after_it():
+    """N19: probe.md had "The CXL port tree shows … On the two-socket recording:" and then the next
+    paragraph, about DAX. A paragraph that ends on a colon introduces a list, table, code block or
+    picture; anything else (or the page's end) is the dangling sentence."""
+    import re
+
+    introduced = re.compile(r"\s*(```|[-*+] |\d+\. |\||!\[|\[!\[|<|    |>|\$\$)")
+    bad = []
+    for p in [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]:
+        lines = p.read_text().splitlines() + [""]
+        fenced = False
+        for n, line in enumerate(lines[:-1]):
+            if line.lstrip().startswith("```"):
+                fenced = not fenced
+            if fenced or not line.rstrip().endswith(":") or lines[n + 1].strip():
+                continue
+            nxt = next((x for x in lines[n + 1:] if x.strip()), "")
+            if not introduced.match(nxt):
+                bad.append(f"{p.relative_to(REPO)}:{n + 1}: …{line[-60:]}")
+    assert bad == [], "a paragraph ends on a colon and nothing it introduces follows:\n" + "\n".join(bad)
+
+
 # ---- N21: a timing claim in the pages says the machine (and its load) it was measured on --------------
 
 def test_timing_claims_beside_commands_name_the_machine_and_load():

@@ -330,11 +330,10 @@ def _budget(owner: int | None) -> tuple[int | None, str]:
     plan = p.plan_for(owner)
     q = _STATE.settings
     if plan.mode == "numa" and q.hugepages in ("2MB", "1GB") and plan.node is not None:
-        size = {"2MB": 2 << 20, "1GB": 1 << 30}[q.hugepages]
-        node = p.topology().node(plan.node)
-        hp = next((h for h in node.hugepages if h.page_size_bytes == size), None)
-        free = (hp.free or 0) * size if hp is not None else 0
-        return free, f"{plan.target}'s free {q.hugepages} huge pages"
+        from sactool.pool.readings import hugepage_room
+
+        room = hugepage_room(p.reader, plan.node, {"2MB": 2 << 20, "1GB": 1 << 30}[q.hugepages])  # now: after
+        return room.bytes or 0, room.source                      # the pools this process placed already
     return p.pool_budget(plan)
 
 
@@ -386,6 +385,7 @@ def _wrap_populate(original: Callable) -> Callable:
         try:
             plan = p.plan_for(owner)
             _bind(mmap_obj, plan)
+            p.hold(plan, mmap_obj)        # counts against the owner's pinned share while vLLM maps it
         except Exception as e:
             _stop_or_warn(f"pool {owner}: binding the shared region to its target failed: {getattr(e, 'message', e)}; "
                           "vLLM pre-faults it where its memory policy says")
@@ -468,11 +468,11 @@ class DaxRegion:
         if creator_memory_check is not None and (populate_shard is None or populate_shard[0] == 0):
             creator_memory_check(self.total_size_bytes)      # answered by the plug-in: the slice
         stand = standin_devices().get(plan.target)
-        offset = plan.offset_bytes
-        try:
-            buf = region.map_slice(plan, self.total_size_bytes)
+        try:   # the next free stretch of the replica's slice: a second region of this process maps after the first
+            buf = p.map_slice(plan, self.total_size_bytes)
         except ValueError as e:
             raise RuntimeError(f"sactool_cxl: {e}") from None
+        offset = buf.offset_bytes
         self.buf = buf
         self.mmap_path = buf.path or plan.target
         if barrier is not None:
@@ -508,8 +508,28 @@ class DaxRegion:
         return self._base
 
     def cleanup(self) -> None:
+        """vLLM releases the region (``release_pinned_state``), as its own region does: what vLLM pinned
+        is unregistered, the views dropped, the slice unmapped — only then is its stretch free for the
+        next region. Still pinned (unregistering failed) or still viewed: it stays mapped, and held."""
+        if self.is_pinned and self._base is not None:
+            try:
+                from vllm.v1.kv_offload.cpu.host_register import host_unregister
+
+                for address in reversed(self.pinned_addresses or [self._base.data_ptr()]):
+                    host_unregister(address)
+            except Exception as e:  # noqa: BLE001 - whatever failed, the pages stay registered: keep them
+                logger.warning("sactool_cxl: shared region at offset %d of %s stays mapped: unregistering it "
+                               "failed (%s)", self.buf.offset_bytes, self.buf.path, e)
+                return
+            self.pinned_addresses.clear()
+            self.is_pinned = False
         self._views.clear()
-        self._base = None            # the mapping stays until the process exits (views may remain)
+        self._base = None
+        try:
+            self.buf.close()
+        except BufferError:
+            logger.warning("sactool_cxl: shared region at offset %d of %s is still viewed: it stays mapped (and "
+                           "its stretch of the slice held)", self.buf.offset_bytes, self.buf.path)
 
 
 __all__ = ["VLLM_TABLES", "WRAPPERS", "DaxRegion", "PlacementStop", "check_engine", "install", "owner_of", "prove",
