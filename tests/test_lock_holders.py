@@ -286,3 +286,38 @@ def test_quick_gathers_place_each_buffer_once_for_all_points_and_hold_the_lock(t
     assert not _held(lock)
     assert len(points) == 3 * len(pool.targets) + 6 and all(p["bandwidth_bytes_per_s"] > 0 for p in points)
     assert len(g.rounds) == 3 and {k: len(v) for k, v in figures.items()} == {"none": 3, "thp": 3}
+
+
+UNMAP_CHILD = r"""
+import json, resource
+from sactool.bench.quick import QuickGathers
+
+size = 64 << 20
+with QuickGathers() as qg:
+    qg.gather(0, 656, 256, seconds=0.05, size_bytes=size)          # the THP buffer placed, the kernel loaded
+    vm = next(int(ln.split()[1]) * 1024 for ln in open("/proc/self/status") if ln.startswith("VmSize:"))
+    # ulimit -v: half a buffer more than this process maps now, so a second buffer never fits beside the first
+    resource.setrlimit(resource.RLIMIT_AS, (vm + size // 2, resource.RLIM_INFINITY))
+    uses = []
+    for _ in range(2):
+        for kind in ("none", "thp"):
+            rec = qg.gather(0, 656, 256, seconds=0.05, size_bytes=size, hugepages=kind)
+            uses.append([kind, rec.buffer["measurement_on_buffer"], rec.complete])
+    print(json.dumps({"placements": qg.placements, "uses": uses}))
+"""
+
+
+def test_quick_gathers_unmap_their_buffers_when_the_next_does_not_fit_beside_them(tmp_path):
+    """A real limit (``ulimit -v``, RLIMIT_AS, in a child: it is process-wide) that holds one buffer but not
+    two: each page kind's buffer is placed after the other's is unmapped, every point is measured (nothing
+    refused), as before the session kept buffers. MALLOC_ARENA_MAX=1: glibc's per-thread arenas would
+    reserve address space of their own."""
+    env = dict(os.environ, MALLOC_ARENA_MAX="1", **{ENV: str(tmp_path / "m.lock")})
+    p = subprocess.run([sys.executable, "-c", UNMAP_CHILD], env=env, capture_output=True, text=True,
+                       timeout=BOUND_S, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    size = 64 << 20
+    assert got["placements"] == [[0, "thp", size], [0, "none", size], [0, "thp", size], [0, "none", size],
+                                 [0, "thp", size]]
+    assert got["uses"] == [["none", 1, True], ["thp", 1, True], ["none", 1, True], ["thp", 1, True]]

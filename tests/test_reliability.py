@@ -104,6 +104,25 @@ def test_serve_probes_do_not_run_a_json_py_in_the_working_directory(tmp_path, mo
     assert not marker.exists(), marker.read_text()
 
 
+def test_vllm_serve_probes_and_both_hook_probes_do_not_run_a_json_py_in_the_working_directory(tmp_path, monkeypatch):
+    """R7 for vLLM's serve path too (its engine and options probes ran ``python -c`` with the working
+    directory first on the import path until they took :func:`probe_argv`), and for the hook probe of
+    each engine: a ``json.py`` in the directory serve is started from never runs."""
+    from sactool.serve import vllm_launch
+    from sactool.serve.checks import probe_hooks
+
+    marker = tmp_path / "ran"
+    for name in ("json.py", "argparse.py", "sysconfig.py", "importlib.py", "inspect.py"):
+        (tmp_path / name).write_text(f"open({str(marker)!r}, 'a').write({name!r} + '\\n')\nraise SystemExit(3)\n")
+    monkeypatch.chdir(tmp_path)
+    info = vllm_launch.probe_engine(sys.executable)
+    assert info.python                                # it answered, from its own standard library
+    vllm_launch._probe_options(sys.executable, "0.34.0")   # no vLLM here: no table, but nothing of cwd ran
+    for engine in ("sglang", "vllm"):
+        probe_hooks(sys.executable, engine=engine, timeout_s=120.0)
+    assert not marker.exists(), marker.read_text()
+
+
 # ---- cache directories: one owner/mode rule for every candidate -------------------------------------
 CACHE_OF = "import os, sactool.cachedir; print(os.environ['NUMBA_CACHE_DIR'])"
 

@@ -50,15 +50,36 @@ def profile_file(tmp_path, *, strict=True, mode="numa", devices=(), **pool) -> P
 
 
 def test_every_hook_of_vllm_0_34_resolves_in_the_standins(vllm):
-    assert [(h.name, why) for h, why in P.check_hooks("0.34.0") if why] == []
-    assert {h.name for h in P.HOOKS["0.34"]} >= {"allocate_pinned_host_pool", "check_hisparse_host_memory",
-                                                  "_get_populate_write_fn", "SharedOffloadRegion",
-                                                  "allocate_hisparse_kv_caches"}
+    """vLLM's rows of the one hook table (sactool/plugins/hooks.py TABLES["vllm"]), checked by the
+    same function as SGLang's (hooks.check_hooks) — here against the stand-ins."""
+    from sactool.plugins.hooks import TABLES, VLLM_TABLES
+
+    assert TABLES["vllm"] is VLLM_TABLES and P.VLLM_TABLES is VLLM_TABLES
+    check = P.check_engine("0.34.0")
+    assert check.ok and not check.problems and not check.note, check.lines()
+    assert check.table is not None and check.table.versions == ">=0.34.0,<0.35"
+    assert {h.target.rsplit(".", 1)[1] for h in check.table.hooks} >= {
+        "allocate_pinned_host_pool", "check_hisparse_host_memory", "_get_populate_write_fn", "SharedOffloadRegion",
+        "allocate_hisparse_kv_caches", "pin_tensor"}
+    assert {h.role for h in check.table.hooks if h.use == "around"} == set(P.WRAPPERS)
 
 
-def test_a_release_without_a_table_is_named(vllm):
-    (h, why), = P.check_hooks("0.35.1")
-    assert "vLLM 0.35.1 has no hook table (verified: 0.34.x)" == why
+def test_a_release_outside_the_table_is_named_and_checked_against_the_newest(vllm):
+    check = P.check_engine("0.35.1")
+    assert "vLLM 0.35.1 is outside every hook table's range (>=0.34.0,<0.35): checked against the " \
+        ">=0.34.0,<0.35 table" == check.note
+    assert check.ok                      # the stand-ins have 0.34's symbols: the newest table resolves
+
+
+def test_a_call_hook_whose_signature_needs_more_arguments_is_a_problem(vllm, monkeypatch):
+    """``pin_tensor`` is called by the plug-in with the tensor only: a vLLM whose pin_tensor needs a
+    second argument is named."""
+    def pin_tensor(tensor, stream):
+        return None
+    monkeypatch.setattr(vllm, "pin_tensor", pin_tensor)
+    check = P.check_engine("0.34.0")
+    assert [p.role for p in check.problems] == ["pin"]
+    assert "takes required parameters (stream); the plug-in calls it with (tensor)" in check.problems[0].why
 
 
 def test_strict_worker_stops_when_a_hook_target_disappears(vllm, tmp_path, monkeypatch):
@@ -66,8 +87,8 @@ def test_strict_worker_stops_when_a_hook_target_disappears(vllm, tmp_path, monke
     monkeypatch.delattr(vllm, "allocate_pinned_host_pool")
     with pytest.raises(P.PlacementStop) as e:
         P.register()
-    assert "vLLM 0.34.0: hook vllm.v1.hisparse.runtime.allocate_pinned_host_pool cannot be used" in str(e.value)
-    assert "would NOT be placed" in str(e.value)
+    assert "hook target vllm.v1.hisparse.runtime.allocate_pinned_host_pool is missing" in str(e.value)
+    assert "in vLLM 0.34.0" in str(e.value) and "would NOT be placed" in str(e.value)
 
 
 def test_non_strict_worker_warns_loudly_when_a_hook_changed(vllm, tmp_path, monkeypatch, caplog):
@@ -79,7 +100,8 @@ def test_non_strict_worker_warns_loudly_when_a_hook_changed(vllm, tmp_path, monk
     with caplog.at_level(logging.WARNING, logger="sactool.plugins.vllm"):
         assert P.register() is False
     msg = caplog.text
-    assert "check_hisparse_host_memory changed" in msg and "'pool_bytes' not found" in msg and "vLLM 0.34.0" in msg
+    assert "check_hisparse_host_memory changed" in msg and "the plug-in relies on (pool_bytes, …)" in msg
+    assert "vLLM 0.34.0" in msg
     assert vllm.check_hisparse_host_memory is check_hisparse_host_memory    # nothing patched
 
 
