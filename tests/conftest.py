@@ -1,5 +1,5 @@
-"""Shared fixtures: recorded machines, a fast bench record, example and node-0 profiles, and the
-SGLang-wheel helper of tests/standins.
+"""Shared fixtures: recorded machines, a fast bench record, example and node-0 profiles, the
+SGLang-wheel helper of tests/standins, and an interpreter with a stand-in vLLM 0.34.0 installed.
 
 No ``sys.path`` edits: pytest puts this directory on the path for the test modules (rootdir
 conftest), which is how ``fixtures.trees`` is found; the stand-in helper is loaded from its file.
@@ -202,6 +202,35 @@ def _load_sglang_wheel():
 def sglang_wheel():
     """tests/standins/sglang_wheel.py: the cached SGLang 0.5.23 release (source_root, registry_unreachable)."""
     return _load_sglang_wheel()
+
+
+@pytest.fixture(scope="session")
+def vllm_python(tmp_path_factory) -> str:
+    """The interpreter of a virtual environment with a stand-in vLLM 0.34.0 *installed*, for
+    ``serve --engine vllm`` run as a user runs it (``--python`` that interpreter): the distribution
+    ``vllm`` 0.34.0 with its ``vllm`` console script on disk, the modules of tests/standins/vllm034
+    (the symbols the plug-in patches, vLLM 0.34.0's names and parameters), and this test
+    environment's site directories (sactool and its ``sactool_cxl`` vllm.general_plugins entry
+    point). serve's probes run there for real: the engine and plug-in probe, the hook check."""
+    import site
+    import sys
+    import venv
+
+    root = tmp_path_factory.mktemp("vllm-env")
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(root)
+    lib = root / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    mine = [d for d in site.getsitepackages() if Path(d).is_dir()]
+    (lib / "zz_sactool_tests.pth").write_text(
+        str(HERE / "standins" / "vllm034") + "\n" + "".join(f"import site; site.addsitedir({d!r})\n" for d in mine))
+    info = lib / "vllm-0.34.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.34.0\n"
+                                   "Summary: Stand-in distribution for sactool's tests (not vLLM)\n")
+    (info / "entry_points.txt").write_text("[console_scripts]\nvllm = vllm.entrypoints.cli.main:main\n")
+    script = root / "bin" / "vllm"
+    script.write_text("#!/bin/sh\necho 'stand-in vLLM (sactool tests): not started' >&2\nexit 1\n")
+    script.chmod(0o755)
+    return str(root / "bin" / "python")
 
 
 @pytest.fixture

@@ -183,6 +183,48 @@ def test_serve_warns_once_for_another_order_and_refuses_too_few_gpus(sac_gpus, e
     assert "4 are visible" in d["problems"][0]["message"]
 
 
+def test_vllm_serve_plans_the_gpus_visible_and_the_plugin_follows(sac_gpus, vllm_python, tmp_path, capsys,
+                                                                  monkeypatch):
+    """The same GPU check for a vLLM profile (2 DP replicas of TP 4, one shared pool each, rule locality):
+    with CUDA_VISIBLE_DEVICES=4,5,6,7,0,1,2,3 replica 0's GPUs are node1's, so its pool goes to dax1.0;
+    serve tells the plug-in (one socket per GPU rank), and the plug-in's plan — a shared pool following
+    its replica's first GPU — is the dry run's."""
+    from sactool.pool.contract import with_env_gpu_nodes
+    from sactool.pool.targets import target_facts
+
+    p = load_profile(Path(__file__).resolve().parent.parent / "profiles/examples/vllm-dp2-devdax.yaml")
+    p = validate(replace(p, pool=replace(p.pool, rank_assignment="locality", rank_targets=("dax0.0", "dax1.0"),
+                                         gpu_local_nodes=tuple(SAC_GPUS)),
+                         vllm=replace(p.vllm, host_pool_gib=0.25, max_model_len=4096, max_num_seqs=1)))
+    prof = save_profile(p, tmp_path / "vllm-loc.yaml")
+    root = sac_gpus()
+
+    def dry_run(**env):
+        for k in CUDA_VARS:
+            monkeypatch.delenv(k, raising=False)
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        rc = main(["serve", "--engine", "vllm", "--profile", str(prof), "--dry-run", "--format", "json",
+                   "--sysfs-root", str(root), "--python", vllm_python])
+        return rc, json.loads(capsys.readouterr().out)
+
+    rc, d = dry_run()
+    assert rc == 0 and d["problems"] == [] and GPU_NODES_ENV not in d["env_delta"]
+    assert [r["target"] for r in d["plan"]] == ["dax0.0", "dax1.0"]
+    rc, d = dry_run(CUDA_VISIBLE_DEVICES="4,5,6,7,0,1,2,3")
+    assert rc == 0 and d["problems"] == [], d["problems"]
+    assert d["env_delta"][GPU_NODES_ENV] == "1,1,1,1,0,0,0,0"
+    assert [r["target"] for r in d["plan"]] == ["dax1.0", "dax0.0"]
+    monkeypatch.setenv(GPU_NODES_ENV, d["env_delta"][GPU_NODES_ENV])
+    plugged = with_env_gpu_nodes(load_profile(prof))      # what the vLLM plug-in plans with (register)
+    reader = SysfsReader(root)
+    facts = target_facts(probe(reader), reader, ["dax0.0", "dax1.0"])
+    mine = rank_plan(PoolSpec.of(plugged), facts).to_data()
+    assert [(r["target"], r["offset_bytes"]) for r in mine] == [(r["target"], r["offset_bytes"]) for r in d["plan"]]
+    rc, d = dry_run(CUDA_VISIBLE_DEVICES="4,5,6,7")        # 8 GPU ranks, 4 visible
+    assert rc == 3 and d["problems"][0]["message"].startswith("8 ranks (TP 4 x DP 2) from GPU 0 need 8 CUDA devices")
+
+
 def test_serve_on_a_recording_without_gpus_keeps_the_profile(machine, example_profile, tmp_path, capsys,
                                                               monkeypatch):
     root, prof = machine("sac2s__20-devdax"), _locality_profile(example_profile, tmp_path)

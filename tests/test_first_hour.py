@@ -201,6 +201,103 @@ def test_pool_targets_of_another_size_or_not_cxl_are_named(machine, server_tree)
     assert "stood in" in check_targets(Pool(mode="numa", dax_devices=(), nodes=(0,), stand_in=True), ram)[0]
 
 
+# ---- N4 and N5 for vLLM: `serve --engine vllm` runs the same checks of this machine ----------------
+
+VLLM_TP8 = REPO / "profiles/examples/vllm-tp8-one-node.yaml"
+
+
+def _vllm_profile(tmp_path, name="v.yaml", *, pool=None, machine=None, **vllm) -> Path:
+    """The TP 8 vLLM example (one pool on node2, shared by the 8 TP ranks), its pool and settings
+    changed as given, saved under ``tmp_path``."""
+    from dataclasses import replace
+
+    from sactool.profile import load_profile, save_profile
+
+    p = load_profile(VLLM_TP8)
+    p = replace(p, vllm=replace(p.vllm, **vllm), pool=replace(p.pool, **(pool or {})),
+                machine=p.machine if machine is None else machine)
+    return save_profile(p, tmp_path / name, force=True)
+
+
+def _node0_vllm(tmp_path) -> Path:
+    """A small vLLM pool on node 0 (standing in for CXL): every check of the dry run passes on the
+    recording of this VM but the GPUs'."""
+    return _vllm_profile(tmp_path, pool={"nodes": (0,), "rank_targets": ("node0",), "stand_in": True},
+                         host_pool_gib=0.25, max_model_len=4096, max_num_seqs=1)
+
+
+def _vllm_serve(profile, python, root, *extra) -> list[str]:
+    return ["serve", "--engine", "vllm", "--profile", str(profile), "--dry-run", "--python", python,
+            "--sysfs-root", str(root), *extra]
+
+
+def test_vllm_serve_dry_run_without_a_gpu_is_exit_3(machine, vllm_python, tmp_path, monkeypatch, capsys):
+    """The SGLang check of N4, for vLLM: TP 8 x DP 1 needs 8 CUDA devices; the recording of this VM
+    (its PCI bus read: no GPU) has none, so the launch would be refused — and only for that: the
+    stand-in vLLM 0.34.0, its plug-in and hook table, the pool all pass."""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    rc = main(_vllm_serve(_node0_vllm(tmp_path), vllm_python, machine("this-machine"), "--format", "json"))
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 3 and [p["exit_code"] for p in out["problems"]] == [3], out["problems"]
+    assert out["problems"][0]["message"].startswith("8 ranks (TP 8 x DP 1) from GPU 0 need 8 CUDA devices; in the "
+                                                    "recording no NVIDIA GPU is seen")
+    assert any(c.startswith("vLLM 0.34.0 in ") for c in out["checks"])
+    assert any(c.startswith("hook targets: vLLM 0.34.0, the >=0.34.0,<0.35 table: every symbol resolved")
+               for c in out["checks"]), out["checks"]
+
+
+def test_vllm_serve_with_fewer_visible_gpus_than_tp_x_dp_is_exit_3(gpu_root, vllm_python, tmp_path, monkeypatch,
+                                                                   capsys):
+    """8 H100s on the bus, CUDA_VISIBLE_DEVICES=0,1: 2 visible for 8 ranks, exit 3 with the hint; all 8
+    visible, the same dry run passes (exit 0, no problem)."""
+    root = gpu_root(8)
+    prof = _node0_vllm(tmp_path)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    rc = main(_vllm_serve(prof, vllm_python, root))
+    err = capsys.readouterr().err
+    assert rc == 3 and "would refuse (exit 3): 8 ranks (TP 8 x DP 1) from GPU 0 need 8 CUDA devices; in the " \
+        "recording 2 are visible" in " ".join(err.split()), err
+    assert "CUDA_VISIBLE_DEVICES to at least 8 NVIDIA GPUs, or lower vllm.tp_size / vllm.dp_size" in " ".join(err.split())
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    rc = main(_vllm_serve(prof, vllm_python, root, "--format", "json"))
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["problems"] == [], out["problems"]
+    assert any(c.startswith("GPUs of ranks 0..7: ") for c in out["checks"]), out["checks"]
+
+
+def test_vllm_serve_refuses_a_pool_node_that_is_dram_here(server_tree, vllm_python, monkeypatch, capsys):
+    """The SGLang check of N5, for vLLM: the TP 8 example pools on node2 (CXL on the SAC box); on the
+    server tree node2 is a DRAM sub-NUMA node with CPUs: refused, exit 3, the CXL nodes named."""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    rc = main(_vllm_serve(VLLM_TP8, vllm_python, server_tree(), "--format", "json"))
+    problems = json.loads(capsys.readouterr().out)["problems"]
+    assert rc == 3 and problems[0]["exit_code"] == 3, problems
+    assert "pool node2 is DRAM with CPUs 86-127,342-383 in the recording, not a CPU-less CXL node" \
+        in problems[0]["message"]
+    assert "node6, node7, node8, node9" in problems[0]["hint"]
+
+
+def test_vllm_serve_warns_of_a_profile_from_another_machine_and_strict_refuses(machine, vllm_python, tmp_path,
+                                                                               monkeypatch, capsys):
+    from sactool.host.machine import machine_block
+    from sactool.host.sysfs import SysfsReader
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    prof = _vllm_profile(tmp_path, machine=machine_block(SysfsReader(machine("sac2s__30-system-ram"))),
+                         host_pool_gib=0.25, max_model_len=4096, max_num_seqs=1)
+    argv = _vllm_serve(prof, vllm_python, machine("ram__30-system-ram"), "--format", "json")
+    main(argv)
+    out, err = capsys.readouterr()
+    d = json.loads(out)
+    warned = [c for c in d["checks"] if "tuned on another machine" in c]
+    assert warned and warned[0].startswith("warning: the profile was tuned on another machine than the recording: ")
+    assert "node2: CXL, CPU-less in the recording" in " ".join(d["checks"])
+    assert "tuned on another machine" in err
+    rc = main([*argv, "--strict"])
+    problems = json.loads(capsys.readouterr().out)["problems"]
+    assert rc == 4 and problems[0]["exit_code"] == 4 and "tuned on another machine" in problems[0]["message"], problems
+
+
 # ---- N10: a GPU link trained below its capability is warned in probe and serve ----------------------
 
 def test_probe_and_serve_warn_of_a_gpu_link_trained_at_x8(server_tree, tmp_path, fast_bench_record, capsys):
@@ -489,6 +586,76 @@ def test_the_pages_cite_no_issue_tracker_numbers():
     pages = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
     cited = [f"{p.relative_to(REPO)}: {m.group(0)}" for p in pages for m in re.finditer(r"\bissue \d+", p.read_text())]
     assert cited == [], "a reader has no issue tracker: say what was measured instead\n" + "\n".join(cited)
+
+
+def _plot_commands() -> list[tuple[str, ...]]:
+    """Every command path whose --help lists --plot, read from the CLI itself (a new command with --plot is
+    checked without editing this test)."""
+    import typer
+
+    from sactool.cli.app import app
+
+    found = []
+
+    def walk(cmd, path):
+        if any("--plot" in p.opts and not getattr(p, "hidden", False) for p in cmd.params):
+            found.append(path)
+        for name, sub in sorted(getattr(cmd, "commands", {}).items()):   # a group (typer carries its own click)
+            walk(sub, (*path, name))
+
+    walk(typer.main.get_command(app), ())
+    return found
+
+
+def test_every_plot_option_says_the_extension_rule_in_the_real_help(capsys):
+    """N19: `bench --help` said "to this PNG" after --plot learnt .svg and .pdf (7249c6a changed only the
+    code). Each command's real help, with rich's boxes and wrapping taken out, states the rule."""
+    import re
+
+    paths = _plot_commands()
+    assert {p[0] for p in paths} >= {"bench", "probe", "serve", "simulate"} and ("bench",) in paths, paths
+    wrong = []
+    for path in paths:
+        assert main([*path, "--help"]) == 0
+        text = " ".join(re.sub(r"[│╭╮╰╯─]", " ", capsys.readouterr().out).split())
+        if ".svg, .pdf or .png" not in text or "to this PNG" in text:
+            wrong.append(" ".join(path))
+    assert wrong == [], f"--plot help without the .svg/.pdf/.png rule: {wrong}"
+
+
+def test_files_page_lists_every_command_that_writes_a_plot():
+    """N19: docs/reference/files.md's plots row named only `bench --plot` and `simulate --plot`; probe and
+    serve --dry-run draw too. The commands are those whose CLI takes --plot (bench's tests count as bench)."""
+    import re
+
+    rows = [line for line in (REPO / "docs/reference/files.md").read_text().splitlines()
+            if line.startswith("| plots")]
+    assert len(rows) == 1, rows
+    listed = set(re.findall(r"`(?:sactool )?([a-z-]+)[^`]*--plot`", rows[0]))
+    assert {p[0] for p in _plot_commands()} <= listed, rows[0]
+    assert "SVG, PDF or PNG" in rows[0], rows[0]
+
+
+def test_no_page_ends_a_paragraph_on_a_colon_with_nothing_after_it():
+    """N19: probe.md had "The CXL port tree shows … On the two-socket recording:" and then the next
+    paragraph, about DAX. A paragraph that ends on a colon introduces a list, table, code block or
+    picture; anything else (or the page's end) is the dangling sentence."""
+    import re
+
+    introduced = re.compile(r"\s*(```|[-*+] |\d+\. |\||!\[|\[!\[|<|    |>|\$\$)")
+    bad = []
+    for p in [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]:
+        lines = p.read_text().splitlines() + [""]
+        fenced = False
+        for n, line in enumerate(lines[:-1]):
+            if line.lstrip().startswith("```"):
+                fenced = not fenced
+            if fenced or not line.rstrip().endswith(":") or lines[n + 1].strip():
+                continue
+            nxt = next((x for x in lines[n + 1:] if x.strip()), "")
+            if not introduced.match(nxt):
+                bad.append(f"{p.relative_to(REPO)}:{n + 1}: …{line[-60:]}")
+    assert bad == [], "a paragraph ends on a colon and nothing it introduces follows:\n" + "\n".join(bad)
 
 
 # ---- N21: a timing claim in the pages says the machine (and its load) it was measured on --------------

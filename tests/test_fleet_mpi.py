@@ -296,3 +296,98 @@ def test_two_sigterms_on_one_rank_are_counted_not_an_abort(tmp_path, victim):
     assert not rec["complete"] and 1 <= fl["rounds_done"] < rec["protocol"]["rounds"]
     assert all(len(r["raw"]) == fl["rounds_done"] for s in fl["sweep"] for r in s["per_rank"])
     assert "interrupted" in {w["code"] for w in rec["warnings"]}
+
+
+# ---- the machine-wide measurement lock under mpirun (sactool/fleet/lock.py; its ordering over several
+# machines, which one machine cannot show for real: test_lock_holders.py) -------------------------------
+
+
+class _Hold:
+    """This test holds the lock file as another measurement would."""
+
+    def __init__(self, path: Path):
+        import fcntl
+
+        self.fd: int | None = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def test_fleet_bench_with_no_wait_refuses_while_the_machine_is_held(tmp_path):
+    """Another measurement holds this machine: both ranks refuse before placing anything (exit 11), and
+    rank 0 says so once, naming the holder and the host."""
+    from sactool.bench.lock import ENV
+
+    lock, out = tmp_path / "m.lock", tmp_path / "f.json"
+    other = _Hold(lock)
+    try:
+        p = subprocess.run(_launcher() + ["-n", "2", SACTOOL, "bench", "gather", "--preset", "fast", "-r", "656",
+                                          *SMALL, "--no-wait", "--out", str(out)],
+                           capture_output=True, text=True, timeout=HANG_GUARD_S, cwd=tmp_path,
+                           env=_env(tmp_path, **{ENV: str(lock)}))
+    finally:
+        other.release()
+    assert p.returncode == 11, p.stderr
+    # rank 0 holds this machine's lock for the job, so the refusal is its: said once, by rank 0
+    assert p.stderr.count("error: rank 0: another sactool measurement is running on ") == 1, p.stderr
+    assert f"(pid {os.getpid()}" in p.stderr and "under mpirun would share" in p.stderr
+    assert not out.exists()
+
+
+@pytest.mark.slow   # a real 2-rank sweep that waits, is held and measured
+def test_fleet_bench_waits_for_a_measurement_then_holds_the_machine_for_all_its_ranks(tmp_path, capsys,
+                                                                                       monkeypatch):
+    """The job meets this machine held: rank 0 says for whom it waits, once. Released, the job's rank 0
+    (this machine's first rank) holds it for both ranks — a plain bench with --no-wait then refuses,
+    naming that rank's sactool bench — and the record says whom it waited for and when it measured."""
+    import datetime as dt
+
+    from sactool.bench.lock import ENV, holder
+    from sactool.cli import main
+
+    lock, out = tmp_path / "m.lock", tmp_path / "f.json"
+    other = _Hold(lock)
+    p = subprocess.Popen(_launcher() + ["-n", "2", SACTOOL, "bench", "gather", "--preset", "fast", "-r", "656",
+                                        *SMALL, "--out", str(out)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=_env(tmp_path, **{ENV: str(lock)}))
+    rank0 = None
+    try:
+        said = ""
+        for line in iter(p.stderr.readline, ""):
+            said += line
+            if "waiting for" in line:
+                break
+        assert "waiting for another sactool measurement to finish on " in said and f"(pid {os.getpid()}" in said
+        released = dt.datetime.now(dt.timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+        other.release()
+        fd = os.open(lock, os.O_RDONLY)
+        try:
+            deadline = time.monotonic() + HANG_GUARD_S
+            while (who := holder(fd)) is None and p.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.005)
+            assert who is not None, "the job never held the machine"
+            rank0 = _rank_pids(p.pid)[0]
+            os.kill(rank0, signal.SIGSTOP)      # the job holds the lock until it is let go on
+            assert holder(fd).startswith(f"pid {rank0}: sactool bench gather")
+        finally:
+            os.close(fd)
+        monkeypatch.setenv(ENV, str(lock))
+        capsys.readouterr()
+        assert main(["bench", "gather", *SMALL, "-r", "656", "--preset", "fast", "--threads", "1", "--no-wait"]) == 11
+        assert f"another sactool measurement is running (pid {rank0}: sactool bench gather" in capsys.readouterr().err
+    finally:
+        other.release()
+        if rank0 is not None:
+            os.kill(rank0, signal.SIGCONT)
+        rest, err = p.communicate(timeout=HANG_GUARD_S)
+    assert p.returncode == 0, err
+    rec = json.loads(out.read_text())
+    ml = rec["measurement_lock"]
+    assert ml["path"] == str(lock) and ml["waited_for"].startswith(f"pid {os.getpid()}") and ml["waited_seconds"] > 0
+    assert rec["measured"]["start_utc"] >= released and rec["measured"]["end_utc"] > rec["measured"]["start_utc"]
+    assert [r["measurement_lock"]["held_by_rank"] for r in rec["fleet"]["ranks"]] == [0, 0]
+    assert said.count("waiting for") == 1 and (said + err).count("measuring on ") == 1

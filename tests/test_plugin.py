@@ -550,11 +550,58 @@ def test_a_per_layer_pool_larger_than_the_slice_stops_strict(monkeypatch, tmp_pa
     assert sp.register() is True
     sglang.HookRegistry.apply_hooks()
     _coordinator(per_layer=True, layers=2)                     # layer 1 does not fit: SGLang's allocator, said
-    assert len(sp.placed_pools()) == 1 and "already hold earlier allocations of this pool" in caplog.text
+    assert len(sp.placed_pools()) == 1 and "held by 1 earlier pool(s) of this process" in caplog.text
     assert "1 of SGLang's 2 kv_buffer tensor(s) are not in the placed buffers" in caplog.text
     sp.placer().strict = True
-    with pytest.raises(sp.PlacementStop, match="already hold earlier allocations"):
+    with pytest.raises(sp.PlacementStop, match=r"held by 1 earlier pool\(s\) of this process"):
         _coordinator(per_layer=True, layers=2)
+
+
+def _file_bytes(path, offset, n=8):
+    """``n`` bytes at ``offset`` (on the 2 MiB align) of a stand-in device, through a mapping of its own."""
+    import mmap
+
+    with open(path, "rb") as f:
+        m = mmap.mmap(f.fileno(), 2 * MiB, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ, offset=offset)
+    try:
+        return m[:n]
+    finally:
+        m.close()
+
+
+def test_the_caller_hook_firing_twice_places_two_pools_side_by_side(monkeypatch, tmp_path, sglang, caplog):
+    """Two coordinators in one rank process (the caller hook firing twice): the second pool maps the
+    next aligned stretch of the rank's slice — the first pool's bytes survive its zero-fill, read
+    back from the file —, SGLang's check is answered with what is left of the slice, and a third
+    pool that finds too little left stops a strict rank at that check (non-strict: SGLang's own
+    allocator, said) — never over the first two."""
+    caplog.set_level(logging.WARNING, logger="sactool")
+    devs = _standin(monkeypatch, tmp_path, n=1)               # one 64 MiB device, 2 ranks: 32 MiB slices
+    monkeypatch.setenv("SACTOOL_PROFILE", str(_write(tmp_path, devdax_profile(ranks=2, devices=1, strict=True))))
+    monkeypatch.setenv("SACTOOL_RANK", "1")
+    assert sp.register() is True
+    sglang.HookRegistry.apply_hooks()
+    pools = []
+    for mark in (b"pool-one", b"pool-two"):
+        runner = _runner(monkeypatch)
+        runner.maybe_init_hisparse_coordinator()
+        host = runner.hisparse_coordinator.host_buffer
+        host.reshape(-1)[:8] = np.frombuffer(mark, dtype=np.uint8)
+        pools.append(host)
+    a, b = sp.placed_pools()
+    assert (a.offset_bytes, b.offset_bytes) == (32 * MiB, 44 * MiB)   # 10.9 MB pools: 12 MiB of 2 MiB blocks
+    assert [h.ctypes.data for h in pools] == [a.address, b.address]
+    path = devs["dax0.0"]["path"]
+    assert _file_bytes(path, 32 * MiB) == b"pool-one" and _file_bytes(path, 44 * MiB) == b"pool-two"
+    assert (f"answered with {20 * MiB} bytes: the largest free stretch of its slice of dax0.0 at offset 33554432"
+            in caplog.text)
+    with pytest.raises(sp.PlacementStop, match=r"10915840-byte HiSparse pool does not fit the largest free stretch "
+                                               r".* held by 2 earlier pool\(s\) of this process .*\(8388608 bytes\)"):
+        _runner(monkeypatch).maybe_init_hisparse_coordinator()
+    sp.placer().strict = False
+    _runner(monkeypatch).maybe_init_hisparse_coordinator()
+    assert len(sp.placed_pools()) == 2 and "host pool NOT on dax0.0: the plug-in stepped aside" in caplog.text
+    assert _file_bytes(path, 32 * MiB) == b"pool-one" and _file_bytes(path, 44 * MiB) == b"pool-two"
 
 
 def test_numa_mode_honours_a_pinned_capacity(caplog):
@@ -569,8 +616,8 @@ def test_numa_mode_honours_a_pinned_capacity(caplog):
         sp.place_pool(prof, 0, 48 * MiB, strict=True)
     buf = sp.place_pool(prof, 1, 16 * MiB)
     assert buf is not None and buf.report.verified_fraction == 1.0
-    budget, why = sp.pool_budget(sp.plans_for(1))
-    assert budget == 32 * MiB and "pinned capacity" in why
+    budget, why = sp.pool_budget(sp.plans_for(1))             # what the placed pool left of the share
+    assert budget == 16 * MiB and "pinned capacity" in why and "less the 16.00 MiB earlier pools" in why
     # not pinned: the node's free memory answers, as before
     sp._placer_for(node0_profile())
     assert sp.pool_budget(sp.plans_for(0))[0] > 64 * MiB

@@ -32,12 +32,15 @@ def _mutated(tmp_path: Path, change) -> Path:
     return p
 
 
-@pytest.mark.parametrize("change,says", [
+MISTYPED = pytest.mark.parametrize("change,says", [
     (lambda d: d.__setitem__("warnings", 5), "warnings is 5, not a list of {code, message, hint} mappings"),
     (lambda d: d.__setitem__("warnings", [{"code": 1, "message": "m"}]), "warnings is [{'code': 1"),
     (lambda d: d.__setitem__("buffer", 7), "buffer is 7, not a mapping"),
     (lambda d: d["results"][0].__setitem__("on_cpu_fraction", "x"), "on_cpu_fraction is 'x', not a number >= 0"),
 ], ids=["warnings", "warning-code", "buffer", "on_cpu_fraction"])
+
+
+@MISTYPED
 def test_a_mistyped_bench_record_field_is_a_record_error(tmp_path, change, says):
     from sactool.bench import load_bench
 
@@ -46,14 +49,18 @@ def test_a_mistyped_bench_record_field_is_a_record_error(tmp_path, change, says)
     assert says in e.value.message
 
 
-def test_tune_given_a_mistyped_bench_record_exits_4(tmp_path, machine, capsys):
-    bad = _mutated(tmp_path, lambda d: d.__setitem__("buffer", 7))
+@MISTYPED
+def test_tune_given_a_mistyped_bench_record_exits_4(tmp_path, machine, capsys, change, says):
+    """Each field the issue names crashed the CLI with a traceback and exit 1 (tune reads the record
+    through load_bench): here each is exit 4, one error line naming the file and the field, no output."""
+    bad = _mutated(tmp_path, change)
     rc = main(["tune", "--model", "deepseek-v3.2", "--sysfs-root", str(machine("this-machine")), "--bench", str(bad),
                "--context", "4k", "--out", str(tmp_path / "p.yaml")])
     err = capsys.readouterr().err
     assert rc == 4 and "Traceback" not in err, err
-    assert [ln for ln in err.splitlines() if ln.startswith("error: ")] == [
-        f"error: bench record {bad}: buffer is 7, not a mapping"]
+    errors = [ln for ln in err.splitlines() if ln.startswith("error: ")]
+    assert len(errors) == 1 and errors[0].startswith(f"error: bench record {bad}: ") and says in errors[0], err
+    assert not (tmp_path / "p.yaml").exists()
 
 
 def test_the_shipped_bench_records_still_load():
@@ -97,6 +104,25 @@ def test_serve_probes_do_not_run_a_json_py_in_the_working_directory(tmp_path, mo
     assert not marker.exists(), marker.read_text()
 
 
+def test_vllm_serve_probes_and_both_hook_probes_do_not_run_a_json_py_in_the_working_directory(tmp_path, monkeypatch):
+    """R7 for vLLM's serve path too (its engine and options probes ran ``python -c`` with the working
+    directory first on the import path until they took :func:`probe_argv`), and for the hook probe of
+    each engine: a ``json.py`` in the directory serve is started from never runs."""
+    from sactool.serve import vllm_launch
+    from sactool.serve.checks import probe_hooks
+
+    marker = tmp_path / "ran"
+    for name in ("json.py", "argparse.py", "sysconfig.py", "importlib.py", "inspect.py"):
+        (tmp_path / name).write_text(f"open({str(marker)!r}, 'a').write({name!r} + '\\n')\nraise SystemExit(3)\n")
+    monkeypatch.chdir(tmp_path)
+    info = vllm_launch.probe_engine(sys.executable)
+    assert info.python                                # it answered, from its own standard library
+    vllm_launch._probe_options(sys.executable, "0.34.0")   # no vLLM here: no table, but nothing of cwd ran
+    for engine in ("sglang", "vllm"):
+        probe_hooks(sys.executable, engine=engine, timeout_s=120.0)
+    assert not marker.exists(), marker.read_text()
+
+
 # ---- cache directories: one owner/mode rule for every candidate -------------------------------------
 CACHE_OF = "import os, sactool.cachedir; print(os.environ['NUMBA_CACHE_DIR'])"
 
@@ -107,9 +133,12 @@ def _numba_cache_dir(env: dict) -> subprocess.CompletedProcess:
                           env={**base, **env})
 
 
-@pytest.mark.parametrize("make", ["world-writable", "group-writable-shared-group", "symlink", "other-owner"])
-def test_a_cache_candidate_others_could_write_is_not_loaded_from(tmp_path, make):
-    bad = tmp_path / "shared"
+BAD_CACHES = pytest.mark.parametrize("make", ["world-writable", "group-writable-shared-group", "symlink", "other-owner"])
+
+
+def _plant_bad_cache(bad: Path, make: str) -> None:
+    """A directory at ``bad`` that someone else could write into (or a link to one of ours)."""
+    bad.parent.mkdir(parents=True, exist_ok=True)
     if make == "world-writable":
         bad.mkdir()
         bad.chmod(0o777)
@@ -120,16 +149,45 @@ def test_a_cache_candidate_others_could_write_is_not_loaded_from(tmp_path, make)
         os.chown(bad, os.getuid(), 65534)   # nogroup: nobody's primary group, not this user's own
         bad.chmod(0o770)
     elif make == "symlink":
-        (tmp_path / "real").mkdir(mode=0o700)
-        bad.symlink_to(tmp_path / "real")
+        real = bad.parent / (bad.name + "-real")
+        real.mkdir(mode=0o700)
+        bad.symlink_to(real)
     else:
         if os.geteuid() != 0:
             pytest.skip("giving a directory to another user needs root")
         bad.mkdir(mode=0o700)
         os.chown(bad, 65534, 65534)
+
+
+@BAD_CACHES
+def test_a_cache_candidate_others_could_write_is_not_loaded_from(tmp_path, make):
+    bad = tmp_path / "shared"
+    _plant_bad_cache(bad, make)
     r = _numba_cache_dir({"SACTOOL_CACHE_DIR": str(bad), "XDG_CACHE_HOME": str(tmp_path / "xdg")})
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == str(tmp_path / "xdg" / "sactool" / "numba")
+    assert f"note: cache directory {bad} not used" in r.stderr
+
+
+@BAD_CACHES
+@pytest.mark.parametrize("where", ["xdg", "home"])
+def test_the_xdg_and_home_cache_candidates_are_held_to_the_same_rule(tmp_path, make, where):
+    """`$XDG_CACHE_HOME/sactool` (when XDG_CACHE_HOME is set) or else `~/.cache/sactool`, planted bad, is
+    refused with a note and the next candidate, `<tmp>/sactool-<uid>`, is used (TMPDIR points into
+    tmp_path, so the machine's own fallback is never touched). Before 640ae9d only the tmp fallback was
+    checked: numba would have been pointed at the planted directory and this would fail."""
+    home, tmp = tmp_path / "home", tmp_path / "tmp"
+    tmp.mkdir()
+    env = {"HOME": str(home), "TMPDIR": str(tmp)}
+    if where == "xdg":
+        env["XDG_CACHE_HOME"] = str(tmp_path / "xdg")
+        bad = tmp_path / "xdg" / "sactool"
+    else:
+        bad = home / ".cache" / "sactool"
+    _plant_bad_cache(bad, make)
+    r = _numba_cache_dir(env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str(tmp / f"sactool-{os.getuid()}" / "numba"), r.stderr
     assert f"note: cache directory {bad} not used" in r.stderr
 
 

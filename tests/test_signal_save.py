@@ -76,6 +76,32 @@ def test_a_signal_inside_the_profiles_save_keeps_the_profile(tmp_path, machine, 
     assert not (tmp_path / "p.yaml.points.jsonl").exists()   # superseded by the profile, as on a quiet run
 
 
+@pytest.mark.parametrize("sig,times", [(signal.SIGTERM, 1), pytest.param(signal.SIGINT, 2, marks=pytest.mark.slow)],
+                         ids=["SIGTERM", "SIGINT-twice"])
+def test_a_signal_after_a_quick_gather_keeps_its_point_in_tunes_journal(tmp_path, sig, times):
+    """R1, tune's window (fc97a41): the signal comes the moment tune's first quick gather
+    (``QuickGathers.gather``, what ``run_quick_gather`` runs too) has returned — the measurement
+    complete and settled, its point not yet in the journal. ``run_quick_gather`` used to call
+    ``unsettle()`` before returning, so a signal there raised at once and the finished gather was lost
+    (0 points; checked by putting that call back at the end of ``gather``). Now the caller journals the
+    point, then unsettles: tune stops with the point on disk, exit 130/143 (tune's work was cut short),
+    no profile. The moment is the real method's return (fixtures.faults), not a time."""
+    from test_tune_cli import ABOVE_ANY_CACHE
+
+    prof, points = tmp_path / "p.yaml", tmp_path / "p.yaml.points.jsonl"
+    r = run(faults.signal_after_return_cli("sactool.bench.quick", "QuickGathers.gather", 1, sig, times),
+            "tune", "--context", "4k", "--steps", "4", "--replicates", "1", "--tp", "1", "--gpu-kv-budget", "10GiB",
+            "--pool-bytes", "1GiB", "--gather-size", ABOVE_ANY_CACHE, "--out", prof)
+    assert "fault: signal" in r.stderr and "QuickGathers.gather returned (call 1)" in r.stderr, r.stderr
+    assert r.returncode == (130 if sig == signal.SIGINT else 143), r.stderr
+    assert f"tune interrupted; finished evaluation points are kept in {points}" in r.stderr, r.stderr
+    assert not prof.exists()
+    kept = [json.loads(ln) for ln in points.read_text().splitlines() if ln.strip()] if points.exists() else []
+    measured = [p for p in kept if p.get("kind") in ("gather", "pagesize")]
+    assert len(measured) == 1 and measured[0]["bandwidth_bytes_per_s"] > 0, (kept, r.stderr)
+    assert no_temporaries(tmp_path) == []
+
+
 def test_probe_snapshot_survives_a_sigterm_inside_its_save(tmp_path, machine):
     """R5: the fast probe path had no SIGTERM handler: killed mid-save, a .NAME.<hex>.tmp stayed."""
     snap = tmp_path / "s.tar.gz"

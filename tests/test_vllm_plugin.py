@@ -50,15 +50,36 @@ def profile_file(tmp_path, *, strict=True, mode="numa", devices=(), **pool) -> P
 
 
 def test_every_hook_of_vllm_0_34_resolves_in_the_standins(vllm):
-    assert [(h.name, why) for h, why in P.check_hooks("0.34.0") if why] == []
-    assert {h.name for h in P.HOOKS["0.34"]} >= {"allocate_pinned_host_pool", "check_hisparse_host_memory",
-                                                  "_get_populate_write_fn", "SharedOffloadRegion",
-                                                  "allocate_hisparse_kv_caches"}
+    """vLLM's rows of the one hook table (sactool/plugins/hooks.py TABLES["vllm"]), checked by the
+    same function as SGLang's (hooks.check_hooks) — here against the stand-ins."""
+    from sactool.plugins.hooks import TABLES, VLLM_TABLES
+
+    assert TABLES["vllm"] is VLLM_TABLES and P.VLLM_TABLES is VLLM_TABLES
+    check = P.check_engine("0.34.0")
+    assert check.ok and not check.problems and not check.note, check.lines()
+    assert check.table is not None and check.table.versions == ">=0.34.0,<0.35"
+    assert {h.target.rsplit(".", 1)[1] for h in check.table.hooks} >= {
+        "allocate_pinned_host_pool", "check_hisparse_host_memory", "_get_populate_write_fn", "SharedOffloadRegion",
+        "allocate_hisparse_kv_caches", "pin_tensor"}
+    assert {h.role for h in check.table.hooks if h.use == "around"} == set(P.WRAPPERS)
 
 
-def test_a_release_without_a_table_is_named(vllm):
-    (h, why), = P.check_hooks("0.35.1")
-    assert "vLLM 0.35.1 has no hook table (verified: 0.34.x)" == why
+def test_a_release_outside_the_table_is_named_and_checked_against_the_newest(vllm):
+    check = P.check_engine("0.35.1")
+    assert "vLLM 0.35.1 is outside every hook table's range (>=0.34.0,<0.35): checked against the " \
+        ">=0.34.0,<0.35 table" == check.note
+    assert check.ok                      # the stand-ins have 0.34's symbols: the newest table resolves
+
+
+def test_a_call_hook_whose_signature_needs_more_arguments_is_a_problem(vllm, monkeypatch):
+    """``pin_tensor`` is called by the plug-in with the tensor only: a vLLM whose pin_tensor needs a
+    second argument is named."""
+    def pin_tensor(tensor, stream):
+        return None
+    monkeypatch.setattr(vllm, "pin_tensor", pin_tensor)
+    check = P.check_engine("0.34.0")
+    assert [p.role for p in check.problems] == ["pin"]
+    assert "takes required parameters (stream); the plug-in calls it with (tensor)" in check.problems[0].why
 
 
 def test_strict_worker_stops_when_a_hook_target_disappears(vllm, tmp_path, monkeypatch):
@@ -66,8 +87,8 @@ def test_strict_worker_stops_when_a_hook_target_disappears(vllm, tmp_path, monke
     monkeypatch.delattr(vllm, "allocate_pinned_host_pool")
     with pytest.raises(P.PlacementStop) as e:
         P.register()
-    assert "vLLM 0.34.0: hook vllm.v1.hisparse.runtime.allocate_pinned_host_pool cannot be used" in str(e.value)
-    assert "would NOT be placed" in str(e.value)
+    assert "hook target vllm.v1.hisparse.runtime.allocate_pinned_host_pool is missing" in str(e.value)
+    assert "in vLLM 0.34.0" in str(e.value) and "would NOT be placed" in str(e.value)
 
 
 def test_non_strict_worker_warns_loudly_when_a_hook_changed(vllm, tmp_path, monkeypatch, caplog):
@@ -79,7 +100,8 @@ def test_non_strict_worker_warns_loudly_when_a_hook_changed(vllm, tmp_path, monk
     with caplog.at_level(logging.WARNING, logger="sactool.plugins.vllm"):
         assert P.register() is False
     msg = caplog.text
-    assert "check_hisparse_host_memory changed" in msg and "'pool_bytes' not found" in msg and "vLLM 0.34.0" in msg
+    assert "check_hisparse_host_memory changed" in msg and "the plug-in relies on (pool_bytes, …)" in msg
+    assert "vLLM 0.34.0" in msg
     assert vllm.check_hisparse_host_memory is check_hisparse_host_memory    # nothing patched
 
 
@@ -178,3 +200,87 @@ def test_owner_of_follows_vllms_parallel_config(monkeypatch):
     assert P.owner_of(cfg, False)[0] == 3 * 2 + 1              # a private one to its rank
     assert replace(VllmSettings(tp_size=2, dp_size=4, shared_host_pool=True,
                                 distributed_executor_backend="mp")).pool_owners == 4
+
+
+# ---- several pools in one worker ------------------------------------------------------------
+
+def _devdax_worker(vllm, tmp_path, monkeypatch, size=16 << 20, **kw):
+    dev = tmp_path / "dax0.0"
+    with open(dev, "wb") as f:
+        f.truncate(size)
+    monkeypatch.setenv("SACTOOL_DEVDAX_STANDIN", json.dumps({"dax0.0": {"path": str(dev), "align_bytes": 2 << 20}}))
+    monkeypatch.setenv("SACTOOL_PROFILE", str(profile_file(tmp_path, mode="devdax", devices=("dax0.0",), **kw)))
+    monkeypatch.setenv("SACTOOL_RANK", "0")
+    assert P.register() is True
+    return dev
+
+
+def _file_bytes(path, offset, n=8):
+    import mmap
+
+    with open(path, "rb") as f:
+        m = mmap.mmap(f.fileno(), 2 << 20, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ, offset=offset)
+    try:
+        return m[:n]
+    finally:
+        m.close()
+
+
+def test_the_private_pool_path_called_twice_maps_two_stretches_of_the_slice(vllm, tmp_path, monkeypatch):
+    """The private pool's allocation run twice in one worker (allocate_pinned_host_pool asks the placer
+    for the owner's pool, page-padded, each time): the second pool maps after the first in the owner's
+    slice (a 16 MiB stand-in, one owner), the first's bytes survive the second's zero-fill, vLLM's
+    preflight is answered with what is left, and a third that does not fit stops the strict worker."""
+    dev = _devdax_worker(vllm, tmp_path, monkeypatch)
+    p = P.state().placer
+    first = p.place(0, 5 << 20, rank_source="$SACTOOL_RANK")
+    first.mmap[0:8] = b"vllm-one"
+    second = p.place(0, 5 << 20, rank_source="$SACTOOL_RANK")
+    second.mmap[0:8] = b"vllm-two"
+    assert (first.offset_bytes, second.offset_bytes) == (0, 6 << 20)
+    assert _file_bytes(dev, 0) == b"vllm-one" and _file_bytes(dev, 6 << 20) == b"vllm-two"
+    cfg = types.SimpleNamespace(instance_id="t", parallel_config=types.SimpleNamespace(data_parallel_index=0))
+    token = P._CONTEXT.set((cfg, "private"))
+    try:
+        vllm.check_hisparse_host_memory(4 << 20)         # 4 MiB left of the slice
+        with pytest.raises(ValueError, match="needs 5242880 bytes but the largest free stretch of its slice"):
+            vllm.check_hisparse_host_memory(5 << 20)
+    finally:
+        P._CONTEXT.reset(token)
+    with pytest.raises(P.PlacementStop, match="held by 2 earlier pool"):
+        p.place(0, 5 << 20, rank_source="$SACTOOL_RANK")
+    assert _file_bytes(dev, 0) == b"vllm-one"
+
+
+def test_a_second_shared_region_maps_after_the_first(vllm, tmp_path, monkeypatch):
+    """Two shared devdax regions of one DP replica in one worker (what DaxRegion asks the placer for,
+    no zero-fill: its TP ranks do that): disjoint stretches of the replica's slice; once the first is
+    unmapped (vLLM released it, no view left) its stretch is taken again."""
+    _devdax_worker(vllm, tmp_path, monkeypatch)
+    p = P.state().placer
+    plan = p.plan_for(0)
+    a = p.map_slice(plan, 4 << 20)
+    b = p.map_slice(plan, 4 << 20)
+    assert (a.offset_bytes, b.offset_bytes) == (0, 4 << 20)
+    a.close()
+    c = p.map_slice(plan, 2 << 20)
+    assert c.offset_bytes == 0
+    for buf in (b, c):
+        buf.close()
+
+
+def test_dax_region_twice_in_one_worker(vllm, tmp_path, monkeypatch):
+    """The plug-in's DaxRegion itself (torch: vLLM's environment has it), built twice in one worker."""
+    pytest.importorskip("torch", reason="DaxRegion views the slice with torch (vLLM's environment has it)")
+    dev = _devdax_worker(vllm, tmp_path, monkeypatch)
+    cfg = types.SimpleNamespace(instance_id="t", parallel_config=types.SimpleNamespace(data_parallel_index=0))
+    one = P.DaxRegion(cfg, "e", 3, 0, 2 << 20, 4096)
+    one.base_tensor[:8] = 7
+    two = P.DaxRegion(cfg, "e", 3, 0, 2 << 20, 4096)
+    assert (one.buf.offset_bytes, two.buf.offset_bytes) == (0, 6 << 20)
+    assert _file_bytes(dev, 0) == bytes([7]) * 8 and _file_bytes(dev, 6 << 20) == bytes(8)
+    with pytest.raises(RuntimeError, match="held by 2 earlier pool"):
+        P.DaxRegion(cfg, "e", 3, 0, 2 << 20, 4096)
+    one.cleanup()
+    two.cleanup()
+    assert one.buf.closed and two.buf.closed

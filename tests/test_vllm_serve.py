@@ -143,10 +143,11 @@ def test_hugepage_pools_are_checked_against_free_huge_pages(tmp_path, machine):
     assert "free 2MB huge pages" in e.value.message
 
 
-def test_dry_run_json_names_the_engine_and_one_plan_row_per_pool(tmp_path, machine, capsys):
+def test_dry_run_json_names_the_engine_and_one_plan_row_per_pool(tmp_path, gpu_root, monkeypatch, capsys):
     path = _node0_profile(tmp_path, host_pool_gib=1.0, max_num_seqs=1, max_model_len=16384)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     rc = main(["serve", "--profile", str(path), "--dry-run", "--format", "json", "--sysfs-root",
-               str(machine("this-machine"))])
+               str(gpu_root(8))])            # 8 GPUs for TP 8: past the GPU check
     assert rc == 8                            # vLLM is not installed in the interpreter running the tests
     out = json.loads(capsys.readouterr().out)
     assert out["engine"] == "vllm" and out["argv"][1] == "serve"
@@ -161,16 +162,27 @@ def test_a_config_file_after_dashes_is_refused():
 
 
 def test_the_hook_check_runs_in_the_target_python_before_the_launch():
-    """serve asks the target Python's plug-in to resolve its hook table against that vLLM; here no
-    vLLM is installed, so no table applies and the launch is refused (exit 9) before it starts."""
+    """serve asks the target Python's plug-in to check vLLM's hook table (the probe SGLang's check
+    uses, sactool/serve/checks.py) against that vLLM; here no vLLM is installed, so every symbol is
+    missing and the launch is refused (exit 9) before it starts, naming the symbol and the version."""
     import sys
 
+    from sactool.serve import checks
     from sactool.serve.errors import EngineVersionError
-    from sactool.serve.vllm_launch import check_hooks_in
 
+    found = checks.probe_hooks(sys.executable, engine="vllm")
+    assert found["engine"] == "vLLM" and found["version"] is None and "error" not in found
+    found = {**found, "version": "0.35.0", "problems": [
+        {"role": "kv_caches", "target": "vllm.v1.hisparse.binding.allocate_hisparse_kv_caches",
+         "why": "is missing: vllm.v1.hisparse.binding: no module vllm"}], "table": ">=0.34.0,<0.35"}
+    p = load_profile(TP8)
     with pytest.raises(EngineVersionError) as e:
-        check_hooks_in(sys.executable, "0.35.0")
-    assert "has no hook table (verified: 0.34.x)" in e.value.message and int(e.value.exit_code) == 9
+        checks.check_hooks(p, found, python=sys.executable)
+    assert e.value.message.startswith("hook target vllm.v1.hisparse.binding.allocate_hisparse_kv_caches is missing")
+    assert "in vLLM 0.35.0" in e.value.message and int(e.value.exit_code) == 9
+    assert "--allow-untested-engine" in e.value.hint and "vllm>=0.34.0,<0.35" in e.value.hint
+    lines = checks.check_hooks(p, found, python=sys.executable, allow_untested=True)
+    assert lines[-1].startswith("warning: hook target vllm.v1.hisparse.binding.allocate_hisparse_kv_caches")
 
 
 def test_a_vllm_launch_leaves_the_run_file_watch_finds_it_by(tmp_path, machine, monkeypatch):

@@ -5,7 +5,8 @@ Light to import (no numpy/numba until something is measured). Entry points used 
 * :func:`run_bench` / :class:`BenchOptions` — what ``sactool bench`` runs;
 * :func:`load_bench` — read a bench record (older upgraded, newer refused);
 * :func:`gather_figure` — gather throughput for any record size from a record;
-* :func:`run_quick_gather` — a few seconds of real gather measurement (``sactool tune`` without --bench).
+* :func:`run_quick_gather` — a few seconds of real gather measurement (``sactool tune`` without --bench,
+  many of them on one placed buffer: :class:`sactool.bench.quick.QuickGathers`).
 """
 
 from __future__ import annotations
@@ -44,38 +45,14 @@ def run_quick_gather(node: int | None, record_bytes: int, topk: int, threads: in
     record comes back settled (:func:`sactool.errors.settle`: a signal after the measurement is
     recorded, not raised): the caller saves it (tune: its journal), then calls
     :func:`sactool.errors.unsettle` to go on interruptibly — a signal that came meanwhile is raised
-    there, the point already on disk.
+    there, the point already on disk. Many points on one buffer: :class:`sactool.bench.quick.QuickGathers`
+    (this is one point of a session of its own).
     """
-    from sactool.bench.api import BenchOptions, run_bench as _run
-    from sactool.bench.protocol import Protocol
-    from sactool.bench.sizing import FLOOR_BYTES
+    from sactool.bench.quick import QuickGathers
 
-    if seconds <= 0:
-        from sactool.errors import UsageError
-
-        raise UsageError(f"seconds {seconds} must be positive", "e.g. 3")
-    rounds = 5
-    # warm-up + calibration take about 3 sample lengths on top of the rounds
-    proto = Protocol("quick", max(0.005, seconds / (rounds + 4)), rounds, warmup=1)
-    opts = BenchOptions(tests=("gather",), node=node, size_bytes=size_bytes, size_floor_bytes=FLOOR_BYTES, size_option="--gather-size",
-                        threads=(threads,) if threads else None, record_bytes=(record_bytes,), topk=topk,
-                        preset="fast", command="quick-gather", protocol=proto, hugepages=hugepages)
-    if threads is None:
-        from dataclasses import replace
-
-        from sactool.bench.api import resolve_cpus
-        from sactool.memory.nodes import topology
-
-        topo = topology(reader)
-        mem = node if node is not None else topo.verdict.pool_nodes[0]
-        _, cpus = resolve_cpus(topo, mem, None)
-        opts = replace(opts, threads=(len(cpus),))
-    rec = _run(opts, reader=reader, notify=notify)
-    if not rec.complete:
-        # run_bench keeps a partial record for 'sactool bench' to write; a quick figure built
-        # from it ("median of 1 samples") would be silently wrong, so the interrupt goes on
-        raise KeyboardInterrupt
-    return rec
+    with QuickGathers(reader) as q:
+        return q.gather(node, record_bytes, topk, threads, size_bytes=size_bytes, seconds=seconds,
+                        hugepages=hugepages, notify=notify)
 
 
 __all__ = ["BenchRecord", "GatherFigure", "gather_figure", "lines_touched", "load_bench", "run_bench",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import Any, Callable
 
 from sactool import records
 from sactool.bench import record as R
@@ -144,9 +144,53 @@ def run_bench(opts: BenchOptions, *, reader: SysfsReader | None = None, progress
     """Measure on one (memory node, CPU set) pair and return the record (see :mod:`.record`).
 
     Stages: the memory node and CPUs; checks of the input and of the buffer's fit (before anything
-    expensive); warnings about the memory and CPUs; gather indices; the machine-wide measurement lock
-    (:mod:`sactool.bench.lock`: wait for another sactool measurement, saying so through ``notify``, or
-    refuse with ``opts.wait`` False); place, verify and measure; per-result warnings; the record."""
+    expensive); warnings about the memory and CPUs; gather indices (:func:`prepare`); the machine-wide
+    measurement lock (:mod:`sactool.bench.lock`: wait for another sactool measurement, saying so through
+    ``notify``, or refuse with ``opts.wait`` False); place, verify and measure; per-result warnings; the
+    record (:func:`finish`)."""
+    from sactool.bench.lock import measurement_lock
+
+    p = prepare(opts, reader)
+    results: list[dict] = []
+    warnings = list(p.warnings)
+    with measurement_lock(wait=opts.wait, notify=notify, what=f"'sactool bench {opts.command}'") as lock:
+        busy_warning(p, warnings)
+        if progress:
+            progress(f"placing {format_bytes(p.size)} on " + (f"{p.dax['name']} (target node{p.mem})" if p.dax
+                                                                 else f"node{p.mem}"), 0, 1)
+        window = {"start_utc": _utc_us()}
+        bdesc, complete = _place_and_measure(opts, p.topo, p.reader, p.mem, p.size, p.llc, p.proto, p.cpus, p.threads,
+                                             p.gather_idx, results, warnings, progress, clock)
+        window["end_utc"] = _utc_us()
+    return finish(p, results, warnings, bdesc, complete, lock.to_data(), window)
+
+
+@dataclass
+class Prepared:
+    """What :func:`run_bench` settles before the lock, for :func:`finish` and for measurements that reuse a
+    placed buffer (:mod:`sactool.bench.quick`): the machine, the memory node and CPUs, the buffer rule
+    and size, protocol, thread sweep, gather indices, and the warnings known before measuring."""
+
+    opts: BenchOptions
+    reader: SysfsReader
+    topo: Any
+    mem: int
+    cpu_node: int
+    cpus: tuple[int, ...]
+    rule: Any               # sizing.BufferRule
+    size: int
+    llc: int
+    proto: Protocol
+    threads: list[int]
+    stand_in: dict | None
+    gather_idx: list
+    dax: dict | None
+    warnings: list[dict]
+
+
+def prepare(opts: BenchOptions, reader: SysfsReader | None = None) -> Prepared:
+    """Everything before the lock: nodes, CPUs, the buffer rule, the checks (the buffer must fit the
+    node's free memory now), the stand-in note and the gather indices."""
     from sactool.bench import env
     from sactool.memory.nodes import topology
 
@@ -173,35 +217,38 @@ def run_bench(opts: BenchOptions, *, reader: SysfsReader | None = None, progress
         check_fits(free_estimate(topo, reader, mem), size, option=opts.size_option)
     stand_in = _stand_in(opts, topo, mem, warnings)
     gather_idx = _prepare_gather(opts, size, llc) if "gather" in opts.tests else []
-    dax = _dax_block(opts, topo, mem)
-    from sactool.bench.lock import measurement_lock
+    return Prepared(opts, reader, topo, mem, cpu_node, cpus, rule, size, llc, proto, threads, stand_in, gather_idx,
+                    _dax_block(opts, topo, mem), warnings)
 
-    results: list[dict] = []
-    with measurement_lock(wait=opts.wait, notify=notify, what=f"'sactool bench {opts.command}'") as lock:
-        busy = env.busy_fraction(reader, cpus)
-        if busy is not None and busy > 0.25:
-            warnings.append(records.warning("cpus_busy", f"CPUs {format_cpulist(cpus)} were {busy:.0%} busy before "
-                                            "measuring", "other work shares these CPUs: expect noise; rerun when the "
-                                            "machine is idle"))
-        if progress:
-            progress(f"placing {format_bytes(size)} on " + (f"{dax['name']} (target node{mem})" if dax else f"node{mem}"),
-                     0, 1)
-        window = {"start_utc": _utc_us()}
-        bdesc, complete = _place_and_measure(opts, topo, reader, mem, size, llc, proto, cpus, threads, gather_idx,
-                                             results, warnings, progress, clock)
-        window["end_utc"] = _utc_us()
-    _result_warnings(results, mem, cpu_node, warnings, llc=rule.cache.bytes if rule.cache and not rule.warnings else None)
+
+def busy_warning(p: Prepared, warnings: list[dict]) -> None:
+    """``cpus_busy`` when the measuring CPUs were over a quarter busy just before measuring."""
+    from sactool.bench import env
+
+    busy = env.busy_fraction(p.reader, p.cpus)
+    if busy is not None and busy > 0.25:
+        warnings.append(records.warning("cpus_busy", f"CPUs {format_cpulist(p.cpus)} were {busy:.0%} busy before "
+                                        "measuring", "other work shares these CPUs: expect noise; rerun when the "
+                                        "machine is idle"))
+
+
+def finish(p: Prepared, results: list[dict], warnings: list[dict], bdesc: dict, complete: bool, lock: dict | None,
+           window: dict) -> R.BenchRecord:
+    """The record of a measurement on ``p``: per-result warnings, ``interrupted`` when cut short, every block."""
+    opts, rule = p.opts, p.rule
+    _result_warnings(results, p.mem, p.cpu_node, warnings,
+                     llc=rule.cache.bytes if rule.cache and not rule.warnings else None)
     if not complete:
         warnings.append(records.warning("interrupted", "interrupted: finished samples are kept", "rerun to complete"))
     from sactool.host.machine import machine_block
 
     data = records.header(R.KIND, R.SCHEMA_VERSION)
     data.update({
-        "machine": machine_block(reader), "command": opts.command, "tests": list(opts.tests),
-        "protocol": proto.to_data(), "memory_node": mem, "dax_device": dax,
-        "cpu_node": cpu_node if cpu_node >= 0 else None, "cpus": list(cpus), "stand_in": stand_in,
-        "llc_bytes": llc, "buffer_rule": rule.to_data(), "buffer": bdesc, "results": results, "warnings": warnings, "complete": complete,
-        "measurement_lock": lock.to_data(), "measured": window,
+        "machine": machine_block(p.reader), "command": opts.command, "tests": list(opts.tests),
+        "protocol": p.proto.to_data(), "memory_node": p.mem, "dax_device": p.dax,
+        "cpu_node": p.cpu_node if p.cpu_node >= 0 else None, "cpus": list(p.cpus), "stand_in": p.stand_in,
+        "llc_bytes": p.llc, "buffer_rule": rule.to_data(), "buffer": bdesc, "results": results, "warnings": warnings,
+        "complete": complete, "measurement_lock": lock, "measured": window,
     })
     return R.from_data(data)
 

@@ -65,8 +65,15 @@ def default_size(o: GpuGatherOptions, steps_max: int, floor: int = 1 << 30) -> i
     return -(-max(need, floor) // (2 << 20)) * (2 << 20)
 
 
-def run_gpu_gather(o: GpuGatherOptions, *, reader: SysfsReader | None = None, progress=None) -> R.BenchRecord:
-    """Measure the GPU swap-in path on one pool target with one GPU and return the bench record."""
+def run_gpu_gather(o: GpuGatherOptions, *, reader: SysfsReader | None = None, progress=None,
+                   notify=None) -> R.BenchRecord:
+    """Measure the GPU swap-in path on one pool target with one GPU and return the bench record.
+
+    The host's CPUs place, fill and register the buffer and time every launch, and the copies cross the
+    host's memory: from the placement until the buffer is unmapped the run holds the machine-wide
+    measurement lock (:mod:`sactool.bench.lock`, the one ``sactool bench`` takes): another sactool
+    measurement running, it waits, saying so through ``notify``, or refuses with ``o.wait`` False (exit
+    11). The record keeps ``measurement_lock`` and ``measured`` (the locked window)."""
     validate(o)
     from sactool.bench import gpuplace
 
@@ -81,6 +88,51 @@ def run_gpu_gather(o: GpuGatherOptions, *, reader: SysfsReader | None = None, pr
     gpu = gpuplace.select_gpu(cuda, o.gpu, reader, topo.nodes if topo is not None else ())
     plan = _plan(o, gpu, sim, topo, mem, reader, warnings, progress)
     proto = o.protocol or PRESETS[o.preset]
+    ceiling = gpuplace.path_ceiling(gpu, topo, mem, o.dax, reader)
+    from sactool.bench.api import _utc_us
+    from sactool.bench.lock import measurement_lock
+
+    with measurement_lock(wait=o.wait, notify=notify, what=f"'sactool bench {o.command}'") as lock:
+        window = {"start_utc": _utc_us()}
+        results, complete, reg, bdesc = _place_and_measure(o, cuda, sim, plan, proto, ceiling, topo, mem, cpu_node,
+                                                           cpus, reader, warnings, progress)
+        window["end_utc"] = _utc_us()
+    for r in results:
+        st = r["stats"]
+        if st["n"] >= 3 and st["mean"] and st["stdev"] / st["mean"] > 0.10 and not sim:
+            warnings.append(records.warning("high_variance", f"{r['key']}: relative stdev {st['stdev'] / st['mean']:.0%}",
+                                  "rerun with --preset rigorous when the GPU is idle"))
+    if not complete:
+        warnings.append(records.warning("interrupted", "interrupted: finished samples are kept", "rerun to complete"))
+    warnings.extend(_path_warnings(gpu, topo, mem))
+    from sactool.host.machine import machine_block
+
+    from sactool.bench.sizing import last_level_cache
+
+    llc = last_level_cache(reader, cpus) if cpus else None   # the CPUs that wrote the host buffer (trust.py)
+    data = records.header(R.KIND, R.SCHEMA_VERSION)
+    pdata = proto.to_data()
+    pdata["clock"] = "wall time (simulator)" if sim else "CUDA events (GPU time of each launch)"
+    pdata["samples"] = "one launch per sample; the launch walks reps top-k steps"
+    data.update({
+        "machine": machine_block(reader), "command": o.command,
+        "tests": ["gpu_gather"] + (["gpu_prefix_copy"] if o.full_prefix else []),
+        "protocol": pdata, "memory_node": mem,
+        "dax_device": o.dax, "cpu_node": cpu_node, "cpus": list(cpus),
+        "stand_in": _stand_in(topo, mem, o.dax), "buffer": bdesc, "llc": llc.to_data() if llc else None,
+        "gpu": gpu.to_data(), "registration": reg, "path_ceiling": ceiling,
+        "context_tokens": o.context_tokens, "results": results, "warnings": warnings, "complete": complete,
+        "measurement_lock": lock.to_data(), "measured": window,
+    })
+    return R.from_data(data)
+
+
+def _place_and_measure(o: GpuGatherOptions, cuda, sim: bool, plan: "_Plan", proto, ceiling: dict, topo, mem, cpu_node,
+                       cpus, reader, warnings: list, progress) -> tuple[list[dict], bool, dict | None, dict]:
+    """Place, fill and register the host buffer, run the protocol over every configuration, unmap it;
+    (results, complete, registration, buffer block). Ctrl-C keeps the finished samples."""
+    from sactool.bench import gpuplace
+
     if progress:
         progress(f"placing {format_bytes(plan.size)} on " + (o.dax or (f"node{mem}" if mem is not None else "host memory")), 0, 1)
     buf, placement = gpuplace.place(plan.size, node=mem, dax=o.dax, cpus=cpus, topo=topo, reader=reader,
@@ -88,7 +140,6 @@ def run_gpu_gather(o: GpuGatherOptions, *, reader: SysfsReader | None = None, pr
     results: list[dict] = []
     ms: list = []
     complete, reg, bdesc = True, None, {}
-    ceiling = gpuplace.path_ceiling(gpu, topo, mem, o.dax, reader)
     try:
         bdesc = _buffer_block(buf, placement, warnings)
         placed_u8 = buf.array("uint8")
@@ -116,33 +167,7 @@ def run_gpu_gather(o: GpuGatherOptions, *, reader: SysfsReader | None = None, pr
         from sactool.memory.placed import close_after
 
         close_after(buf)
-    for r in results:
-        st = r["stats"]
-        if st["n"] >= 3 and st["mean"] and st["stdev"] / st["mean"] > 0.10 and not sim:
-            warnings.append(records.warning("high_variance", f"{r['key']}: relative stdev {st['stdev'] / st['mean']:.0%}",
-                                  "rerun with --preset rigorous when the GPU is idle"))
-    if not complete:
-        warnings.append(records.warning("interrupted", "interrupted: finished samples are kept", "rerun to complete"))
-    warnings.extend(_path_warnings(gpu, topo, mem))
-    from sactool.host.machine import machine_block
-
-    from sactool.bench.sizing import last_level_cache
-
-    llc = last_level_cache(reader, cpus) if cpus else None   # the CPUs that wrote the host buffer (trust.py)
-    data = records.header(R.KIND, R.SCHEMA_VERSION)
-    pdata = proto.to_data()
-    pdata["clock"] = "wall time (simulator)" if sim else "CUDA events (GPU time of each launch)"
-    pdata["samples"] = "one launch per sample; the launch walks reps top-k steps"
-    data.update({
-        "machine": machine_block(reader), "command": o.command,
-        "tests": ["gpu_gather"] + (["gpu_prefix_copy"] if o.full_prefix else []),
-        "protocol": pdata, "memory_node": mem,
-        "dax_device": o.dax, "cpu_node": cpu_node, "cpus": list(cpus),
-        "stand_in": _stand_in(topo, mem, o.dax), "buffer": bdesc, "llc": llc.to_data() if llc else None,
-        "gpu": gpu.to_data(), "registration": reg, "path_ceiling": ceiling,
-        "context_tokens": o.context_tokens, "results": results, "warnings": warnings, "complete": complete,
-    })
-    return R.from_data(data)
+    return results, complete, reg, bdesc
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,9 @@ class GpuGatherOptions:
     pool node of ``sactool probe``); ``gpu``: CUDA device index; ``cpus``: pre-fault CPUs (None:
     nearest CPU node); ``size_bytes``: host buffer (None: one prefix region per request in flight
     at the largest record size, at least 1 GiB); ``placement``: "strict" or "best-effort" (see
-    :mod:`sactool.bench.gpuplace`); ``steps``: top-k steps per stream (None: the L2 footprint rule)."""
+    :mod:`sactool.bench.gpuplace`); ``steps``: top-k steps per stream (None: the L2 footprint rule);
+    ``wait``: another sactool measurement on this machine: wait for it, or (False) refuse
+    (:mod:`sactool.bench.lock`)."""
 
     node: int | None = None
     dax: str | None = None
@@ -73,6 +75,7 @@ class GpuGatherOptions:
     steps: int | None = None
     command: str = "gpu-gather"
     protocol: Protocol | None = None
+    wait: bool = True          # another sactool measurement running: wait for it (False: refuse, exit 11)
 
 
 def validate(o: GpuGatherOptions) -> None:

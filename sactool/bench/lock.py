@@ -2,8 +2,10 @@
 
 Two benches on one host share its memory bandwidth, its last-level cache and, when they pick the
 same CPUs, the CPUs themselves: each figure would describe half a machine and say nothing. Every
-measurement (``sactool bench``, the quick gather of ``tune``) holds an exclusive ``flock(2)`` on one
-file for as long as it measures; a second one **waits** and says so on stderr, naming the holder
+measurement (``sactool bench``, ``sactool bench gpu-gather`` — its CPUs stage and time the copies —, the
+quick gathers of ``tune``, and ``mpirun … sactool bench``: one rank per machine holds it for all the job's
+ranks there, :mod:`sactool.fleet.lock`) holds an exclusive ``flock(2)`` on one file for as long as it
+measures; a second one **waits** and says so on stderr, naming the holder
 (``pid 4242: sactool bench gather --size 8GiB``, read from ``/proc/locks`` and
 ``/proc/<pid>/cmdline``), or with ``--no-wait`` **refuses** (exit 11). The record keeps what happened
 (``measurement_lock``: the file, whom it waited for, how long). The lock is advisory: other programs
@@ -123,37 +125,88 @@ def _short(cmd: str, limit: int = 160) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
+def busy_error(who: str, what: str, where: str = "") -> BusyError:
+    """The ``--no-wait`` refusal: ``who`` holds the lock (``where``: " on hostB" in a fleet)."""
+    return BusyError(f"another sactool measurement is running{where} ({who}); {what} would share the "
+                     "machine's memory bandwidth and caches with it",
+                     "run it when that one has finished, or drop --no-wait to wait for it")
+
+
+def waiting_line(who: str, path: str | None, where: str = "") -> str:
+    """What a measurement that waits says (stderr), once."""
+    return (f"waiting for another sactool measurement to finish{where} ({who}), so the two do not share "
+            f"the machine; lock file {path} (--no-wait refuses instead)")
+
+
+class MachineLock:
+    """The lock file, opened, and the one way every sactool measurement takes it: :func:`measurement_lock`
+    (one process: block until free) and :func:`sactool.fleet.lock.hold_machines` (the ranks of an MPI job:
+    one rank per machine polls, between the job's exchanges) both go through it. ``path`` None: no lock can
+    be taken here (``why`` says so) and :meth:`try_take` succeeds without one."""
+
+    def __init__(self, path: str | None = None):
+        path = path or lock_path()
+        self.path: str | None = path
+        self.why: str | None = None
+        self._fd: int | None = None
+        try:
+            self._fd = _open(path)
+        except OSError as e:
+            self.why, self.path = f"{path}: {e.strerror or e}", None
+
+    def try_take(self) -> bool:
+        """Take the lock now if it is free (True), else False; True without a file (nothing to take)."""
+        import fcntl
+
+        if self._fd is None:
+            return True
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+
+    def take(self) -> None:
+        """Block until the lock is free and take it (a signal raises as anywhere: nothing was measured yet)."""
+        import fcntl
+
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+
+    def holder(self) -> str:
+        """Who holds it (:func:`holder`), or a phrase saying it cannot be told."""
+        who = holder(self._fd) if self._fd is not None else None
+        return who or "another process (its pid is not readable here)"
+
+    def state(self, waited_seconds: float = 0.0, waited_for: str | None = None) -> LockState:
+        return LockState(self.path, waited_seconds, waited_for, self.why)
+
+    def close(self) -> None:
+        """Release it: closing the last descriptor releases the flock."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
 @contextmanager
 def measurement_lock(*, wait: bool = True, notify: Callable[[str], None] | None = None,
                      what: str = "this measurement") -> Iterator[LockState]:
     """Hold the machine-wide measurement lock for the block (see the module). Busy: ``notify`` (stderr)
     names the holder and the block waits, or :class:`BusyError` with ``wait=False``. A signal while
     waiting raises as anywhere (nothing was measured yet). Yields the :class:`LockState`."""
-    import fcntl
-
-    path = lock_path()
-    try:
-        fd = _open(path)
-    except OSError as e:
-        yield LockState(None, 0.0, None, f"{path}: {e.strerror or e}")
-        return
+    lk = MachineLock()
     try:
         waited_for = None
         t0 = time.monotonic()
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            waited_for = holder(fd) or "another process (its pid is not readable here)"
+        if not lk.try_take():
+            waited_for = lk.holder()
             if not wait:
-                raise BusyError(f"another sactool measurement is running ({waited_for}); {what} would share the "
-                                "machine's memory bandwidth and caches with it",
-                                "run it when that one has finished, or drop --no-wait to wait for it") from None
+                raise busy_error(waited_for, what) from None
             if notify:
-                notify(f"waiting for another sactool measurement to finish ({waited_for}), so the two do not share "
-                       f"the machine; lock file {path} (--no-wait refuses instead)")
-            fcntl.flock(fd, fcntl.LOCK_EX)
+                notify(waiting_line(waited_for, lk.path))
+            lk.take()
             if notify:
                 notify(f"measuring after waiting {time.monotonic() - t0:.1f} s")
-        yield LockState(path, time.monotonic() - t0 if waited_for else 0.0, waited_for)
+        yield lk.state(time.monotonic() - t0 if waited_for else 0.0, waited_for)
     finally:
-        os.close(fd)     # closing the last descriptor releases the flock
+        lk.close()

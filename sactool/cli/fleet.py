@@ -4,7 +4,7 @@ library, render on rank 0 only. Imported only when :func:`sactool.fleet.detect` 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from sactool.errors import UsageError
 
@@ -24,12 +24,15 @@ def bench_fleet(fleet, opts, nd, out: Optional[Path], force: bool, fmt: str, plo
         commands.refuse(fleet, UsageError("a fleet bench takes one memory node and draws no plot",
                                           "drop --node all / --plot under mpirun"))
     cb, close = (lambda d, n, t: None), (lambda: None)
+    notify: Optional[Callable[[str], None]] = None
     if fleet.is_root:
+        from sactool.render import note
         from sactool.render.bench import progress_reporter
 
         cb, close = progress_reporter()
+        notify = note   # for whom the job waits (sactool.fleet.lock): rank 0 says it once
     try:
-        data = commands.bench(fleet, opts, out, force, progress=cb)
+        data = commands.bench(fleet, opts, out, force, progress=cb, notify=notify)
     finally:
         close()
     if data is not None:

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from sactool.cli.bench import Hugepages, Preset
+from sactool.cli.bench import _B_NO_WAIT, Hugepages, Preset
 from sactool.cli.common import FormatOpt, QuietOpt, check_format, check_output, example, flag, value, write_result
 from sactool.errors import Interrupted, UsageError
 
@@ -48,6 +48,7 @@ def gpu_gather(
     seed: int = typer.Option(1, "--seed", help="Seed for the index streams."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the bench record here (JSON, or YAML by suffix)."),
     force: bool = flag("--force", help="Overwrite --out."),
+    no_wait: bool = _B_NO_WAIT,
     fmt=FormatOpt,
     quiet: bool = QuietOpt,
 ) -> None:
@@ -69,7 +70,7 @@ def gpu_gather(
         blocks=_ints(blocks, "--blocks") or DEFAULT_BLOCKS, threads=_ints(threads, "--threads") or DEFAULT_THREADS,
         record_bytes=_ints(record_bytes, "--record-bytes") or DEFAULT_RECORDS, topk=_ints(topk, "--topk") or DEFAULT_TOPK,
         patterns=pats, trace=str(trace) if trace else None, context_tokens=context, full_prefix=full_prefix,
-        preset=value(preset), seed=seed, placement=placement, hugepages=value(hugepages))
+        preset=value(preset), seed=seed, placement=placement, hugepages=value(hugepages), wait=not no_wait)
     from sactool.bench.gpugather import validate
 
     validate(opts)
@@ -84,11 +85,12 @@ def gpu_gather(
         from sactool.memory.nodes import topology
 
         opts = replace(opts, cpus=parse_cpus(cpus, topology()))
+    from sactool.render import note
     from sactool.render.bench import PLAIN_PROGRESS_S, progress_reporter
 
     cb, close = progress_reporter(PLAIN_PROGRESS_S)   # off a terminal too: a run takes minutes
     try:
-        rec = run_gpu_gather(opts, progress=cb)
+        rec = run_gpu_gather(opts, progress=cb, notify=note)   # note: for whom it waits (sactool.bench.lock)
     finally:
         close()
     _emit(rec, out, fmt, force)

@@ -311,9 +311,14 @@ def _params(m) -> dict[str, Any]:
 
 
 def run_fleet_bench(fleet: Fleet, opts, *, reader=None, write: Writer | None = None,
-                    progress: Callable[[str, int, int], None] | None = None) -> dict | None:
+                    progress: Callable[[str, int, int], None] | None = None,
+                    notify: Callable[[str], None] | None = None) -> dict | None:
     """Run the sweep; rank 0 returns the record (``write`` is called with it after every finished
-    step and at the end), other ranks None. Raises FleetError / Interrupted on every rank alike."""
+    step and at the end), other ranks None. Raises FleetError / Interrupted on every rank alike.
+    Between the checks and the placement every machine's measurement lock is taken for its ranks
+    (:mod:`sactool.fleet.lock`; ``notify``: rank 0's line saying for whom the job waits) and held until
+    the buffers are unmapped."""
+    from sactool.fleet.lock import HeldLocks, hold_machines
     from sactool.host.sysfs import SysfsReader
 
     reader = reader or SysfsReader()
@@ -322,11 +327,17 @@ def run_fleet_bench(fleet: Fleet, opts, *, reader=None, write: Writer | None = N
         check_agreement(canon)
     except UsageError as e:
         raise fleet.everywhere(e) from None
-    state: dict[str, Any] = {"steps": [], "complete": False, "ranks": None}
+    state: dict[str, Any] = {"steps": [], "complete": False, "ranks": None, "measured": None}
     loc: _Local | None = None
+    held: HeldLocks | None = None
     try:
         with fleet.signals():
             loc, prep = _prepare_local(fleet, opts, reader)
+            held = hold_machines(fleet, wait=opts.wait, what=f"'sactool bench {opts.command}' under mpirun",
+                                 notify=notify if fleet.is_root else None)
+            loc.info["measurement_lock"] = held.block
+            state["measured"] = {"start_utc": _utc_us(), "end_utc": None}
+
             def placed(loc: _Local = loc) -> dict[str, Any]:
                 _place(loc, prep, opts)
                 return dict(loc.info, warnings=loc.warnings)
@@ -359,12 +370,23 @@ def run_fleet_bench(fleet: Fleet, opts, *, reader=None, write: Writer | None = N
             fleet.abort(int(e.exit_code))
         raise
     finally:
-        if loc is not None and loc.buf is not None:
-            from sactool.memory.placed import close_after
+        try:
+            if loc is not None and loc.buf is not None:
+                from sactool.memory.placed import close_after
 
-            loc.measures = []   # their closures hold views of the buffer: drop them, then unmap it
-            close_after(loc.buf)
+                loc.measures = []   # their closures hold views of the buffer: drop them, then unmap it
+                close_after(loc.buf)
+        finally:
+            if held is not None:
+                held.release()   # after the buffer is unmapped: a waiting bench then finds the memory free
     return _finish(fleet, opts, loc, state, write)
+
+
+def _utc_us() -> str:
+    """UTC now to the microsecond (``measured``: the job's locked window, on rank 0's clock)."""
+    from sactool.bench.api import _utc_us as now
+
+    return now()
 
 
 def _prepare_local(fleet: Fleet, opts, reader):
@@ -443,6 +465,7 @@ def _sweep(fleet: Fleet, opts, loc: _Local, proto, state: dict, write, progress)
                                 if (res := standard_result(m, mine[(1, m.cfg.key)], state["ranks"][0])) is not None]
             state["steps"] = sweep_steps(state["ranks"], order, got)
             state["rounds_done"] = r + 1
+            state["measured"]["end_utc"] = _utc_us()
             if write:
                 write(build_record(state, opts, proto, complete=False))
 
@@ -466,6 +489,8 @@ def _finish(fleet: Fleet, opts, loc, state: dict, write) -> dict | None:
         return None
     from sactool.bench.protocol import PRESETS
 
+    if state.get("measured") and not state["complete"]:   # stopped early (before the finally releases the lock)
+        state["measured"]["end_utc"] = _utc_us()
     rec = build_record(state, opts, opts.protocol or PRESETS[opts.preset], state["complete"])
     if write:
         write(rec)

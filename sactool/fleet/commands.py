@@ -69,12 +69,12 @@ def probe(fleet: Fleet, sysfs_root: Path | None, snapshot: Path | None) -> dict[
     return fleet_probe(fleet, SysfsReader(sysfs_root))
 
 
-def bench(fleet: Fleet, opts, out: Path | None, force: bool, progress=None) -> dict[str, Any] | None:
+def bench(fleet: Fleet, opts, out: Path | None, force: bool, progress=None, notify=None) -> dict[str, Any] | None:
     from sactool.fleet.bench import run_fleet_bench
 
     check_output(fleet, out, force)
     write = writer(out)
-    rec = run_fleet_bench(fleet, opts, write=write, progress=progress)
+    rec = run_fleet_bench(fleet, opts, write=write, progress=progress, notify=notify)
     err = write.where["error"] if write is not None else None   # type: ignore[attr-defined]
     if err is not None:   # after the sweep, on rank 0 only: its hint names the file it went to
         raise err

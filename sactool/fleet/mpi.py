@@ -166,6 +166,8 @@ class Fleet:
         self.exchanges = 0
         local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
         self.local_rank, self.local_size = local.Get_rank(), local.Get_size()
+        # the world rank of this machine's local rank 0: it holds the machine's measurement lock (fleet.lock)
+        self.local_root = local.bcast(self.rank, root=0)
         local.Free()
         self.machine = MPI.Get_processor_name()
         self.host = os.environ.get(HOST_ENV) or os.uname().nodename or self.machine

@@ -126,6 +126,9 @@ def build_record(state: dict, opts, proto, complete: bool) -> dict:
         "memory_node": r0["memory_node"], "cpu_node": r0["cpu_node"], "cpus": r0["cpus"], "stand_in": r0["stand_in"],
         "llc_bytes": r0["llc_bytes"], "buffer": r0.get("buffer") or {}, "results": state.get("results", []),
         "warnings": warnings, "complete": complete,
+        # rank 0's machine's lock (each rank's own machine's: fleet.ranks[i].measurement_lock) and the job's
+        # locked window on rank 0's clock (sactool.fleet.lock)
+        "measurement_lock": r0.get("measurement_lock"), "measured": state.get("measured"),
         "fleet": {
             "world_size": len(ranks),
             "sync": "every sample starts at an MPI barrier of all ranks (MPI_Ibarrier polled with sleeps, then "

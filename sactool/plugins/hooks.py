@@ -121,11 +121,13 @@ def view(buf: Any, dims: tuple, dtype: Any) -> Any:
 @dataclass(frozen=True)
 class Hook:
     """One engine symbol a plug-in relies on. ``role``: the plug-in's name for it; ``target``: the
-    dotted name (``module.Class.method``); ``use``: ``around`` (patched, the plug-in wraps it) or
-    ``call`` (the plug-in calls it); ``params``: the leading parameter names the plug-in relies on
-    (it reads arguments by position or name), checked against the installed signature — for a
-    ``call``, every parameter must have a default (the plug-in passes none); ``why``: what the
-    plug-in does with it."""
+    dotted name (``module.Class.method``; a class's parameters are its constructor's, without
+    ``self``); ``use``: ``around`` (patched: the plug-in wraps or replaces it), ``call`` (the
+    plug-in calls it) or ``path`` (left alone, but the plug-in relies on it calling the patched
+    ones); ``params``: the leading parameter names the plug-in relies on (it reads or passes
+    arguments by position or name), checked against the installed signature — for a ``call``,
+    every parameter after them must have a default (the plug-in passes only those); ``why``:
+    what the plug-in does with it."""
 
     role: str
     target: str
@@ -170,7 +172,36 @@ SGLANG_TABLES: tuple[HookTable, ...] = (
 """SGLang's hook tables, newest last. A new release that moves a symbol gets a new row with its
 range; the range of the row it replaces ends there."""
 
-TABLES: dict[str, tuple[HookTable, ...]] = {"sglang": SGLANG_TABLES}
+_R = "vllm.v1.hisparse.runtime"
+
+VLLM_TABLES: tuple[HookTable, ...] = (
+    # read in vLLM 0.34.0 (v1/hisparse/binding.py:85, runtime.py:204-350, kv_offload/cpu/shared_offload_region.py:73,
+    # 110); each resolved in the installed release by scripts/vllm-integration
+    HookTable("vLLM", "vllm", ">=0.34.0,<0.35", (
+        Hook("kv_caches", "vllm.v1.hisparse.binding.allocate_hisparse_kv_caches", "around",
+             ("kv_cache_config", "device", "layout", "kernel_block_sizes", "host_pool", "allocate"),
+             "marks the pool's allocation; afterwards proves the host-resident views lie in the plug-in's buffers"),
+        Hook("private", f"{_R}.allocate_pinned_host_pool", "around", ("size",),
+             "the private pool, placed on the rank's target"),
+        Hook("preflight", f"{_R}.check_hisparse_host_memory", "around", ("pool_bytes",),
+             "vLLM's 95 %-of-MemAvailable preflight, answered for the target"),
+        Hook("shared", f"{_R}.allocate_hisparse_host_pools", "around",
+             ("vllm_config", "tensor_sizes", "num_blocks", "host_block_stride"), "marks the shared pool"),
+        Hook("region", f"{_R}.SharedOffloadRegion", "around",
+             ("engine_id", "num_chunks", "rank", "kv_bytes_per_chunk", "cpu_page_size", "barrier",
+              "creator_memory_check", "populate_shard", "num_segments"),
+             "the shared region (the name runtime constructs it by); mapped from the DAX slice in devdax mode"),
+        Hook("populate", "vllm.v1.kv_offload.cpu.shared_offload_region._get_populate_write_fn", "around",
+             ("mmap_obj",), "the first touch of the shared region: bound to the node before it"),
+        Hook("pin", f"{_R}.pin_tensor", "call", ("tensor",), "vLLM's cudaHostRegister, kept for the placed pool"),
+        Hook("allocate", f"{_R}.HiSparseHostPool.allocate", "path", ("self", "size"),
+             "the pool's allocation path, which calls the patched functions by their module names"),
+    )),
+)
+"""vLLM's hook tables, newest last (:mod:`sactool.plugins.vllm`): the ``around`` rows are module
+globals the plug-in replaces in their modules (looked up at call time there)."""
+
+TABLES: dict[str, tuple[HookTable, ...]] = {"sglang": SGLANG_TABLES, "vllm": VLLM_TABLES}
 """Every engine's tables, by distribution name (a plug-in for another engine adds its own)."""
 
 
@@ -256,10 +287,12 @@ def signature_problem(obj: Any, hook: Hook) -> str:
     except (TypeError, ValueError):
         return ""
     params = list(sig.parameters.values())
-    if hook.use == "call":
-        required = [p.name for p in params if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-        return f"takes required parameters ({', '.join(required)}); the plug-in calls it with none" if required else ""
     names = [p.name for p in params]
+    if hook.use == "call" and names[:len(hook.params)] == list(hook.params):
+        required = [p.name for p in params[len(hook.params):]
+                    if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        return (f"takes required parameters ({', '.join(required)}); the plug-in calls it with "
+                + (f"({', '.join(hook.params)})" if hook.params else "none")) if required else ""
     if names[:len(hook.params)] != list(hook.params):
         return (f"has parameters ({', '.join(names)}); the plug-in relies on "
                 f"({', '.join(hook.params)}{', …' if len(hook.params) else ''})")

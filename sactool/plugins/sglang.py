@@ -25,9 +25,11 @@ place it on a NUMA node, and it re-execs each rank under ``numactl --membind=<GP
   pre-faulted by threads pinned near that node, verified with move_pages) or maps the rank's own
   slice of its DAX device (offset and size from the rank plan, :mod:`sactool.pool.rankplan`;
   zero-filled, as the authors' fork does), and returns the same tensor view SGLang's allocator
-  returns. Several allocations in one constructor (DeepSeek-V4's one per layer) each get their
-  own placement: on the node, or the next aligned stretch of the rank's slice, never overlapping. A VMA policy beats the rank's task policy, so this composes with SGLang's GPU-local
-  binding.
+  returns. Every allocation gets its own placement — several in one constructor (DeepSeek-V4's
+  one per layer) as well as a second coordinator's pool in the same process: on the node, or the
+  next free aligned stretch of the rank's slice, never over a pool placed before
+  (:mod:`sactool.pool.placer`). A VMA policy beats the rank's task policy, so this composes with
+  SGLang's GPU-local binding.
 
 It does nothing unless ``SACTOOL_PROFILE`` names a readable profile. If a hook target is missing
 (another SGLang) or placement fails it logs why and SGLang's own allocator is used, unless the
@@ -127,11 +129,12 @@ def _placer_for(profile: Any, reader: Any = None) -> HostPoolPlacer:
 
 
 def place_pool(profile: Any, rank: int | None, n_bytes: int, *, rank_source: str = "", strict: bool = False,
-               reader: Any = None, slice_used: int = 0) -> Any:
-    """Place the pool of ``rank`` as ``profile`` says (:meth:`HostPoolPlacer.place`)."""
+               reader: Any = None) -> Any:
+    """Place the pool of ``rank`` as ``profile`` says (:meth:`HostPoolPlacer.place`: beside every pool
+    this process placed before, never over one)."""
     p = _placer_for(profile, reader)
     p.strict = strict
-    return p.place(rank, n_bytes, rank_source=rank_source, slice_used=slice_used)
+    return p.place(rank, n_bytes, rank_source=rank_source)
 
 
 def plans_for(rank: int, reader: Any = None) -> Any:
@@ -407,8 +410,7 @@ def around_allocate(original: Callable, self: Any, *args: Any, **kwargs: Any) ->
     count = math.prod(dims)
     rank, how = current_rank()
     before = _HOOKS.placed_in_init
-    buf = p.place(rank, count * element_size(dtype), rank_source=how,
-                  slice_used=sum(b.size_bytes for b in before))   # devdax: offset; numa: of the pinned share
+    buf = p.place(rank, count * element_size(dtype), rank_source=how)   # beside what this process placed before
     if buf is None:
         return original(self, *args, **kwargs)
     _HOOKS.placed_in_init = [*before, buf]

@@ -13,9 +13,10 @@ their lines): ``allocate_hisparse_kv_caches`` (``v1/hisparse/binding.py``) asks
   ``_get_populate_write_fn``) and pins it.
 
 Those names are module globals looked up at call time, so the plug-in replaces them in their
-modules (the table :data:`HOOKS`, per vLLM release; each is resolved and its parameters checked when
-the plug-in loads — a missing or changed one stops the worker in strict mode and is a loud warning
-otherwise, naming the symbol and the vLLM version):
+modules (vLLM's rows of the one hook table, :data:`sactool.plugins.hooks.VLLM_TABLES`, per vLLM
+version range, as SGLang's are; each is resolved and its parameters checked when the plug-in loads
+— a missing or changed one stops the worker in strict mode and is a loud warning otherwise, naming
+the symbol and the vLLM version):
 
 * ``allocate_hisparse_kv_caches`` (wrapped): marks "allocating the HiSparse host pool" with the
   pool's ``vllm_config`` while it runs, and afterwards proves the pool vLLM kept is the plug-in's:
@@ -50,51 +51,16 @@ import inspect
 import logging
 import mmap
 import os
-from dataclasses import dataclass
 from typing import Any, Callable
 
 logger = logging.getLogger("sactool.plugins.vllm")
 
 
-@dataclass(frozen=True)
-class Hook:
-    """One vLLM symbol the plug-in replaces or wraps: ``module`` + ``name`` (``Class.method`` for a
-    method), the parameters the replacement relies on (in order: a positional prefix), and why."""
+from sactool.plugins.hooks import VLLM_TABLES  # noqa: E402 (the symbols this plug-in patches, per version)
 
-    module: str
-    name: str
-    params: tuple[str, ...]
-    why: str
-
-    @property
-    def dotted(self) -> str:
-        return f"{self.module}.{self.name}"
-
-
-HOOKS: dict[str, tuple[Hook, ...]] = {
-    # vLLM 0.34.x (verified by scripts/vllm-integration against 0.34.0)
-    "0.34": (
-        Hook("vllm.v1.hisparse.binding", "allocate_hisparse_kv_caches",
-             ("kv_cache_config", "device", "layout", "kernel_block_sizes", "host_pool", "allocate"),
-             "marks the pool's allocation; afterwards proves the host-resident views lie in the plug-in's buffers"),
-        Hook("vllm.v1.hisparse.runtime", "allocate_pinned_host_pool", ("size",),
-             "the private pool, placed on the rank's target"),
-        Hook("vllm.v1.hisparse.runtime", "check_hisparse_host_memory", ("pool_bytes",),
-             "vLLM's 95 %-of-MemAvailable preflight, answered for the target"),
-        Hook("vllm.v1.hisparse.runtime", "allocate_hisparse_host_pools",
-             ("vllm_config", "tensor_sizes", "num_blocks", "host_block_stride"), "marks the shared pool"),
-        Hook("vllm.v1.hisparse.runtime", "SharedOffloadRegion",
-             ("self", "engine_id", "num_chunks", "rank", "kv_bytes_per_chunk", "cpu_page_size", "barrier",
-              "creator_memory_check", "populate_shard", "num_segments"),
-             "the shared region; mapped from the DAX slice in devdax mode"),
-        Hook("vllm.v1.kv_offload.cpu.shared_offload_region", "_get_populate_write_fn", ("mmap_obj",),
-             "the first touch of the shared region: bound to the node before it"),
-        Hook("vllm.v1.hisparse.runtime", "pin_tensor", ("tensor",), "vLLM's cudaHostRegister, kept"),
-        Hook("vllm.v1.hisparse.runtime", "HiSparseHostPool.allocate", ("self", "size"),
-             "the pool's allocation path whose callees are replaced"),
-    ),
-}
-"""Every vLLM symbol the plug-in patches or relies on, per vLLM release (major.minor)."""
+WRAPPERS = {"kv_caches": "_wrap_kv_caches", "private": "_wrap_private", "preflight": "_wrap_preflight",
+            "shared": "_wrap_shared", "populate": "_wrap_populate", "region": "_wrap_region"}
+"""Which function of this module wraps (or replaces) each ``around`` role of vLLM's hook table."""
 
 
 from sactool.pool.placer import PlacementStop  # noqa: E402  (one type for every engine's strict stop)
@@ -110,6 +76,7 @@ class _State:
         self.settings: Any = None         # the profile's pool settings
         self.strict = False
         self.version = ""
+        self.table: Any = None            # the HookTable register() checked (sactool.plugins.hooks)
         self.originals: dict[str, Any] = {}
         self.regions: list[dict] = []     # shared regions bound/mapped: {address, size, target, pages, ...}
         self.proofs: list[dict] = []      # one per allocate_hisparse_kv_caches: what the check found
@@ -138,51 +105,13 @@ def installed_vllm() -> str:
         return ""
 
 
-def release_of(version: str) -> str:
-    parts = version.split(".")
-    return ".".join(parts[:2]) if len(parts) >= 2 else version
+def check_engine(version: str | None = None) -> Any:
+    """vLLM's hook table (:data:`sactool.plugins.hooks.VLLM_TABLES`) checked against the installed
+    vLLM (or ``version``) by :func:`sactool.plugins.hooks.check_hooks`: every symbol resolved, its
+    parameters where the plug-in relies on them. The same check ``serve`` runs in vLLM's Python."""
+    from sactool.plugins.hooks import check_hooks
 
-
-def resolve(hook: Hook) -> tuple[Any, Any, str]:
-    """(owner object, the symbol, "" or why it cannot be used): imported as vLLM imports it; the
-    parameters of a function (of ``__init__`` for a class) must include ``hook.params`` in order."""
-    try:
-        owner: Any = importlib.import_module(hook.module)
-    except Exception as e:  # noqa: BLE001 - any import failure, named as it is
-        return None, None, f"importing {hook.module} failed: {type(e).__name__}: {e}"
-    parts = hook.name.split(".")
-    for p in parts[:-1]:
-        if not hasattr(owner, p):
-            return None, None, f"{hook.module} has no {p}"
-        owner = getattr(owner, p)
-    if not hasattr(owner, parts[-1]):
-        return None, None, f"{hook.module} has no {hook.name}"
-    obj = getattr(owner, parts[-1])
-    target = obj.__init__ if inspect.isclass(obj) else obj
-    try:
-        names = list(inspect.signature(target).parameters)
-    except (TypeError, ValueError) as e:
-        return owner, obj, f"{hook.dotted}: no signature ({e})"
-    if inspect.isclass(obj) or hook.params[:1] == ("self",):
-        names = names if names[:1] == ["self"] else ["self"] + names
-    it = iter(names)
-    missing = [p for p in hook.params if not any(n == p for n in it)]
-    if missing:
-        return owner, obj, (f"{hook.dotted} changed: parameters {names}, the plug-in needs {list(hook.params)} "
-                            f"(in order; {missing[0]!r} not found)")
-    return owner, obj, ""
-
-
-def check_hooks(version: str | None = None) -> list[tuple[Hook, str]]:
-    """Every hook of the table for ``version`` (default: the installed vLLM) with its problem ("" if
-    none); a release without a table gives one entry naming that."""
-    version = version if version is not None else installed_vllm()
-    table = HOOKS.get(release_of(version))
-    if table is None:
-        known = ", ".join(f"{k}.x" for k in sorted(HOOKS))
-        return [(Hook("vllm", "(release)", (), ""), f"vLLM {version or '(not installed)'} has no hook table "
-                 f"(verified: {known})")]
-    return [(h, resolve(h)[2]) for h in table]
+    return check_hooks(VLLM_TABLES, version if version is not None else (installed_vllm() or None))
 
 
 # ------------------------------------------------------------------------------------------
@@ -194,7 +123,7 @@ def register() -> bool:
     """Entry point called by vLLM's ``load_general_plugins()`` in every vLLM process. True when
     the hooks are in place."""
     from sactool.errors import SactoolError
-    from sactool.pool.contract import PROFILE_ENV, STRICT_ENV
+    from sactool.pool.contract import PROFILE_ENV, STRICT_ENV, with_env_gpu_nodes
     from sactool.pool.placer import HostPoolPlacer
     from sactool.pool.plan import PoolSpec
     from sactool.profile import load_profile
@@ -206,7 +135,7 @@ def register() -> bool:
     strict_env = os.environ.get(STRICT_ENV, "") == "1"
     _STATE.strict = strict_env
     try:
-        profile = load_profile(path)
+        profile = with_env_gpu_nodes(load_profile(path))     # the GPUs' sockets as serve saw them
     except SactoolError as e:
         _stop_or_warn(f"{PROFILE_ENV} {path} unreadable: {e.message}; vLLM's own allocator is used")
         return False
@@ -219,13 +148,14 @@ def register() -> bool:
         return False
     version = installed_vllm()
     _STATE.version = version
-    problems = [(h, why) for h, why in check_hooks(version) if why]
-    if problems:
-        h, why = problems[0]
-        _stop_or_warn(f"vLLM {version}: hook {h.dotted} cannot be used: {why}"
-                      + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "")
-                      + "; the HiSparse host pool would NOT be placed: vLLM's own allocator puts it in DRAM")
+    check = check_engine(version or None)
+    if not check.ok:
+        _stop_or_warn(f"{check.message()}; the HiSparse host pool would NOT be placed: vLLM's own allocator puts "
+                      "it in DRAM")
         return False
+    if check.note:
+        logger.warning("sactool_cxl: %s", check.note)
+    _STATE.table = check.table
     _STATE.placer = HostPoolPlacer(PoolSpec.of(profile), strict=_STATE.strict, engine="vLLM")
     _STATE.settings = profile.pool
     install()
@@ -234,22 +164,24 @@ def register() -> bool:
     return True
 
 
-def install() -> None:
-    """Patch the hooks of the installed vLLM's table (resolved already)."""
-    table = HOOKS[release_of(_STATE.version or installed_vllm())]
-    by = {h.name: h for h in table}
-    for name, repl in (("allocate_hisparse_kv_caches", _wrap_kv_caches), ("allocate_pinned_host_pool", _wrap_private),
-                       ("check_hisparse_host_memory", _wrap_preflight), ("allocate_hisparse_host_pools", _wrap_shared),
-                       ("_get_populate_write_fn", _wrap_populate), ("SharedOffloadRegion", _wrap_region)):
-        h = by[name]
-        owner, obj, why = resolve(h)
-        assert not why, why
+def install(table: Any = None) -> None:
+    """Replace the ``around`` symbols of ``table`` (default: the one :func:`register` checked) in
+    their modules with this module's wrappers (:data:`WRAPPERS`)."""
+    from sactool.plugins.hooks import table_for
+
+    table = table or _STATE.table or table_for(VLLM_TABLES, _STATE.version or installed_vllm())[0]
+    for h in table.hooks:
+        if h.use != "around":
+            continue
+        module, attr = h.target.rsplit(".", 1)
+        owner = importlib.import_module(module)
+        obj = getattr(owner, attr)
         if getattr(obj, "__sactool__", False):
             continue                      # loaded twice in one process: vLLM warns plug-ins may be
-        new = repl(obj)
+        new = globals()[WRAPPERS[h.role]](obj)
         setattr(new, "__sactool__", True)
-        _STATE.originals[h.dotted] = obj
-        setattr(owner, h.name.split(".")[-1], new)
+        _STATE.originals[h.target] = obj
+        setattr(owner, attr, new)
 
 
 def uninstall() -> None:
@@ -260,7 +192,7 @@ def uninstall() -> None:
     _STATE.originals.clear()
     if _STATE.placer is not None:
         _STATE.placer.close()
-    _STATE.placer, _STATE.settings, _STATE.regions, _STATE.proofs = None, None, [], []
+    _STATE.placer, _STATE.settings, _STATE.regions, _STATE.proofs, _STATE.table = None, None, [], [], None
 
 
 # ------------------------------------------------------------------------------------------
@@ -398,11 +330,10 @@ def _budget(owner: int | None) -> tuple[int | None, str]:
     plan = p.plan_for(owner)
     q = _STATE.settings
     if plan.mode == "numa" and q.hugepages in ("2MB", "1GB") and plan.node is not None:
-        size = {"2MB": 2 << 20, "1GB": 1 << 30}[q.hugepages]
-        node = p.topology().node(plan.node)
-        hp = next((h for h in node.hugepages if h.page_size_bytes == size), None)
-        free = (hp.free or 0) * size if hp is not None else 0
-        return free, f"{plan.target}'s free {q.hugepages} huge pages"
+        from sactool.pool.readings import hugepage_room
+
+        room = hugepage_room(p.reader, plan.node, {"2MB": 2 << 20, "1GB": 1 << 30}[q.hugepages])  # now: after
+        return room.bytes or 0, room.source                      # the pools this process placed already
     return p.pool_budget(plan)
 
 
@@ -454,6 +385,7 @@ def _wrap_populate(original: Callable) -> Callable:
         try:
             plan = p.plan_for(owner)
             _bind(mmap_obj, plan)
+            p.hold(plan, mmap_obj)        # counts against the owner's pinned share while vLLM maps it
         except Exception as e:
             _stop_or_warn(f"pool {owner}: binding the shared region to its target failed: {getattr(e, 'message', e)}; "
                           "vLLM pre-faults it where its memory policy says")
@@ -536,11 +468,11 @@ class DaxRegion:
         if creator_memory_check is not None and (populate_shard is None or populate_shard[0] == 0):
             creator_memory_check(self.total_size_bytes)      # answered by the plug-in: the slice
         stand = standin_devices().get(plan.target)
-        offset = plan.offset_bytes
-        try:
-            buf = region.map_slice(plan, self.total_size_bytes)
+        try:   # the next free stretch of the replica's slice: a second region of this process maps after the first
+            buf = p.map_slice(plan, self.total_size_bytes)
         except ValueError as e:
             raise RuntimeError(f"sactool_cxl: {e}") from None
+        offset = buf.offset_bytes
         self.buf = buf
         self.mmap_path = buf.path or plan.target
         if barrier is not None:
@@ -576,9 +508,29 @@ class DaxRegion:
         return self._base
 
     def cleanup(self) -> None:
+        """vLLM releases the region (``release_pinned_state``), as its own region does: what vLLM pinned
+        is unregistered, the views dropped, the slice unmapped — only then is its stretch free for the
+        next region. Still pinned (unregistering failed) or still viewed: it stays mapped, and held."""
+        if self.is_pinned and self._base is not None:
+            try:
+                from vllm.v1.kv_offload.cpu.host_register import host_unregister
+
+                for address in reversed(self.pinned_addresses or [self._base.data_ptr()]):
+                    host_unregister(address)
+            except Exception as e:  # noqa: BLE001 - whatever failed, the pages stay registered: keep them
+                logger.warning("sactool_cxl: shared region at offset %d of %s stays mapped: unregistering it "
+                               "failed (%s)", self.buf.offset_bytes, self.buf.path, e)
+                return
+            self.pinned_addresses.clear()
+            self.is_pinned = False
         self._views.clear()
-        self._base = None            # the mapping stays until the process exits (views may remain)
+        self._base = None
+        try:
+            self.buf.close()
+        except BufferError:
+            logger.warning("sactool_cxl: shared region at offset %d of %s is still viewed: it stays mapped (and "
+                           "its stretch of the slice held)", self.buf.offset_bytes, self.buf.path)
 
 
-__all__ = ["HOOKS", "DaxRegion", "Hook", "PlacementStop", "check_hooks", "install", "owner_of", "prove", "register",
-           "resolve", "state", "uninstall"]
+__all__ = ["VLLM_TABLES", "WRAPPERS", "DaxRegion", "PlacementStop", "check_engine", "install", "owner_of", "prove",
+           "register", "state", "uninstall"]

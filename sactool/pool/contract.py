@@ -47,7 +47,7 @@ RANK_VARS = (RANK_ENV, "RANK", "LOCAL_RANK")
 GPU_NODES_ENV = "SACTOOL_GPU_LOCAL_NODES"
 """Set by ``sactool serve`` when the GPUs the ranks really get (CUDA_VISIBLE_DEVICES, in PCI bus
 order) sit on other sockets than the profile's ``pool.gpu_local_nodes``: comma-separated CPU node
-per rank. The plug-in plans with it, so its plan is the one ``serve --dry-run`` showed (an engine
+per GPU rank (SGLang: per rank; vLLM: per GPU rank, tp x dp of them). The plug-in plans with it, so its plan is the one ``serve --dry-run`` showed (an engine
 may narrow CUDA_VISIBLE_DEVICES per rank process, so the plug-in cannot re-derive it there)."""
 
 STANDIN_ENV = "SACTOOL_DEVDAX_STANDIN"
@@ -92,7 +92,9 @@ def with_env_gpu_nodes(profile: Any, environ: Mapping[str, str] | None = None) -
     value = (os.environ if environ is None else environ).get(GPU_NODES_ENV)
     if not value:
         return profile
-    return with_gpu_nodes(profile, gpu_nodes_from_env(value, profile.world_size))
+    v = getattr(profile, "vllm", None)     # vLLM: one socket per GPU rank (tp x dp), not per pool
+    gpus = v.gpus if getattr(profile, "engine", "sglang") == "vllm" and v is not None else profile.world_size
+    return with_gpu_nodes(profile, gpu_nodes_from_env(value, gpus))
 
 
 def env_rank(environ: Mapping[str, str] | None = None) -> tuple[int | None, str]:

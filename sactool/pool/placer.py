@@ -9,6 +9,19 @@ settings, world size, byte budget — never a profile), the machine's structure 
 are read again at each allocation (:mod:`sactool.pool.readings`). An engine's hooks
 (:mod:`sactool.plugins`) ask it for a budget and a buffer, and name the engine
 (``engine``) for its messages. No torch, no engine here: testable on node 0.
+
+Several pools in one process (a second coordinator, SGLang's caller hook firing twice, vLLM's
+private-pool path called twice, DeepSeek-V4's one allocation per layer) never share bytes: what a
+live mapping of this process holds is kept here, process-wide (:class:`Held`), and every placement
+counts it. On a DAX device the next pool maps the first free aligned stretch of the rank's slice
+that holds it — beside every stretch a live mapping of the same device holds, whichever placer
+mapped it; when none is left the pool does not fit, as a pool larger than the slice does (strict:
+stop naming the sizes; else the engine's allocator, with a warning). In NUMA mode the bytes live
+pools hold count against the rank's pinned share (``pool.capacity_bytes``), and the node's free
+memory is read again for each answer, so it counts the pools already placed. A stretch is held
+while its mapping exists: it is free again only once the mapping is gone — closed by
+:meth:`HostPoolPlacer.close` or by the engine dropping its last view of a region — never while an
+array still views it.
 """
 
 from __future__ import annotations
@@ -16,8 +29,10 @@ from __future__ import annotations
 import logging
 import mmap
 import os
+import threading
+import weakref
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from sactool.pool.plan import PoolSpec
 
@@ -68,6 +83,82 @@ class PoolResult:
     budget_answer: int | None = None  # what the plug-in answered the engine's host-memory check
 
 
+@dataclass(frozen=True)
+class Held:
+    """Pool memory a live mapping of this process holds: bytes ``[start, end)`` of a DAX device
+    (``key`` = :func:`device_key` of the device, or of the file standing in for it), or ``end``
+    bytes of rank ``rank``'s NUMA share of ``target`` (``key`` = ``("numa", target, rank)``, start 0).
+    ``mapping``: the mmap, weakly — held while it exists and is open."""
+
+    key: tuple
+    start: int
+    end: int
+    target: str
+    rank: int | None
+    mapping: Callable[[], Any]
+
+    def live(self) -> bool:
+        mm = self.mapping()
+        return mm is not None and not getattr(mm, "closed", False)
+
+
+_HELD: list[Held] = []
+_HELD_LOCK = threading.RLock()   # choosing a stretch and mapping it are one step (threads of one engine)
+
+
+def _weak(mm: Any) -> Callable[[], Any]:
+    try:
+        return weakref.ref(mm)
+    except TypeError:            # an object without weak references: held as long as the process
+        return lambda: mm
+
+
+def holdings(key: tuple | None = None) -> list[Held]:
+    """What live mappings of this process hold (of ``key`` only, when given); mappings gone are dropped."""
+    with _HELD_LOCK:
+        _HELD[:] = [h for h in _HELD if h.live()]
+        return [h for h in _HELD if key is None or h.key == key]
+
+
+def hold_range(key: tuple, start: int, end: int, mm: Any, *, target: str, rank: int | None) -> Held:
+    """Record that ``mm`` holds ``[start, end)`` of ``key`` (until it is closed or collected)."""
+    h = Held(key, start, end, target, rank, _weak(mm))
+    with _HELD_LOCK:
+        _HELD.append(h)
+    return h
+
+
+def device_key(path: str) -> tuple:
+    """What a DAX device (or the file standing in for it) is, not what it is called: ``(st_dev,
+    st_ino, st_rdev)`` — two names of one device are one key, a name given to another file later is
+    another. ``("dax", path)`` when it cannot be stat'ed (the mapping then fails with the reason)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return ("dax", path)
+    return ("dax", st.st_dev, st.st_ino, st.st_rdev)
+
+
+def _round_up(n: int, unit: int) -> int:
+    return -(-n // unit) * unit
+
+
+def free_stretches(lo: int, hi: int, align: int, taken: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The free stretches of ``[lo, hi)`` beside the ``taken`` ``[start, end)`` ranges, each starting
+    on ``align`` (a taken range's end is rounded up to it), in order."""
+    out: list[tuple[int, int]] = []
+    at = _round_up(lo, align)
+    for s, e in sorted(taken):
+        if e <= at or s >= hi:
+            continue
+        if s > at:
+            out.append((at, s))
+        at = max(at, _round_up(e, align))
+    if hi > at:
+        out.append((at, hi))
+    return out
+
+
 class HostPoolPlacer:
     """The placement half of a plug-in for one process: ``spec`` (a
     :class:`~sactool.pool.plan.PoolSpec`), ``strict`` (stop instead of falling back), ``reader``
@@ -96,10 +187,21 @@ class HostPoolPlacer:
         return self._topo
 
     def close(self) -> None:
-        """Unmap every buffer placed (tests; a serving process keeps them until it exits)."""
+        """Unmap every buffer placed (tests; a serving process keeps them until it exits): their
+        stretches of the slices and their bytes of the shares are free again. A buffer that arrays
+        still view stays mapped — and held — and the first such BufferError is raised after the
+        others are closed."""
+        still: list[Any] = []
+        errors: list[BufferError] = []
         for b in self._keep:
-            b.close()
-        self._keep.clear()
+            try:
+                b.close()
+            except BufferError as e:
+                still.append(b)
+                errors.append(e)
+        self._keep[:] = still       # in place: a placer that took over this list sees the same
+        if errors:
+            raise errors[0]
 
     def live_targets(self) -> list[Any]:
         """The pool's targets with the facts of this machine (sizes, align, CPU node), or of the
@@ -154,11 +256,11 @@ class HostPoolPlacer:
         return plan_for_rank(spec, rank, targets, plan)
 
 
-    def place(self, rank: int | None, n_bytes: int, *, rank_source: str = "", slice_used: int = 0) -> Any:
+    def place(self, rank: int | None, n_bytes: int, *, rank_source: str = "") -> Any:
         """Allocate the pool of ``rank`` as the spec says; return the PlacedBuffer (kept alive) or
         None after logging why the engine's allocator must be used (PlacementStop when ``strict``).
-        ``slice_used``: bytes of the rank's devdax slice earlier allocations of the same pool took (the
-        next one maps right after them)."""
+        Pools this process placed before still hold their bytes (:class:`Held`): devdax maps the next
+        free aligned stretch of the rank's slice, NUMA counts them against a pinned share."""
         from sactool.errors import SactoolError
 
         strict = self.strict
@@ -175,7 +277,7 @@ class HostPoolPlacer:
             fail(f"rank {rank}: {getattr(e, 'message', e)}")
             return None
         try:
-            buf = self._allocate(plan, n_bytes, slice_used)
+            buf = self._allocate(plan, n_bytes)
         except (SactoolError, OSError, ValueError) as e:
             from sactool.units import format_bytes
 
@@ -199,8 +301,13 @@ class HostPoolPlacer:
         if plan.mode == "devdax":
             if plan.slot is None or plan.slot.size_bytes is None:
                 return None, ""
-            return plan.slot.size_bytes, (f"its slice of {plan.target} at offset {plan.offset_bytes} "
-                                          f"(rank plan, align {plan.align_bytes})")
+            where = f"its slice of {plan.target} at offset {plan.offset_bytes} (rank plan, align {plan.align_bytes})"
+            lo, hi, align, _, taken = self._slice_state(plan)
+            if not taken:
+                return plan.slot.size_bytes, where
+            gaps = free_stretches(lo, hi, align, taken)
+            biggest = max((e - g for g, e in gaps), default=0)
+            return biggest, (f"the largest free stretch of {where}: {self._taken_words(lo, hi, taken)}")
         if plan.policy == "weighted_interleave" or plan.node is None:
             return None, ""
         from sactool.pool.readings import node_room
@@ -212,10 +319,72 @@ class HostPoolPlacer:
 
         room = now.bytes
         share = self._pinned_share(plan)
-        if share is not None and share < room:   # pool.capacity_bytes pins what this rank's pool may take
-            return share, (f"rank {plan.rank}'s share of {plan.target}'s pinned capacity: {format_bytes(share)} "
-                           f"(pool.capacity_bytes over {len(plan.shared_with) + 1} rank(s))")
+        used = self._share_used(plan)
+        if share is not None and share - used < room:   # pool.capacity_bytes pins what this rank's pool may take
+            return max(share - used, 0), (f"rank {plan.rank}'s share of {plan.target}'s pinned capacity: "
+                                          f"{format_bytes(share)} (pool.capacity_bytes over "
+                                          f"{len(plan.shared_with) + 1} rank(s))"
+                                          + (f", less the {format_bytes(used)} earlier pools of this process hold"
+                                             if used else ""))
         return room, f"free memory of {plan.target}: {now.source}"
+
+    def _device_path(self, plan: Any) -> str:
+        stand = standin_devices().get(plan.target)
+        return stand["path"] if stand else f"/dev/{plan.target}"
+
+    def _slice_state(self, plan: Any) -> tuple[int, int, int, tuple, list[tuple[int, int]]]:
+        """(slice start, slice end, align, device key, [start, end) of the slice held by live mappings)."""
+        stand = standin_devices().get(plan.target)
+        align = (stand["align_bytes"] if stand else plan.align_bytes) or 1
+        lo = plan.slot.offset_bytes or 0
+        hi = lo + plan.slot.size_bytes
+        key = device_key(self._device_path(plan))
+        taken = [(h.start, h.end) for h in holdings(key) if h.end > lo and h.start < hi]
+        return lo, hi, align, key, taken
+
+    @staticmethod
+    def _taken_words(lo: int, hi: int, taken: list[tuple[int, int]]) -> str:
+        used = sum(min(e, hi) - max(s, lo) for s, e in taken)
+        return (f"{used} of its {hi - lo} bytes held by {len(taken)} earlier pool(s) of this process at "
+                + ", ".join(f"[{s:#x}, {e:#x})" for s, e in sorted(taken)))
+
+    def _share_used(self, plan: Any) -> int:
+        """NUMA: bytes live pools of this process hold of rank ``plan.rank``'s share of its target."""
+        if plan.mode != "numa":
+            return 0
+        return sum(h.end - h.start for h in holdings(("numa", plan.target, plan.rank)))
+
+    def hold(self, plan: Any, mm: Any, n_bytes: int | None = None) -> None:
+        """NUMA: memory the engine mapped itself and the plug-in bound to the plan's target (vLLM's
+        shared region) counts against the rank's share while ``mm`` is mapped, as a placed pool does."""
+        if plan.mode == "numa":
+            hold_range(("numa", plan.target, plan.rank), 0, len(mm) if n_bytes is None else n_bytes, mm,
+                 target=plan.target, rank=plan.rank)
+
+    def map_slice(self, plan: Any, n_bytes: int) -> Any:
+        """Devdax: map ``n_bytes`` (rounded up to the device's align) at the first free aligned stretch
+        of the rank's slice that holds them — beside every stretch live mappings of this process hold —
+        ``MAP_SHARED``, as it is (no zero-fill, no check: a shared region's ranks do that), held until
+        it is unmapped. ValueError naming the sizes when no stretch holds them."""
+        from sactool.pool import region
+
+        slot = plan.slot
+        if slot is None or slot.size_bytes is None:
+            raise ValueError(f"no slice of {plan.target} is planned for rank {plan.rank} (device size unknown)")
+        with _HELD_LOCK:
+            lo, hi, align, key, taken = self._slice_state(plan)
+            need = _round_up(n_bytes, align)
+            at = next((g for g, e in free_stretches(lo, hi, align, taken) if e - g >= need), None)
+            if at is None:
+                why = f"{self.engine} asks for {n_bytes} bytes, rank {plan.rank}'s slice of {plan.target} holds {hi - lo}"
+                if taken:
+                    biggest = max((e - g for g, e in free_stretches(lo, hi, align, taken)), default=0)
+                    why += (f"; {self._taken_words(lo, hi, taken)}: the largest free stretch holds {biggest} "
+                            "(a pool never maps over another)")
+                raise ValueError(why + " (rank plan)")
+            buf = region.map_slice(plan, n_bytes, offset_bytes=at, reader=self.reader)
+            hold_range(key, at, at + max(need, buf.size_bytes), buf.mmap, target=plan.target, rank=plan.rank)
+        return buf
 
 
     def _pinned_share(self, plan: Any) -> int | None:
@@ -226,9 +395,9 @@ class HostPoolPlacer:
         return plan.slot.size_bytes if plan.slot is not None else None
 
 
-    def _allocate(self, plan: Any, n_bytes: int, slice_used: int = 0) -> Any:
+    def _allocate(self, plan: Any, n_bytes: int) -> Any:
         from sactool.host.sysfs import parse_cpulist
-        from sactool.memory import allocate, map_devdax, map_shared
+        from sactool.memory import allocate
         from sactool.memory.placed import zero_fill
 
         reader = self.reader
@@ -241,33 +410,22 @@ class HostPoolPlacer:
             except Exception:
                 cpus = None
         if plan.mode == "devdax":
-            slot = plan.slot
-            if slot is None or slot.size_bytes is None:
-                raise ValueError(f"no slice of {plan.target} is planned for rank {plan.rank} (device size unknown)")
-            stand = standin_devices().get(plan.target)
-            align = (stand["align_bytes"] if stand else plan.align_bytes) or 1
-            need = -(-n_bytes // align) * align
-            if slice_used + need > slot.size_bytes:
-                raise ValueError(f"{self.engine} asks for {n_bytes} bytes" + (f" more ({slice_used} of the slice already hold "
-                                 "earlier allocations of this pool)" if slice_used else "")
-                                 + f", rank {plan.rank}'s slice of {plan.target} holds {slot.size_bytes} (rank plan)")
-            offset = (slot.offset_bytes or 0) + slice_used
-            if stand:
-                buf = map_shared(stand["path"], os.stat(stand["path"]).st_size, stand["align_bytes"], n_bytes,
-                                 offset_bytes=offset, name=plan.target,
-                                 note=f"a file standing in for /dev/{plan.target} (${STANDIN_ENV})")
-            else:
-                buf = map_devdax(plan.target, n_bytes, offset_bytes=offset, reader=reader)
-            self._dontfork(buf)
-            buf.prefault_seconds = zero_fill(buf.mmap, buf.size_bytes, plan.prefault_threads, cpus)
-            buf.verify(sample)
+            buf = self.map_slice(plan, n_bytes)      # the next free stretch of the slice, held from here on
+            try:
+                self._dontfork(buf)
+                buf.prefault_seconds = zero_fill(buf.mmap, buf.size_bytes, plan.prefault_threads, cpus)
+                buf.verify(sample)
+            except BaseException:
+                buf.close()                          # no view of it exists yet: its stretch is free again
+                raise
             return buf
         share = self._pinned_share(plan)
-        if share is not None and slice_used + n_bytes > share:
+        used = self._share_used(plan)
+        if share is not None and used + n_bytes > share:
             from sactool.units import format_bytes
 
-            raise ValueError(f"{self.engine} asks for {format_bytes(n_bytes)}" + (f" more ({format_bytes(slice_used)} already "
-                             "placed for this pool)" if slice_used else "") + f", rank {plan.rank}'s share of "
+            raise ValueError(f"{self.engine} asks for {format_bytes(n_bytes)}" + (f" more ({format_bytes(used)} already "
+                             "held by earlier pools of this process)" if used else "") + f", rank {plan.rank}'s share of "
                              f"{plan.target}'s pinned capacity holds {format_bytes(share)} (pool.capacity_bytes over "
                              f"{len(plan.shared_with) + 1} rank(s))")
         kw: dict[str, Any] = dict(node=plan.node, policy="bind" if plan.policy == "weighted_interleave" else plan.policy,
@@ -276,6 +434,7 @@ class HostPoolPlacer:
         if plan.policy == "weighted_interleave":
             kw["weights"] = dict(plan.interleave_weights)
         buf = allocate(n_bytes, **kw)
+        hold_range(("numa", plan.target, plan.rank), 0, buf.size_bytes, buf.mmap, target=plan.target, rank=plan.rank)
         self._dontfork(buf)
         return buf
 

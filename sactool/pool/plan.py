@@ -23,7 +23,9 @@ class PoolSpec:
     ``world`` (ranks that each allocate a pool), ``base_gpu_id`` (rank r runs on GPU base + r), and
     the per-rank byte budget the engine will ask for (``bytes_per_rank``, None when no file
     holds it) with ``bytes_source``. ``sizing``: the engine's own sizing record (the profile's
-    :class:`sactool.profile.sizing.HostSizing`), carried for reports."""
+    :class:`sactool.profile.sizing.HostSizing`), carried for reports. ``cpu_nodes``: the GPU
+    socket of each pool owner where an owner is not one GPU rank (vLLM's pool shared by a DP
+    replica: its first GPU's); None: ``settings.gpu_local_nodes``, one per rank."""
 
     settings: Any
     world: int
@@ -31,6 +33,7 @@ class PoolSpec:
     bytes_per_rank: int | None = None
     bytes_source: str = ""
     sizing: Any = None
+    cpu_nodes: tuple[int, ...] | None = None
 
     @classmethod
     def of(cls, profile: Any) -> PoolSpec:
@@ -42,9 +45,12 @@ class PoolSpec:
             # vLLM: one pool per DP replica (shared by its TP ranks) or per rank, vLLM's own sizing
             v = profile.vllm
             pool = v.host_pool(profile.model)
+            gpu_nodes = tuple(profile.pool.gpu_local_nodes)
+            owners = tuple(gpu_nodes[o * v.tp_size] for o in range(v.dp_size)) if v.shared_host_pool and gpu_nodes \
+                else None
             return cls(profile.pool, v.pool_owners, 0, pool.allocated_bytes,
                        f"vllm.host_pool_gib {v.host_pool_gib} = {pool.blocks} whole host blocks of {pool.stride_bytes} B "
-                       f"per {'DP replica' if v.shared_host_pool else 'rank'}", pool)
+                       f"per {'DP replica' if v.shared_host_pool else 'rank'}", pool, owners)
         sizing = host_sizing(profile)
         return cls(profile.pool, profile.world_size, profile.sglang.base_gpu_id, sizing.bytes_per_rank,
                    sizing.source, sizing)
@@ -85,7 +91,8 @@ def assign_targets(spec: PoolSpec, targets: Sequence[Target]) -> tuple[tuple[str
         return tuple(q.rank_targets), ()
     order = {n: i for i, n in enumerate(target_names(q))}
     ts = sorted((t for t in targets if t.name in order), key=lambda t: order[t.name])
-    return assign(spec.world, ts, q.rank_assignment, rank_cpu_nodes=q.gpu_local_nodes)
+    return assign(spec.world, ts, q.rank_assignment,
+                  rank_cpu_nodes=spec.cpu_nodes if spec.cpu_nodes is not None else q.gpu_local_nodes)
 
 
 def ranks_by_target(spec: PoolSpec, targets: Sequence[Target] | None = None) -> dict[str, list[int]]:

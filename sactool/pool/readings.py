@@ -8,7 +8,9 @@ plug-in answers the engine's host-memory check just before it allocates
 (:meth:`sactool.pool.placer.HostPoolPlacer.pool_budget`). Both read it here, with one rule:
 :func:`sactool.memory.nodes.free_estimate` (``nodeN/meminfo`` MemFree plus the node's
 reclaimable page cache, plus free memory ``/proc/meminfo`` counts but no node reports) minus the
-safety margin kept back there (``FreeEstimate.room_bytes``).
+safety margin kept back there (``FreeEstimate.room_bytes``). A node's ``MemFree`` is read again
+for each reading (:func:`now`), not taken from the probed structure: a pool this process placed
+since the probe is no longer free, and a second pool's answer must count it.
 """
 
 from __future__ import annotations
@@ -28,11 +30,42 @@ class Room:
     margin_bytes: int = 0
 
 
+def now(topo, reader):
+    """``topo`` with every node's ``MemFree`` read again from ``nodeN/meminfo`` (a node whose meminfo
+    cannot be read keeps the probed figure): the structure stays, the reading is this moment's."""
+    import dataclasses
+
+    from sactool.memory.nodes import NODE_DIR
+
+    nodes: list = []
+    moved = False
+    for n in topo.nodes:
+        free = (reader.kv(f"{NODE_DIR}/node{n.id}/meminfo") or {}).get("MemFree")
+        if free is not None and free != n.mem_free_bytes:
+            n, moved = dataclasses.replace(n, mem_free_bytes=free), True
+        nodes.append(n)
+    return dataclasses.replace(topo, nodes=tuple(nodes)) if moved else topo
+
+
 def node_room(topo, reader, nid: int) -> Room:
-    """Node ``nid``'s room now: its free estimate minus the margin kept back."""
+    """Node ``nid``'s room now: its free estimate (``MemFree`` read now, :func:`now`) minus the margin
+    kept back."""
     from sactool.memory import nodes as memnodes
 
-    f = memnodes.free_estimate(topo, reader, nid)
+    f = memnodes.free_estimate(now(topo, reader), reader, nid)
     if f.bytes is None:
         return Room(nid, None, f.source)
     return Room(nid, f.room_bytes, f"{f.source}, minus {format_bytes(f.margin_bytes)} kept back", f.margin_bytes)
+
+
+def hugepage_room(reader, nid: int, page_bytes: int) -> Room:
+    """Node ``nid``'s free huge pages of ``page_bytes`` now (``nodeN/hugepages/hugepages-<kB>kB/
+    free_hugepages``, read at this moment: pools placed since the probe took theirs), in bytes."""
+    from sactool.memory.nodes import NODE_DIR
+
+    rel = f"{NODE_DIR}/node{nid}/hugepages/hugepages-{page_bytes // 1024}kB/free_hugepages"
+    free = reader.int(rel)
+    label = {2 << 20: "2MB", 1 << 30: "1GB"}.get(page_bytes, format_bytes(page_bytes))
+    if free is None:
+        return Room(nid, None, f"node{nid}'s free {label} huge pages: unreadable ({reader.why(rel)})")
+    return Room(nid, free * page_bytes, f"node{nid}'s free {label} huge pages ({free}, read now)")

@@ -93,20 +93,27 @@ def verify(mm: mmap.mmap, offset: int, length: int, expected: list[int]) -> Rang
     return RangeCheck(base, offset, length, len(idx), counts, tuple(expected))
 
 
-def map_slice(plan: Any, size_bytes: int, *, reader: Any = None) -> Any:
-    """The owner's slice of its DAX device (``plan.slot``), ``size_bytes`` of it mapped MAP_SHARED:
-    a :class:`sactool.memory.PlacedBuffer` (``offset_bytes``, ``path``); ValueError when the slice is
-    smaller than ``size_bytes`` or not planned."""
+def map_slice(plan: Any, size_bytes: int, *, reader: Any = None, offset_bytes: int | None = None) -> Any:
+    """``size_bytes`` of the owner's slice of its DAX device (``plan.slot``) mapped MAP_SHARED from
+    ``offset_bytes`` (a device offset inside the slice; default the slice's start): a
+    :class:`sactool.memory.PlacedBuffer` (``offset_bytes``, ``path``); ValueError when that does not
+    lie inside the slice or no slice is planned. Which stretch of the slice is free is the placer's
+    to say (:meth:`sactool.pool.placer.HostPoolPlacer.map_slice`: a second pool of the process maps
+    after the first, never over it)."""
     from sactool.memory import map_devdax, map_shared
     from sactool.pool.contract import STANDIN_ENV, standin_devices
 
     slot = plan.slot
     if slot is None or slot.size_bytes is None:
         raise ValueError(f"no slice of {plan.target} is planned for pool {plan.rank}")
-    if size_bytes > slot.size_bytes:
-        raise ValueError(f"pool {plan.rank} needs {size_bytes} bytes, its slice of {plan.target} holds {slot.size_bytes}")
+    start = slot.offset_bytes or 0
+    offset = start if offset_bytes is None else offset_bytes
+    if offset < start or offset + size_bytes > start + slot.size_bytes:
+        raise ValueError(f"pool {plan.rank} needs {size_bytes} bytes"
+                         + (f" at offset {offset}" if offset != start else "")
+                         + f", its slice of {plan.target} holds {slot.size_bytes}"
+                         + (f" from offset {start}" if offset != start else ""))
     stand = standin_devices().get(plan.target)
-    offset = slot.offset_bytes or 0
     if stand:
         return map_shared(stand["path"], os.stat(stand["path"]).st_size, stand["align_bytes"], size_bytes,
                           offset_bytes=offset, name=plan.target,

@@ -340,24 +340,27 @@ def check_engine(profile: Profile, info: EngineInfo, *, entrypoint: str, plugin:
     return lines
 
 
-HOOK_PROBE = r"""
+_HOOK_PROBE = r"""
 import json, sys
 try:
-    from sactool.plugins.sglang import check_engine
+    from sactool.plugins.ENGINE import check_engine
 except Exception as e:
     print(json.dumps({"error": "%s: %s" % (type(e).__name__, e)}))
     sys.exit(0)
 print(json.dumps(check_engine().to_data()))
 """
-"""Run in the target Python: the installed plug-in's hook table checked against the installed SGLang
-(:func:`sactool.plugins.sglang.check_engine`), the same check the plug-in runs when SGLang loads it."""
+HOOK_PROBES = {engine: _HOOK_PROBE.replace("ENGINE", engine) for engine in ("sglang", "vllm")}
+"""Run in the target Python: the installed plug-in's hook table checked against the installed engine
+(``sactool.plugins.<engine>.check_engine``: :func:`sactool.plugins.hooks.check_hooks` over
+``hooks.TABLES[engine]``), the same check the plug-in runs when the engine loads it."""
+HOOK_PROBE = HOOK_PROBES["sglang"]
 
 
-def probe_hooks(python: str, *, timeout_s: float = 300.0) -> dict:
-    """What :data:`HOOK_PROBE` reports in ``python`` (it imports SGLang's modules there: seconds to
-    a minute, as it imports torch), or ``{"error": why}`` where it cannot be asked."""
+def probe_hooks(python: str, *, engine: str = "sglang", timeout_s: float = 300.0) -> dict:
+    """What :data:`HOOK_PROBES` ``[engine]`` reports in ``python`` (it imports the engine's modules
+    there: seconds to a minute, as it imports torch), or ``{"error": why}`` where it cannot be asked."""
     try:
-        out, err = _run_probe(probe_argv(python, HOOK_PROBE), timeout_s)
+        out, err = _run_probe(probe_argv(python, HOOK_PROBES[engine]), timeout_s)
     except (OSError, subprocess.TimeoutExpired) as e:
         return {"error": f"{type(e).__name__}: {e}"}
     try:
@@ -368,34 +371,39 @@ def probe_hooks(python: str, *, timeout_s: float = 300.0) -> dict:
 
 
 def check_hooks(profile: Profile, found: dict, *, python: str, allow_untested: bool = False) -> list[str]:
-    """The plug-in's hook targets in the installed SGLang (``found``: :func:`probe_hooks`): every
-    symbol the plug-in patches or calls, resolved and its signature checked, before the launch. A
-    missing or changed one is refused (EngineVersionError): the plug-in would place nothing — a
-    strict rank stops, any other starts with the pool in DRAM; ``--allow-untested-sglang`` lets it
-    launch with a warning line."""
+    """The plug-in's hook targets in the installed engine (``found``: :func:`probe_hooks`, SGLang or
+    vLLM by the profile's engine): every symbol the plug-in patches or calls, resolved and its
+    signature checked, before the launch. A missing or changed one is refused (EngineVersionError):
+    the plug-in would place nothing — a strict rank stops, any other starts with the pool in DRAM;
+    ``--allow-untested-sglang`` / ``--allow-untested-engine`` lets it launch with a warning line."""
+    vllm = profile.engine == "vllm" and profile.vllm is not None
+    name, dist = ("vLLM", "vllm") if vllm else ("SGLang", "sglang")
+    tested = profile.vllm.tested if vllm and profile.vllm is not None else profile.sglang.tested
     if "error" in found:
         if "ModuleNotFoundError" in found["error"] and "sactool.plugins" in found["error"]:
             raise EngineMissingError(f"the sactool installed in {python} has no sactool.plugins (an older sactool): "
                                      f"{found['error']}", f"reinstall sactool there: {python} -m pip install <sactool checkout>")
         return [f"warning: the plug-in's hook targets were not checked in {python} ({found['error']}); the plug-in "
-                "checks them when SGLang loads it"]
+                f"checks them when {name} loads it"]
     problems = found.get("problems") or []
-    head = (f"hook targets: SGLang {found.get('version')}, the {found.get('table')} table: "
+    if found.get("version") is None:
+        problems = [{"role": "-", "target": dist, "why": "is not installed (importlib.metadata finds no distribution)"}]
+    head = (f"hook targets: {name} {found.get('version')}, the {found.get('table')} table: "
             + ("every symbol resolved, signatures as the plug-in relies on" if not problems else
                f"{len(problems)} missing or changed"))
     lines = [head] + ([f"warning: {found['note']}"] if found.get("note") else [])
     if not problems:
         return lines
     first = problems[0]
-    msg = (f"hook target {first['target']} {first['why']} in SGLang {found.get('version')}"
+    msg = (f"hook target {first['target']} {first['why']} in {name} {found.get('version')}"
            + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "")
            + ": the sactool_cxl plug-in cannot place the pool ("
            + ("pool.strict: every rank would stop" if profile.pool.strict else "each rank would start with it in DRAM")
            + ")")
+    flag = "--allow-untested-engine" if vllm else "--allow-untested-sglang"
     if not allow_untested:
-        raise EngineVersionError(msg, "install a SGLang the plug-in's hook table covers "
-                                      f"(pip install 'sglang{profile.sglang.tested}'), use --placement none or numactl, "
-                                      "or pass --allow-untested-sglang to launch anyway")
-    return lines + [f"warning: {msg} (--allow-untested-sglang)"] + \
+        raise EngineVersionError(msg, f"install a {name} the plug-in's hook table covers (pip install '{dist}{tested}'), "
+                                      f"use --placement none{'' if vllm else ' or numactl'}, or pass {flag} to launch "
+                                      "anyway")
+    return lines + [f"warning: {msg} ({flag})"] + \
         [f"warning: {p['role']}: {p['target']} {p['why']}" for p in problems[1:]]
-

@@ -1,6 +1,9 @@
-"""The GPUs SGLang's ranks will really get, and the sockets the plan must use for them.
+"""The GPUs the engine's ranks will really get, and the sockets the plan must use for them — one
+check for both engines (``serve`` runs it for SGLang and vLLM profiles alike).
 
 SGLang gives rank ``r`` CUDA device ``base_gpu_id + r`` (:func:`sactool.pool.rankplan.gpu_of`);
+vLLM gives the TP ranks of DP replica ``d`` CUDA devices ``d·tp .. d·tp + tp − 1`` (one node:
+``tp × dp`` devices from 0);
 which PCI function that is follows CUDA's own rules (:mod:`sactool.topology.cuda`): the order
 ``CUDA_DEVICE_ORDER`` names — ``sactool serve`` sets ``PCI_BUS_ID`` when it is unset
 (:mod:`sactool.serve.argv`) — narrowed and reordered by ``CUDA_VISIBLE_DEVICES``. ``tune`` wrote
@@ -30,10 +33,34 @@ class GpuResolution:
     lines: tuple[str, ...]           # for the checks ("warning: …" once for what the plan cannot follow)
 
 
+@dataclass(frozen=True)
+class GpuRanks:
+    """The GPU ranks a profile starts: ``count`` CUDA devices from ``base``, ``said`` as in messages,
+    the profile fields that set them (``fields``), and the engine's name."""
+
+    count: int
+    base: int
+    said: str
+    fields: str
+    engine: str
+
+
+def gpu_ranks(profile: Profile) -> GpuRanks:
+    """SGLang: ``sglang.tp_size`` ranks from ``--base-gpu-id``; vLLM: ``tp × dp`` ranks from GPU 0
+    (every GPU rank, whether its pool is private or shared by its replica)."""
+    v = profile.vllm
+    if profile.engine == "vllm" and v is not None:
+        return GpuRanks(v.gpus, 0, f"{v.gpus} ranks (TP {v.tp_size} x DP {v.dp_size}) from GPU 0",
+                        "vllm.tp_size / vllm.dp_size", "vLLM")
+    s = profile.sglang
+    return GpuRanks(s.tp_size, s.base_gpu_id, f"{s.tp_size} ranks from GPU {s.base_gpu_id}",
+                    "sglang.tp_size / sglang.base_gpu_id", "SGLang")
+
+
 def resolve_gpus(profile: Profile, reader: SysfsReader, environ: Mapping[str, str]) -> GpuResolution:
     """TopologyError when fewer CUDA devices are visible than the ranks need; otherwise the
     profile with each rank's GPU socket as this machine (or recording) has it."""
-    s, q = profile.sglang, profile.pool
+    q, ranks = profile.pool, gpu_ranks(profile)
     order = environ.get(ORDER_VAR)
     lines: list[str] = []
     if order and order != PCI_ORDER:
@@ -48,29 +75,29 @@ def resolve_gpus(profile: Profile, reader: SysfsReader, environ: Mapping[str, st
         return GpuResolution(profile, (), tuple(lines))
     where = "here" if topo.live else "in the recording"
     view = cuda_devices(topo.gpus, environ)
-    other = _not_cuda(view)
+    other = _not_cuda(view, ranks.engine)
     if other:
         lines.append(WarningLine("gpu-not-cuda", other))
-    world, base = profile.world_size, s.base_gpu_id
+    world, base = ranks.count, ranks.base
     if not topo.gpus and topo.gpus_scanned:
         # the PCI bus was read and holds no GPU: no CUDA device for any rank (documented: exit 3)
-        raise TopologyError(f"{world} ranks from GPU {base} need {base + world} CUDA devices; {where} no NVIDIA GPU "
+        raise TopologyError(f"{ranks.said} need {base + world} CUDA devices; {where} no NVIDIA GPU "
                             f"is seen: {topo.gpu_scan}",
                             "run serve on the GPU server (--dry-run --sysfs-root a recording of it plans for it "
                             "there), or check that the GPUs are on the PCI bus (lspci -d 10de:)")
     if not topo.gpus:
         lines.append(f"GPUs: none seen {where} ({topo.gpu_scan}); each rank's socket is pool.gpu_local_nodes "
-                     f"as the profile has it ({list(q.gpu_local_nodes) or 'none: SGLang asks NVML'})")
+                     f"as the profile has it ({list(q.gpu_local_nodes) or _no_sockets(ranks)})")
         if environ.get(VISIBLE_VAR) is not None and q.gpu_local_nodes:
             lines.append(WarningLine("gpus-unseen", f"{VISIBLE_VAR}={environ[VISIBLE_VAR]} is set, but no GPU is seen "
                                      f"{where}, so the plan cannot follow it: pool.gpu_local_nodes stays as tune wrote it"))
         return GpuResolution(profile, (), tuple(lines))
     if view.known and len(view.gpus) < base + world:
         amd = f"; {other}" if other else ""
-        raise TopologyError(f"{world} ranks from GPU {base} need {base + world} CUDA devices; {where} "
+        raise TopologyError(f"{ranks.said} need {base + world} CUDA devices; {where} "
                             f"{len(view.gpus)} are visible ({view.describe()}){amd}",
-                            f"set {VISIBLE_VAR} to at least {base + world} NVIDIA GPUs, or lower sglang.tp_size / "
-                            "sglang.base_gpu_id in the profile")
+                            f"set {VISIBLE_VAR} to at least {base + world} NVIDIA GPUs, or lower {ranks.fields} "
+                            "in the profile")
     lines.extend(_slow_links(view, base, world))
     nodes = view.sockets(base, world)
     if nodes is None or any(n is None for n in nodes):
@@ -82,7 +109,8 @@ def resolve_gpus(profile: Profile, reader: SysfsReader, environ: Mapping[str, st
         return GpuResolution(profile, (), tuple(lines))
     seen = f"GPUs of ranks 0..{world - 1}: {view.describe(base, world)}"
     if not q.gpu_local_nodes:
-        lines.append(seen + "; the profile names no GPU sockets (pool.gpu_local_nodes), so SGLang asks NVML")
+        lines.append(seen + "; the profile names no GPU sockets (pool.gpu_local_nodes), so "
+                     + ("SGLang asks NVML" if ranks.engine == "SGLang" else "no rank rule follows them"))
         return GpuResolution(profile, (), tuple(lines))
     if tuple(nodes) == tuple(q.gpu_local_nodes):
         lines.append(seen + "; their sockets are pool.gpu_local_nodes")
@@ -93,7 +121,7 @@ def resolve_gpus(profile: Profile, reader: SysfsReader, environ: Mapping[str, st
                  f"[{value}]" + ("; the locality plan is made again over them" if not new.pool.rank_targets
                                  and q.rank_targets else ""))
     env = EnvVar(GPU_NODES_ENV, value, f"probe + {VISIBLE_VAR}",
-                 "the socket of each rank's GPU as visible to SGLang (not the profile's pool.gpu_local_nodes); "
+                 f"the socket of each rank's GPU as visible to {ranks.engine} (not the profile's pool.gpu_local_nodes); "
                  "the plug-in plans with it")
     return GpuResolution(new, (env,), tuple(lines))
 
@@ -111,10 +139,15 @@ def _slow_links(view, base: int, world: int) -> list[WarningLine]:
     return out
 
 
-def _not_cuda(view) -> str:
+def _no_sockets(ranks: GpuRanks) -> str:
+    """What stands for the GPU sockets a profile does not name."""
+    return "none: SGLang asks NVML" if ranks.engine == "SGLang" else "none: no rank rule follows the GPUs' sockets"
+
+
+def _not_cuda(view, engine: str) -> str:
     """One line for the GPUs that are not CUDA devices (an AMD Instinct), or ''."""
     if not view.not_cuda:
         return ""
     names = ", ".join(f"{g.pci_device} ({g.vendor_name or g.vendor} {g.device})" for g in view.not_cuda)
-    return (f"{names} {'is not a CUDA device' if len(view.not_cuda) == 1 else 'are not CUDA devices'}: SGLang "
+    return (f"{names} {'is not a CUDA device' if len(view.not_cuda) == 1 else 'are not CUDA devices'}: {engine} "
             "HiSparse with sactool's plug-in runs on CUDA GPUs only, so no rank is planned on them")

@@ -28,6 +28,7 @@ from sactool.serve import checks
 from sactool.serve.argv import Command, build_command, with_poison_env
 from sactool.serve.errors import EngineMissingError
 from sactool.serve.gpus import resolve_gpus
+from sactool.serve.here import pool_here
 from sactool.serve.sglang_options import resolve as resolve_options
 from sactool.serve.sglang_options import table as options_table
 from sactool.units import format_bytes
@@ -126,7 +127,7 @@ def build_launch(profile_path: str, extra_args: Sequence[str] = (), *, python: s
     profile = _with_placement(profile, placement)
     if profile.engine == "vllm":
         return _vllm(profile, profile_path, extra_args, python=python, dry_run=dry_run, allow_untested=allow_untested,
-                     sysfs_root=sysfs_root, environ=environ,
+                     sysfs_root=sysfs_root, environ=environ, strict=strict,
                      override=f"--placement {placement} overrides the profile's pool.placement" if overridden else "")
     python = python or sys.executable
     ep = entrypoint or profile.sglang.entrypoint
@@ -176,7 +177,7 @@ def build_launch(profile_path: str, extra_args: Sequence[str] = (), *, python: s
                             extra_env=extra_env)
     if cmd.placement == "numactl":
         lines.extend(attempt(_numactl_lines) or [])
-    lines.extend(attempt(lambda: _pool_here(profile, sysfs_root, strict)) or [])
+    lines.extend(attempt(lambda: pool_here(profile, sysfs_root, strict)) or [])
     pool = attempt(lambda: _check_pool(profile, SysfsReader(sysfs_root)))
     if pool is not None:
         lines.extend(_pool_lines(pool) + _health_lines(profile, pool, attempt, sysfs_root))
@@ -196,22 +197,6 @@ def _numactl_lines() -> list[str]:
         raise EngineMissingError("numactl is not installed (placement numactl)",
                                  "apt-get install numactl, or use pool.placement plugin")
     return [f"numactl: {path}"]
-
-
-def _pool_here(profile: Profile, sysfs_root: str | None, strict: bool) -> list[str]:
-    """The profile's pool targets checked against this machine's probe (CXL, CPU-less, size) and its
-    machine block against this machine's (:mod:`sactool.pool.match`)."""
-    from sactool.host.machine import machine_block
-    from sactool.pool import match as poolmatch
-    from sactool.topology import probe
-
-    reader = SysfsReader(sysfs_root)
-    topo = probe(reader)
-    out: list[str] = []
-    if profile.sglang.role != "prefill" and profile.pool.placement != "none":
-        out += poolmatch.check_targets(profile.pool, topo, (profile.request or {}).get("pool_targets") or ())
-    return out + poolmatch.check_machine(profile.machine, machine_block(reader), strict=strict,
-                                         where="this machine" if topo.live else "the recording")
 
 
 def _pool_lines(pool) -> list[str]:
@@ -247,7 +232,7 @@ def _vllm(profile: Profile, profile_path: str, extra_args: Sequence[str], *, ove
 
     head = [f"profile {os.path.abspath(profile_path)}: {profile.model.name}, schema {profile.schema_version}, engine vllm"]
     head += [override] if override else []
-    cmd, lines, problems, cap = vllm_launch.build_launch(profile, profile_path, extra_args, lines=head, **kw)
+    profile, cmd, lines, problems, cap = vllm_launch.build_launch(profile, profile_path, extra_args, lines=head, **kw)
     return Launch(os.path.abspath(profile_path), profile, cmd, tuple(lines), None,
                   tuple(Problem(c, m, h) for c, m, h in problems), kw["dry_run"], vllm_pool=cap)
 

@@ -52,10 +52,10 @@ class VllmInfo:
 
 def probe_engine(python: str, *, timeout_s: float = 60.0) -> VllmInfo:
     """Ask ``python`` (argv list, no shell) which vLLM and vLLM plug-ins it has; imports no vLLM code."""
-    from sactool.serve.checks import _run_probe
+    from sactool.serve.checks import _run_probe, probe_argv
 
     try:
-        stdout, stderr = _run_probe([python, "-c", ENGINE_PROBE], timeout_s)
+        stdout, stderr = _run_probe(probe_argv(python, ENGINE_PROBE), timeout_s)
     except FileNotFoundError:
         raise EngineMissingError(f"Python {python} does not exist", "pass --python the interpreter of vLLM's environment") from None
     except PermissionError:
@@ -223,13 +223,17 @@ def check_model(profile: Profile, extra: Sequence[str]) -> str:
 
 def build_launch(profile: Profile, profile_path: str, extra_args: Sequence[str], *, python: str | None,
                  dry_run: bool, allow_untested: bool, sysfs_root: str | None, environ: Mapping[str, str] | None,
-                 lines: list[str]) -> tuple[Any, list[str], list[tuple[int, str, str | None]], Any]:
-    """(command, check lines, problems as (exit code, message, hint), pool check) of a vLLM profile,
-    for :class:`sactool.serve.launch.Launch` (``lines``: checks so far)."""
+                 lines: list[str], strict: bool = False) -> tuple[Profile, Any, list[str],
+                                                              list[tuple[int, str, str | None]], Any]:
+    """(profile — its GPU sockets as this machine has them —, command, check lines, problems as (exit
+    code, message, hint), pool check) of a vLLM profile, for :class:`sactool.serve.launch.Launch`
+    (``lines``: checks so far). The checks of this machine are SGLang's: the GPUs the ranks get
+    (:func:`sactool.serve.gpus.resolve_gpus`), the pool targets and the machine block
+    (:func:`sactool.serve.here.pool_here`; ``strict``: another machine is refused)."""
     from sactool.host.sysfs import SysfsReader
-    from sactool.serve import vllm_capacity
+    from sactool.serve.gpus import resolve_gpus
+    from sactool.serve.here import pool_here
     from sactool.serve.vllm_argv import build_command
-    from sactool.serve.vllm_options import resolve, shipped_table
 
     python = python or sys.executable
     problems: list[tuple[int, str, str | None]] = []
@@ -244,6 +248,28 @@ def build_launch(profile: Profile, profile_path: str, extra_args: Sequence[str],
             return None
 
     info = attempt(lambda: probe_engine(python))
+    extra, user_attention = _read_extras(profile, extra_args, python, info, lines)
+    gpus = attempt(lambda: resolve_gpus(profile, SysfsReader(sysfs_root), os.environ if environ is None else environ))
+    extra_env: tuple = ()
+    if gpus is not None:
+        profile, extra_env = gpus.profile, gpus.env
+        lines.extend(gpus.lines)
+    script = _engine_lines(profile, info, python, allow_untested, attempt, lines)
+    cmd = build_command(profile, profile_path=profile_path, extra_args=extra, python=python, environ=environ,
+                        vllm_script=script, user_attention=user_attention, extra_env=extra_env)
+    lines.extend(attempt(lambda: pool_here(profile, sysfs_root, strict)) or [])
+    cmd, cap = _pool_lines(profile, cmd, sysfs_root, attempt, lines)
+    if profile.pool.stand_in and cmd.placement != "none":
+        lines.append("pool.stand_in: the profile's pool node is a DRAM node standing in for CXL")
+    return profile, cmd, lines, problems, cap
+
+
+def _read_extras(profile: Profile, extra_args: Sequence[str], python: str, info: VllmInfo | None,
+                 lines: list[str]) -> tuple[list[str], dict | None]:
+    """The extras after -- as the target vLLM's parser reads them (the shipped table, or that
+    vLLM's own where it is another version), checked against the model and the profile."""
+    from sactool.serve.vllm_options import resolve, shipped_table
+
     table = shipped_table()
     if info is not None and info.vllm and info.vllm != table.version:
         live = _probe_options(python, info.vllm)
@@ -255,71 +281,56 @@ def build_launch(profile: Profile, profile_path: str, extra_args: Sequence[str],
                          f"{table.version}'s options")
     extra = resolve(list(extra_args), table)
     lines.append(check_model(profile, extra))
-    extra, user_attention = check_conflicts(profile, extra)
-    script = None
-    if info is not None:
-        got = attempt(lambda: check_engine(profile, info, plugin=profile.pool.placement == "plugin",
-                                           allow_untested=allow_untested))
-        lines.extend(got or [])
-        if info.console_script and not info.console_script.startswith("declared"):
-            script = info.console_script
-    if info is not None and info.vllm and profile.pool.placement == "plugin" and any(
-            p.startswith("sactool_cxl=") for p in info.plugins):
-        lines.extend(attempt(lambda: check_hooks_in(python, info.vllm or "")) or [])
-    cmd = build_command(profile, profile_path=profile_path, extra_args=extra, python=python, environ=environ,
-                        vllm_script=script, user_attention=user_attention)
-    cap = attempt(lambda: vllm_capacity.check_pool(profile, SysfsReader(sysfs_root),
-                                                   live_shm=sysfs_root is None))
-    if cap is not None:
-        lines.extend(cap.lines)
-        if cmd.placement == "plugin":
-            from sactool.serve.argv import with_poison_env
-
-            cmd = with_poison_env(cmd, profile, cap.facts)
-        if cap.plan is not None:          # the devices behind the targets (one plan row per pool)
-            from sactool.serve.health import check_health
-
-            lines.extend(attempt(lambda: check_health(profile, SysfsReader(sysfs_root), cap.plan)) or [])
-    if profile.pool.stand_in and cmd.placement != "none":
-        lines.append("pool.stand_in: the profile's pool node is a DRAM node standing in for CXL")
-    return cmd, lines, problems, cap
+    return check_conflicts(profile, extra)
 
 
-HOOK_PROBE = ("import json\nfrom sactool.plugins.vllm import check_hooks\n"
-              "print(json.dumps([[h.dotted, why] for h, why in check_hooks()]))\n")
+def _engine_lines(profile: Profile, info: VllmInfo | None, python: str, allow_untested: bool, attempt: Any,
+                  lines: list[str]) -> str | None:
+    """vLLM and the plug-in checked in the target Python, then the plug-in's hook table against that
+    vLLM (:func:`sactool.serve.checks.check_hooks`, as for SGLang); the console script found, or None."""
+    from sactool.serve import checks
+
+    if info is None:
+        return None
+    plugin = profile.pool.placement == "plugin"
+    got = attempt(lambda: check_engine(profile, info, plugin=plugin, allow_untested=allow_untested))
+    lines.extend(got or [])
+    if got is not None and plugin:
+        found = checks.probe_hooks(python, engine="vllm", timeout_s=600.0)   # imports vLLM: ~1 min under load
+        lines.extend(attempt(lambda: checks.check_hooks(profile, found, python=python,
+                                                        allow_untested=allow_untested)) or [])
+    if info.console_script and not info.console_script.startswith("declared"):
+        return info.console_script
+    return None
 
 
-def check_hooks_in(python: str, version: str, *, timeout_s: float = 600.0) -> list[str]:
-    """The plug-in's hook check (:func:`sactool.plugins.vllm.check_hooks`) run in the target Python
-    against its installed vLLM, before the launch: every symbol the plug-in patches resolved, its
-    parameters as the plug-in needs them. EngineVersionError (exit 9) naming the first that is not."""
-    from sactool.serve.checks import _run_probe
+def _pool_lines(profile: Profile, cmd: Any, sysfs_root: str | None, attempt: Any, lines: list[str]) -> tuple[Any, Any]:
+    """The pool's capacity check (:mod:`sactool.serve.vllm_capacity`), the known poison handed to the
+    plug-in, the devices behind the planned targets: (command, pool check or None)."""
+    from sactool.host.sysfs import SysfsReader
+    from sactool.serve import vllm_capacity
 
-    err = ""
-    try:
-        out, err = _run_probe([python, "-c", HOOK_PROBE], timeout_s)
-        rows = json.loads(out.strip().splitlines()[-1])
-    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError) as e:
-        why = (err.strip().splitlines() or [str(e)])[-1]
-        raise EngineMissingError(f"the plug-in's hook check could not run in {python} ({why})",
-                                 "check that sactool and vLLM import there") from None
-    bad = [(name, why) for name, why in rows if why]
-    if bad:
-        raise EngineVersionError(f"vLLM {version}: the plug-in's hook {bad[0][0]} cannot be used: {bad[0][1]}"
-                                 + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else "")
-                                 + "; the host pool would stay where vLLM puts it",
-                                 "serve with a vLLM the plug-in is verified for (vllm.tested), or run "
-                                 "scripts/vllm-integration against this one and add its hook table")
-    return [f"plug-in hooks: all {len(rows)} symbols of vLLM {version}'s table resolve with the parameters the "
-            "plug-in needs (" + ", ".join(n.rsplit(".", 1)[1] for n, _ in rows) + ")"]
+    cap = attempt(lambda: vllm_capacity.check_pool(profile, SysfsReader(sysfs_root), live_shm=sysfs_root is None))
+    if cap is None:
+        return cmd, None
+    lines.extend(cap.lines)
+    if cmd.placement == "plugin":
+        from sactool.serve.argv import with_poison_env
+
+        cmd = with_poison_env(cmd, profile, cap.facts)
+    if cap.plan is not None:          # the devices behind the targets (one plan row per pool)
+        from sactool.serve.health import check_health
+
+        lines.extend(attempt(lambda: check_health(profile, SysfsReader(sysfs_root), cap.plan)) or [])
+    return cmd, cap
 
 
 def _probe_options(python: str, version: str):
-    from sactool.serve.checks import _run_probe
+    from sactool.serve.checks import _run_probe, probe_argv
     from sactool.serve.vllm_options import options_probe, table_of
 
     try:
-        out, _ = _run_probe([python, "-c", options_probe()], 300.0)
+        out, _ = _run_probe(probe_argv(python, options_probe()), 300.0)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return table_of(out, f"vLLM {version}'s parser in {python}")

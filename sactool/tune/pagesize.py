@@ -80,9 +80,17 @@ def choose(figures: dict[str, list[float]], skipped: dict[str, str]) -> PageChoi
 def measure(node: int, kinds: Sequence[str], record_bytes: int, top_k: int, rounds: int, *, seconds: float,
             done: Sequence[dict], on_point: Callable[[dict], None],
             progress: Callable[[str, int, int], None] | None = None,
-            size_bytes: int = BUFFER_BYTES) -> dict[str, list[float]]:
-    """``rounds`` quick gathers per kind on ``node``, interleaved over kinds (resumable points)."""
-    from sactool.bench import run_quick_gather
+            size_bytes: int = BUFFER_BYTES, gathers=None) -> dict[str, list[float]]:
+    """``rounds`` quick gathers per kind on ``node``, interleaved over kinds (resumable points).
+    ``gathers``: the :class:`sactool.bench.quick.QuickGathers` session whose buffers the points reuse
+    (None: one of its own) — one buffer per kind, placed and verified once for all rounds (tune's
+    gather rounds already placed the THP one)."""
+    from sactool.bench.quick import QuickGathers
+
+    if gathers is None:
+        with QuickGathers() as own:
+            return measure(node, kinds, record_bytes, top_k, rounds, seconds=seconds, done=done, on_point=on_point,
+                           progress=progress, size_bytes=size_bytes, gathers=own)
     from sactool.bench.figures import fetch_figure
     from sactool.errors import unsettle
 
@@ -93,8 +101,8 @@ def measure(node: int, kinds: Sequence[str], record_bytes: int, top_k: int, roun
         for k in kinds:
             p = have.get((r, k))
             if p is None:
-                rec = run_quick_gather(node, record_bytes, top_k, seconds=seconds, hugepages=k, size_bytes=size_bytes,
-                                       notify=(lambda m: progress(m, n, total)) if progress else None)
+                rec = gathers.gather(node, record_bytes, top_k, seconds=seconds, hugepages=k, size_bytes=size_bytes,
+                                     notify=(lambda m: progress(m, n, total)) if progress else None)
                 fig = fetch_figure(rec, record_bytes, paths=("cpu_proxy",))
                 p = {"kind": "pagesize", "round": r, "page_kind": k, "node": node,
                      "bandwidth_bytes_per_s": fig.bandwidth_bytes_per_s,

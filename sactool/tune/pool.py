@@ -313,16 +313,23 @@ def _gib(n: int) -> str:
 def measure_rounds(pool: PoolInfo, record_bytes: int, top_k: int, rounds: int, *, seconds: float,
                    done: Sequence[dict], on_point: Callable[[dict], None],
                    progress: Callable[[str, int, int], None] | None = None,
-                   size_bytes: int | None = None) -> GatherInputs:
+                   size_bytes: int | None = None, gathers=None) -> GatherInputs:
     """``rounds`` short gather measurements on every pool node, interleaved (A B A B …) so drift
-    hits every target alike. ``done``: points from an earlier run (``--resume``)."""
-    from sactool.bench import run_quick_gather
-    from sactool.bench.figures import fetch_figure
-    from sactool.errors import unsettle
+    hits every target alike. ``done``: points from an earlier run (``--resume``). ``gathers``: the
+    :class:`sactool.bench.quick.QuickGathers` session whose buffers the points reuse (None: one of its
+    own) — each target's buffer is placed and verified once for all rounds."""
+    from sactool.bench.quick import QuickGathers
 
     if pool.mode != "numa":
         raise TopologyError("tune cannot measure a devdax pool itself",
                             "run 'sactool bench' on the DAX device and pass --bench FILE")
+    if gathers is None:
+        with QuickGathers() as own:
+            return measure_rounds(pool, record_bytes, top_k, rounds, seconds=seconds, done=done, on_point=on_point,
+                                  progress=progress, size_bytes=size_bytes, gathers=own)
+    from sactool.bench.figures import fetch_figure
+    from sactool.errors import unsettle
+
     have = {(p["round"], p["target"]): p for p in done}
     total, n = rounds * len(pool.targets), 0
     out: list[dict[str, float]] = []
@@ -332,8 +339,8 @@ def measure_rounds(pool: PoolInfo, record_bytes: int, top_k: int, rounds: int, *
         for t in pool.targets:
             p = have.get((r, t.name))
             if p is None:
-                rec = run_quick_gather(t.node, record_bytes, top_k, seconds=seconds, size_bytes=size_bytes,
-                                       notify=(lambda m: progress(m, n, total)) if progress else None)
+                rec = gathers.gather(t.node, record_bytes, top_k, seconds=seconds, size_bytes=size_bytes,
+                                     notify=(lambda m: progress(m, n, total)) if progress else None)
                 fig = fetch_figure(rec, record_bytes, paths=("cpu_proxy",))
                 p = {"kind": "gather", "round": r, "target": t.name, "bandwidth_bytes_per_s": fig.bandwidth_bytes_per_s,
                      "ns_per_record": fig.ns_per_record, "threads": fig.threads, "source": fig.source,

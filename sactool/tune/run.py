@@ -90,10 +90,13 @@ def execute(job: Job) -> TuneResult:
     sizing = _gather_size(job, pool, warnings)
     size = sizing.size_bytes if sizing is not None else None
     points = PointsStore(job, [t.name for t in pool.targets], model_wl, size)
-    gather = _gather(job, pool, machine, replicates, points, blocks=fit.dep.requests_per_rank(concurrency),
-                     sizing=sizing)
+    from sactool.bench.quick import QuickGathers
+
+    with QuickGathers() as qg:   # every quick-gather buffer placed and verified once for all points (bench/quick.py)
+        gather = _gather(job, pool, machine, replicates, points, blocks=fit.dep.requests_per_rank(concurrency),
+                         sizing=sizing, gathers=qg)
+        page = _page_size(job, pool, replicates, points, size, gathers=qg)
     warnings += list(gather.warnings)
-    page = _page_size(job, pool, replicates, points, size)
     d = DesignPoint(o=job.o, spec=job.spec, kv=job.kv, attn_dp=job.attn_dp, rec_bytes=job.rec_bytes, budget=budget,
                     gpu=gpu, pool=pool, machine=machine, dep=fit.dep, contexts=contexts, design=design,
                     concurrency=concurrency, cap_kw=fit.cap_kw, replicates=replicates, warnings=warnings,
@@ -327,9 +330,11 @@ def _gather_size(job: Job, pool, warnings: list):
     return rule
 
 
-def _gather(job: Job, pool, machine, replicates: int, points: PointsStore, *, blocks: int, sizing=None):
+def _gather(job: Job, pool, machine, replicates: int, points: PointsStore, *, blocks: int, sizing=None,
+            gathers=None):
     """Fetch figures: from ``--bench`` (GPU swap-in figures at ``blocks`` requests in flight per rank
-    when the records have them, else the CPU proxy), or interleaved quick CPU measurements (resumable)."""
+    when the records have them, else the CPU proxy), or interleaved quick CPU measurements (resumable;
+    ``gathers``: the :class:`sactool.bench.quick.QuickGathers` session they are measured in)."""
     from sactool.tune.pool import from_bench, measure_rounds
 
     o = job.o
@@ -347,7 +352,7 @@ def _gather(job: Job, pool, machine, replicates: int, points: PointsStore, *, bl
                           top_k=job.spec.index_topk)
     g = measure_rounds(pool, job.rec_bytes, job.spec.index_topk, replicates, seconds=o.gather_seconds,
                        done=points.of_kind("gather"), on_point=points.add, progress=job.progress,
-                       size_bytes=sizing.size_bytes)
+                       size_bytes=sizing.size_bytes, gathers=gathers)
     g.info["buffer_rule"] = sizing.to_data()
     g.info["detail"] += f" ({sizing.rule})"
     g.info["swap_in"] = search.default_swap_in("tune measured CPU gathers, no GPU swap-in figure; CTA widths tie "
@@ -355,7 +360,7 @@ def _gather(job: Job, pool, machine, replicates: int, points: PointsStore, *, bl
     return g
 
 
-def _page_size(job: Job, pool, replicates: int, points: PointsStore, size: int | None):
+def _page_size(job: Job, pool, replicates: int, points: PointsStore, size: int | None, gathers=None):
     """The pool's page kind: measured on the pool node (each kind available there, rounds
     interleaved) when tune measures the pool itself; a devdax device's align fixes it; a --bench
     record measured one kind only, so the engine default stays and says so."""
@@ -381,7 +386,7 @@ def _page_size(job: Job, pool, replicates: int, points: PointsStore, size: int |
     kinds, skipped = available(topology(reader), reader, node, size_bytes=size)
     figures = measure(node, kinds, job.rec_bytes, job.spec.index_topk, replicates, seconds=o.gather_seconds,
                       done=points.of_kind("pagesize"), on_point=points.add, progress=job.progress,
-                      size_bytes=size)
+                      size_bytes=size, gathers=gathers)
     return choose(figures, skipped)
 
 
