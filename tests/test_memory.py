@@ -290,7 +290,9 @@ def test_aligned_zeros_starts_on_its_alignment_where_np_zeros_does_not():
     from sactool.memory.placed import aligned_zeros
 
     n = 2048 * 4096
-    assert np.zeros(n, dtype=np.uint8).ctypes.data % 64 != 0     # what the ring was: why this exists
+    # np.zeros(n) was the ring: mmap-backed it starts 16 B past a page, but once glibc has raised its mmap
+    # threshold (after a large free, as in a long test process) it comes from the heap at any 16 B
+    # boundary — so where it starts is not asserted here, only that aligned_zeros always starts aligned
     for align in (64, 4096, 2 << 20):
         a = aligned_zeros(n, align)
         assert a.ctypes.data % align == 0 and a.size == n and a.dtype == np.uint8 and not a.any()
