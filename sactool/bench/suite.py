@@ -31,15 +31,21 @@ LOADED_DELAYS = (0, 25, 50, 100, 200, 400, 800, 1600, 3200, None)  # None: idle 
 DEFAULT_RECORDS = (64, 128, 256, 656, 1152, 4096)
 
 
+PREFETCH_LEAD_BYTES = 32768
+"""Bytes of records the gather's prefetch runs ahead of the record it copies: see :func:`default_prefetch`."""
+
+
 def default_prefetch(record_bytes: int) -> int:
-    """Software-prefetch distance in records: about 8 KiB of records ahead, D = clamp(8192 / R, 2, 64)
-    (64 B → 64, 656 B → 12, 1152 B → 7, 4096 B and 16384 B → 2). Best distances measured on the
-    development machines (docs/sources.md, Numba kernels; docs/accuracy/bench.md): 8–16 records for
-    656 B, 32–128 for 64 B; for records whose head alone is prefetched (> 1152 B,
-    :func:`sactool.bench.gathergen.prefetch_bytes`) 1–4 records, flat within 3 % (2026-12 sweep on the
-    480 MiB-L3 Xeon guest: 4096 B best at 2–4, 16384 B at 1–2). scripts/bench-vs-c searches D for the
-    C reference and prints the best one found next to this default."""
-    return int(min(64, max(2, 8192 // max(1, record_bytes))))
+    """Software-prefetch distance in records: :data:`PREFETCH_LEAD_BYTES` (32 KiB) of records ahead of
+    the copy, D = clamp(32768 / R, 2, 64): 64 B → 64, 656 B → 49, 1152 B → 28, 4096 B → 8, 16384 B → 2.
+    Chosen from sweeps of D (and of P, :func:`sactool.bench.gathergen.prefetch_bytes`) for sactool's
+    kernel and the C reference on one buffer (``scripts/gather-prefetch``, 2026-12-07, the 480 MiB-L3
+    Xeon guest, one and two threads): 4096 B best at D = 8 (4-6 % over D = 2, 8 % over D = 12, both
+    kernels), 16384 B at D = 1-2 (2-4 % over D = 8), 656 B and 1152 B flat within noise over D = 4-48 with
+    a 512 B head, 64 B best at 32-128 (docs/sources.md, Numba kernels); the rule before (8 KiB ahead)
+    left 4096 B at D = 2. The agreement with C is reported on other runs (scripts/bench-vs-c,
+    docs/accuracy/bench.md); ``--prefetch`` overrides it."""
+    return int(min(64, max(2, PREFETCH_LEAD_BYTES // max(1, int(record_bytes)))))
 
 
 @dataclass
