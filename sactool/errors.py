@@ -162,6 +162,12 @@ def begin_command() -> None:
     _SIGNALLED["kept"] = 0
 
 
+def received_signal() -> int | None:
+    """The first SIGINT or SIGTERM the handlers of :func:`handle_sigterm` recorded, or None."""
+    sig = _SIGNALLED["signal"]
+    return int(sig) if sig is not None else None
+
+
 def kept_signal() -> int | None:
     """The signal that arrived after :func:`settle` — the work was finished and is saved — or None."""
     return _SIGNALLED["signal"] if _SIGNALLED["kept"] else None

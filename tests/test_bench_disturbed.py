@@ -133,8 +133,8 @@ def test_an_unopenable_lock_file_does_not_stop_the_measurement(tmp_path, monkeyp
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs a second CPU for the copy loop")
 def test_a_bench_beside_a_memory_copy_loop_is_flagged_with_the_share(tmp_path, lock_file, capsys):
     """A real process copies 256 MiB arrays on CPU 1 while a one-thread gather measures on CPU 0: the
-    record's other_cpu_busy counts the loop (about one CPU, all of the one CPU the bench did not use)
-    and the result is flagged cpus_shared, with the share in the message."""
+    record's other_cpu_busy counts the loop (about one CPU, all of the one CPU the bench did not use, less
+    what the hypervisor stole) and the result is flagged cpus_shared, with the share in the message."""
     cpus = sorted(os.sched_getaffinity(0))
     loop = subprocess.Popen([sys.executable, "-c", (
         "import os, sys, numpy as np\n"
@@ -152,7 +152,10 @@ def test_a_bench_beside_a_memory_copy_loop_is_flagged_with_the_share(tmp_path, l
     err = capsys.readouterr().err
     (r,) = [r for r in json.loads(out.read_text())["results"] if r["test"] == "gather"]
     ob = r["other_cpu_busy"]
-    assert ob["cpus"] >= 0.7 and ob["share"] >= 0.7 and ob["bench_threads"] == 1 and ob["samples"] == 3
+    # CPU 1 runs the loop (or other work) whenever the hypervisor lets it run: on an overcommitted host
+    # the time it stole from this guest is neither (the check read 0.675 once at load 12)
+    assert ob["cpus"] + ob["steal_cpus"] >= 0.7 and ob["share"] >= 0.7 - ob["steal_cpus"]
+    assert ob["bench_threads"] == 1 and ob["samples"] == 3
     assert all(s["other_cpu"]["wall_seconds"] > 0 for s in r["raw"])
     w = next(w for w in json.loads(out.read_text())["warnings"] if w["code"] == "cpus_shared")
     assert f"other work kept {ob['cpus']:.2f} CPUs busy" in w["message"] and f"({ob['share']:.0%} of the" in w["message"]

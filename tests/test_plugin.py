@@ -80,6 +80,17 @@ def test_policies_and_hugepages_reach_the_allocation():
     assert cpus.report.verified_fraction == 1.0
 
 
+def test_one_prefault_thread_is_said_in_the_singular(caplog):
+    caplog.set_level(logging.INFO, logger="sactool")
+    prof = node0_profile(prefault_cpus="0", prefault_threads=1)
+    assert sp.place_pool(prof, 0, 4 << 20) is not None
+    line = caplog.records[-1].getMessage()
+    assert line.startswith("sactool_cxl: rank 0") and line.endswith(" s by 1 thread"), line
+    from sactool.pool.plan import PoolSpec, plan_for_rank
+
+    assert "prefault 1 thread on CPUs 0" in plan_for_rank(PoolSpec.of(prof), 0).describe()
+
+
 def test_fallback_on_missing_node_and_strict_stop(caplog):
     caplog.set_level(logging.WARNING, logger="sactool")
     prof = node0_profile(nodes=(7,))

@@ -95,6 +95,7 @@ def test_a_signal_after_a_quick_gather_keeps_its_point_in_tunes_journal(tmp_path
     assert "fault: signal" in r.stderr and "QuickGathers.gather returned (call 1)" in r.stderr, r.stderr
     assert r.returncode == (130 if sig == signal.SIGINT else 143), r.stderr
     assert f"tune interrupted; finished evaluation points are kept in {points}" in r.stderr, r.stderr
+    assert f"error: tune interrupted; finished evaluation points are kept in {points} ({sig.name})" in r.stderr
     assert not prof.exists()
     kept = [json.loads(ln) for ln in points.read_text().splitlines() if ln.strip()] if points.exists() else []
     measured = [p for p in kept if p.get("kind") in ("gather", "pagesize")]

@@ -88,14 +88,19 @@ def _run(fn, debug: bool) -> int:
 
             traceback.print_exc()
         code = interrupt_code() if e.exit_code == ExitCode.INTERRUPTED else int(e.exit_code)
-        by = " (SIGTERM)" if code == ExitCode.TERMINATED else ""
+        import signal
+
+        from sactool.errors import received_signal
+
+        sig = received_signal()   # which signal cut the work short, where one did (not a fleet peer's)
+        by = f" ({signal.Signals(sig).name})" if sig and code in (ExitCode.TERMINATED, ExitCode.INTERRUPTED) else ""
         from sactool.render import printable
 
         sys.stderr.write(printable(f"error: {e.message}{by}\n" + (f"hint: {e.hint}\n" if e.hint else "")))
         sys.stderr.flush()
         return code
     except KeyboardInterrupt:
-        sys.stderr.write("terminated (SIGTERM)\n" if interrupt_code() == ExitCode.TERMINATED else "interrupted\n")
+        sys.stderr.write("terminated (SIGTERM)\n" if interrupt_code() == ExitCode.TERMINATED else "interrupted (SIGINT)\n")
         return interrupt_code()
     except BrokenPipeError:
         # stdout closed early: be quiet, and keep Python from complaining at exit

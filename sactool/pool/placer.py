@@ -444,6 +444,7 @@ class HostPoolPlacer:
         where = ", ".join(f"node{k}: {v}" if k >= 0 else f"errno{-k}: {v}" for k, v in sorted(r.node_pages.items()))
         checked = "all" if r.pages_checked >= r.pages_total else f"a sample of {r.pages_checked} of {r.pages_total}"
         stand = " (a DRAM node stood in for CXL: pool.stand_in)" if plan.stand_in and plan.mode == "numa" else ""
+        by = f"{plan.prefault_threads} thread{'s' if plan.prefault_threads != 1 else ''}"
         if plan.mode == "devdax":   # placement = the mapping (/proc/self/maps); move_pages says ENOENT there
             m = buf.mapping
             expect = ("mapping verified (/proc/self/maps: the device at the slice's offset, on its align)"
@@ -451,13 +452,13 @@ class HostPoolPlacer:
                       f"mapping NOT as planned: {m.reason if m is not None else 'not checked'}")
             line = (f"sactool_cxl: rank {plan.rank} ({rank_source or 'given'}) HiSparse host pool {buf.size_bytes} bytes "
                     f"on {plan.target}, {buf.hugepages}: {expect}, zero-filled in "
-                    f"{buf.prefault_seconds:.2f} s by {plan.prefault_threads} threads")
+                    f"{buf.prefault_seconds:.2f} s by {by}")
         else:
             line = (f"sactool_cxl: rank {plan.rank} ({rank_source or 'given'}) HiSparse host pool {buf.size_bytes} bytes "
                     f"on {plan.target}{stand}, policy {buf.policy}, hugepages {plan.hugepages}: verified "
                     f"{r.verified_fraction:.1%} of {checked} pages on {', '.join(f'node{n}' for n in r.expected_nodes)} "
                     f"[{where}], huge-page bytes {r.hugepage_bytes}, prefault {buf.prefault_seconds:.2f} s "
-                    f"by {plan.prefault_threads} threads")
+                    f"by {by}")
         if plan.mode == "devdax":
             gpu = f" (GPU {plan.slot.gpu})" if plan.slot is not None else ""
             line += (f"; devdax slice{gpu} at offset {buf.offset_bytes} of {buf.path}"

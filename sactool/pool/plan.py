@@ -153,7 +153,7 @@ class PoolPlan:
         cpus = (("the CPUs of node" + str(self.cpu_node)) if self.cpu_node is not None else "the CPUs nearest it") \
             if self.prefault_cpus == "auto" else f"CPUs {self.prefault_cpus}"
         return (f"rank {self.rank}: {what}, policy {pol}, hugepages {self.hugepages}, prefault "
-                f"{self.prefault_threads} threads on {cpus}{extra}")
+                f"{self.prefault_threads} thread{'s' if self.prefault_threads != 1 else ''} on {cpus}{extra}")
 
 
 def plan_for_rank(spec: PoolSpec, rank: int, targets: Sequence[Target] | None = None,
