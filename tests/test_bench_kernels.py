@@ -131,7 +131,10 @@ def test_generated_source_is_deterministic():
     assert source(656, 16) == source(656, 16) and "copy_bytes(out + (i & mask) * RB, base + r * RB, 656)" in source(656, 16)
     assert "prefetch_addr(" not in source(100, 0)       # D = 0: no prefetch at all
     assert "np.uint64(512), np.uint64(64)" in source(4096, 2)    # a large record: its first 512 B prefetched
-    assert "np.uint64(656), np.uint64(64)" in source(656, 12) and "np.uint64(655)" in source(656, 12)   # whole, last line
+    assert "np.uint64(100), np.uint64(64)" in source(100, 12) and "np.uint64(99)" in source(100, 12)   # whole, last line
+    # a 656 B record (DeepSeek-V3.2's): its first 512 B, and the line of byte 511 where the record is not line aligned
+    assert "np.uint64(512), np.uint64(64)" in source(656, 12) and "np.uint64(511)" in source(656, 12)
+    assert "np.uint64(656), np.uint64(64)" not in source(656, 12)
 
 
 def test_pass_shifts_cover_the_records():
