@@ -66,11 +66,12 @@ PREFETCH_HEAD_BYTES = 512
 hardware stream prefetcher fetches the rest of a record read in order once its first lines missed, and
 software prefetches of every line of a record (11 lines of a 656 B one, 64 of a 4 KiB one, several
 records ahead) hold the core's line-fill buffers that the demand misses need (docs/accuracy/bench.md,
-"why 4096 B trailed" and "656 B: the prefetched head")."""
+"Why 64 B and 4096 B trailed" and "Where it stands", the prefetched head)."""
 PREFETCH_WHOLE_MAX = 512
 """Largest record prefetched whole (the head's size: 64 B index keys; a 656 B FP8 DSA record and a 1152 B
-BF16 MLA latent get their first 512 B, measured 5-10 % faster than whole-record prefetch for sactool's
-kernel and the C reference alike at every distance 4-32, one and two threads: docs/accuracy/bench.md)."""
+BF16 MLA latent get their first 512 B: a median 6-8 % faster than whole-record prefetch for sactool's
+kernel and the C reference alike, 45 of 48 (distance, threads, kernel) pairs at 656 B, 19 of 20 at 1152 B,
+scripts/gather-prefetch: docs/accuracy/bench.md)."""
 
 
 def prefetch_bytes(record_bytes: int) -> int:
